@@ -1,0 +1,115 @@
+"""Why a group does not fit: per-domain shortfalls, excluded nodes, the nearest miss.
+
+The text is plain and short enough for a Kubernetes condition message and a kube-scheduler
+failure reason, e.g. ``rack r7: needs 64 nvidia.com/gpu, 40 free``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .problem import DomainBound, Problem
+
+#: Domains listed in a message before the rest are summarised as a count.
+MAX_DOMAINS_LISTED = 5
+
+
+@dataclass(frozen=True)
+class DomainShortfall:
+    domain: str
+    fits: int  # pods that fit at most
+    needed: int
+    detail: str  # why, without the domain's name
+
+    def __str__(self) -> str:
+        return f"{self.domain}: {self.detail}"
+
+
+@dataclass(frozen=True)
+class Explanation:
+    group: str
+    needed: int
+    domains: tuple[DomainShortfall, ...]  # nearest miss first
+    excluded: tuple[tuple[str, int], ...]  # (reason, node count) over the whole cluster
+    summary: str = ""
+
+    @property
+    def near_miss(self) -> DomainShortfall | None:
+        return self.domains[0] if self.domains else None
+
+    def message(self) -> str:
+        parts = [self.summary] if self.summary else []
+        parts += _collapse(self.domains)
+        if self.excluded:
+            parts.append("nodes excluded: " + ", ".join(f"{n} {r}" for r, n in self.excluded))
+        return f"podgroup {self.group}: " + "; ".join(parts)
+
+
+def _collapse(domains: tuple[DomainShortfall, ...]) -> list[str]:
+    """Merge domains that fail for the same reason: ``rack r1, r2 (+6 more): needs 72 ...``."""
+    merged: dict[str, list[str]] = {}
+    for d in domains:
+        merged.setdefault(d.detail, []).append(d.domain)
+    lines = []
+    for detail, labels in list(merged.items())[:MAX_DOMAINS_LISTED]:
+        kind = labels[0].split(" ", 1)[0]
+        names = [label.split(" ", 1)[-1] for label in labels]
+        shown = ", ".join(names[:3]) + (f" (+{len(names) - 3} more)" if len(names) > 3 else "")
+        lines.append(f"{kind} {shown}: {detail}" if kind != shown else f"{shown}: {detail}")
+    if len(merged) > MAX_DOMAINS_LISTED:
+        lines.append(f"{sum(len(v) for v in list(merged.values())[MAX_DOMAINS_LISTED:])} more domains do not fit")
+    return lines
+
+
+def _domain_label(problem: Problem, d: int) -> str:
+    key = problem.group.topology_key
+    if not key:
+        return "cluster"
+    short = key.rsplit("/", 1)[-1]
+    return f"{short} {problem.domain_values[d]}"
+
+
+def _shortfall(problem: Problem, bound: DomainBound, greedy_fits: int | None) -> DomainShortfall:
+    label = _domain_label(problem, bound.domain)
+    needed = max(problem.needed, 1)
+    fits = bound.placed_ub if greedy_fits is None else greedy_fits
+    if len(bound.nodes) == 0:
+        detail = "no node can host a member"
+    elif bound.binding:
+        detail = f"needs {bound.need} {bound.binding}, {bound.have} free"
+    else:
+        detail = f"capacity is fragmented, at most {fits} of {needed} pods fit on its nodes"
+    return DomainShortfall(label, fits, needed, detail)
+
+
+def explain(problem: Problem, bounds: list[DomainBound], greedy_fits: dict[int, int]) -> Explanation:
+    """Explain an infeasible group. ``greedy_fits`` holds, for domains whose totals passed, how
+    many pods the packing managed (so fragmentation is reported as such)."""
+    group = problem.group
+    unknown = sorted({r for s in problem.shapes for r in s.unknown})
+    summary = ""
+    if unknown:
+        summary = "no node offers " + ", ".join(unknown)
+    elif group.topology_key and not problem.domain_values:
+        summary = f"no node has the topology label {group.topology_key}"
+    elif not bounds:
+        summary = "no candidate domain"
+    shortfalls = sorted(
+        (_shortfall(problem, b, greedy_fits.get(b.domain)) for b in bounds),
+        key=lambda s: (-s.fits, s.domain),
+    )
+    excluded: dict[str, int] = {}
+    for shape in problem.shapes:
+        for reason, count in shape.eligibility.excluded.items():
+            excluded[reason] = max(excluded.get(reason, 0), count)
+    if group.topology_key:
+        missing = int((problem.domain_ids < 0).sum())
+        if missing:
+            excluded["missing topology label"] = missing
+    return Explanation(
+        group=group.key,
+        needed=max(problem.needed, 1),
+        domains=tuple(shortfalls),
+        excluded=tuple(sorted(excluded.items())),
+        summary=summary,
+    )

@@ -1,0 +1,288 @@
+"""The solver's input model: small, immutable, Kubernetes-free records.
+
+Everything here is plain data in integer base units (milli-CPU, bytes, counts). Converters from
+Kubernetes JSON live in ``cluster/``; the solver never sees an API object. Every constructor
+validates its input and raises :class:`InvalidInput` with a message an operator can act on, so a
+bad object is rejected at the boundary instead of producing a wrong placement deep inside.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass, field
+from typing import Mapping
+
+from .errors import InvalidInput
+
+#: The per-node pod-count capacity: every pod consumes one, as in kube-scheduler.
+PODS = "pods"
+
+
+def resources(values: Mapping[str, int] | None, what: str) -> Mapping[str, int]:
+    """Validate a resource vector: names are non-empty strings, amounts non-negative integers."""
+    if values is None:
+        return {}
+    if not isinstance(values, Mapping):
+        raise InvalidInput(f"{what}: resources must be a mapping, got {type(values).__name__}")
+    out: dict[str, int] = {}
+    for name, amount in values.items():
+        if not isinstance(name, str) or not name:
+            raise InvalidInput(f"{what}: resource name must be a non-empty string, got {name!r}")
+        if isinstance(amount, bool) or not isinstance(amount, int):
+            raise InvalidInput(f"{what}: {name} must be an integer in base units, got {amount!r}")
+        if amount < 0:
+            raise InvalidInput(f"{what}: {name} must not be negative, got {amount}")
+        out[name] = amount
+    return out
+
+
+def add_resources(*vectors: Mapping[str, int]) -> dict[str, int]:
+    total: dict[str, int] = {}
+    for vector in vectors:
+        for name, amount in vector.items():
+            total[name] = total.get(name, 0) + amount
+    return total
+
+
+def effective_requests(
+    containers: list[Mapping[str, int]],
+    init_containers: list[tuple[Mapping[str, int], bool]] = (),
+    overhead: Mapping[str, int] | None = None,
+) -> dict[str, int]:
+    """A pod's requests as kube-scheduler computes them.
+
+    ``init_containers`` is a list of ``(requests, restartable)`` in spec order; restartable init
+    containers are sidecars: they keep running, so they add to the app containers' sum and to
+    every later init container. Result: max(sum(containers) + sidecars, max over init containers of
+    (its requests + sidecars started before it)) per resource, plus the pod overhead.
+    """
+    sidecars: dict[str, int] = {}
+    init_peak: dict[str, int] = {}
+    for requests, restartable in init_containers:
+        if restartable:
+            sidecars = add_resources(sidecars, requests)
+            candidate = sidecars
+        else:
+            candidate = add_resources(sidecars, requests)
+        for name, amount in candidate.items():
+            init_peak[name] = max(init_peak.get(name, 0), amount)
+    running = add_resources(*containers, sidecars)
+    out = {n: max(running.get(n, 0), init_peak.get(n, 0)) for n in set(running) | set(init_peak)}
+    return add_resources(out, overhead or {})
+
+
+class TaintEffect(str, enum.Enum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True)
+class Taint:
+    key: str
+    value: str = ""
+    effect: TaintEffect = TaintEffect.NO_SCHEDULE
+
+
+@dataclass(frozen=True)
+class Toleration:
+    key: str = ""  # empty key with operator Exists tolerates everything
+    operator: str = "Equal"  # Equal | Exists
+    value: str = ""
+    effect: str = ""  # empty matches every effect
+
+    def __post_init__(self) -> None:
+        if self.operator not in ("Equal", "Exists"):
+            raise InvalidInput(f"toleration operator must be Equal or Exists, got {self.operator!r}")
+
+    def tolerates(self, taint: Taint) -> bool:
+        if self.effect and self.effect != taint.effect.value:
+            return False
+        if self.operator == "Exists":
+            return not self.key or self.key == taint.key
+        return self.key == taint.key and self.value == taint.value
+
+
+SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist", "Gt", "Lt")
+
+
+@dataclass(frozen=True)
+class Requirement:
+    """One node-selector requirement (``matchExpressions`` entry)."""
+
+    key: str
+    operator: str
+    values: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.operator not in SELECTOR_OPERATORS:
+            raise InvalidInput(
+                f"node selector operator must be one of {', '.join(SELECTOR_OPERATORS)}, "
+                f"got {self.operator!r}"
+            )
+        if self.operator in ("In", "NotIn") and not self.values:
+            raise InvalidInput(f"node selector {self.key} {self.operator} needs at least one value")
+        if self.operator in ("Exists", "DoesNotExist") and self.values:
+            raise InvalidInput(f"node selector {self.key} {self.operator} takes no values")
+        if self.operator in ("Gt", "Lt"):
+            if len(self.values) != 1:
+                raise InvalidInput(f"node selector {self.key} {self.operator} needs exactly one value")
+            try:
+                int(self.values[0])
+            except ValueError:
+                raise InvalidInput(
+                    f"node selector {self.key} {self.operator} needs an integer, got {self.values[0]!r}"
+                ) from None
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        value = labels.get(self.key)
+        op = self.operator
+        if op == "In":
+            return value is not None and value in self.values
+        if op == "NotIn":
+            return value is None or value not in self.values
+        if op == "Exists":
+            return value is not None
+        if op == "DoesNotExist":
+            return value is None
+        try:
+            number = int(value) if value is not None else None
+        except ValueError:
+            return False
+        if number is None:
+            return False
+        return number > int(self.values[0]) if op == "Gt" else number < int(self.values[0])
+
+
+@dataclass(frozen=True)
+class NodeAffinity:
+    """Required node affinity: the node must match at least one term; a term is an AND of
+    requirements. An empty term list means no constraint."""
+
+    terms: tuple[tuple[Requirement, ...], ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        if not self.terms:
+            return True
+        return any(all(r.matches(labels) for r in term) for term in self.terms)
+
+
+@dataclass(frozen=True)
+class Node:
+    name: str
+    allocatable: Mapping[str, int]
+    labels: Mapping[str, str] = field(default_factory=dict)
+    taints: tuple[Taint, ...] = ()
+    unschedulable: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InvalidInput("node name must not be empty")
+        object.__setattr__(self, "allocatable", resources(self.allocatable, f"node {self.name}"))
+
+
+@dataclass(frozen=True)
+class PodSpec:
+    """The scheduling-relevant part of a pod. ``requests`` are effective requests
+    (see :func:`effective_requests`) without the implicit pod count."""
+
+    requests: Mapping[str, int] = field(default_factory=dict)
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    affinity: NodeAffinity = NodeAffinity()
+    tolerations: tuple[Toleration, ...] = ()
+    priority: int = 0
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "requests", resources(self.requests, "pod requests"))
+        if PODS in self.requests:
+            raise InvalidInput(f"pod requests must not name {PODS!r}: every pod counts as one")
+
+
+@dataclass(frozen=True)
+class Pod:
+    """A pod: pending (``node`` empty) or bound. ``group`` is ``namespace/name`` of its PodGroup."""
+
+    uid: str
+    name: str
+    spec: PodSpec = PodSpec()
+    node: str = ""
+    namespace: str = "default"
+    group: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.uid or not self.name:
+            raise InvalidInput(f"pod needs a uid and a name, got uid={self.uid!r} name={self.name!r}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+class Policy(str, enum.Enum):
+    BASIC = "basic"
+    GANG = "gang"
+
+
+class DisruptionMode(str, enum.Enum):
+    SINGLE = "single"
+    ALL = "all"
+
+
+@dataclass(frozen=True)
+class PodGroup:
+    """A PodGroup and its member pods (bound and pending).
+
+    ``topology_key`` is the required key (at most one, as upstream); ``preferred_keys`` is
+    phalanx's ordered list of keys to keep the group compact along, inside the chosen domain.
+    """
+
+    namespace: str
+    name: str
+    members: tuple[Pod, ...]
+    policy: Policy = Policy.GANG
+    min_count: int = 1
+    topology_key: str = ""
+    preferred_keys: tuple[str, ...] = ()
+    disruption_mode: DisruptionMode = DisruptionMode.SINGLE
+    priority: int = 0
+    created: float = 0.0
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InvalidInput("podgroup name must not be empty")
+        if isinstance(self.min_count, bool) or not isinstance(self.min_count, int) or self.min_count < 1:
+            raise InvalidInput(f"podgroup {self.key}: minCount must be an integer >= 1, got {self.min_count!r}")
+        if self.disruption_mode is DisruptionMode.ALL and self.policy is Policy.BASIC:
+            raise InvalidInput(f"podgroup {self.key}: disruptionMode all requires the gang policy")
+        uids = [p.uid for p in self.members]
+        if len(set(uids)) != len(uids):
+            raise InvalidInput(f"podgroup {self.key}: duplicate member pod uid")
+        if self.topology_key in self.preferred_keys:
+            raise InvalidInput(
+                f"podgroup {self.key}: {self.topology_key} is both the required and a preferred key"
+            )
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def pending(self) -> tuple[Pod, ...]:
+        return tuple(p for p in self.members if not p.node)
+
+    @property
+    def bound(self) -> tuple[Pod, ...]:
+        return tuple(p for p in self.members if p.node)
+
+    @property
+    def needed(self) -> int:
+        """How many pending members must be placed for the placement to count."""
+        if self.policy is Policy.BASIC:
+            return 1 if self.pending else 0
+        return max(0, self.min_count - len(self.bound))
+
+    def check_ready(self) -> None:
+        if self.policy is Policy.GANG and len(self.members) < self.min_count:
+            raise InvalidInput(
+                f"podgroup {self.key}: waiting for members, {len(self.members)} of {self.min_count} exist"
+            )

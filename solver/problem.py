@@ -1,0 +1,190 @@
+"""One placement problem: a group on a snapshot, aggregated for speed.
+
+Identical pending pods become one :class:`Shape` with a count, so model size follows the number
+of distinct pod shapes, not pods. Per shape and node we compute the *capacity* (how many pods of
+that shape alone fit) with vector operations; per candidate domain we then check totals before
+any per-node search (:meth:`Problem.domain_bound`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+import numpy as np
+
+from .errors import InvalidInput
+from .model import PODS, Pod, PodGroup
+from .objective import Objective, Weights, main_resource, preferred_paths
+from .snapshot import Eligibility, Snapshot, constraint_signature
+
+
+@dataclass
+class Shape:
+    pods: list[Pod]
+    vec: np.ndarray  # requests over snapshot.resources, pods = 1
+    main: int  # main-resource request of one pod (1 when the main resource is the pod count)
+    eligibility: Eligibility
+    unknown: list[str]  # requested resources no node offers
+
+    @property
+    def count(self) -> int:
+        return len(self.pods)
+
+
+def _ordinal_key(pod: Pod) -> tuple:
+    """Sort StatefulSet-style names by ordinal (db-2 before db-10), others by name."""
+    base, _, tail = pod.name.rpartition("-")
+    return (base, int(tail), pod.name) if tail.isdigit() else (pod.name, -1, pod.name)
+
+
+@dataclass(frozen=True)
+class DomainBound:
+    domain: int
+    placed_ub: int  # at most this many pending pods fit in the domain
+    nodes: np.ndarray  # node indices of the domain that can host at least one pod
+    binding: str = ""  # the resource that limits the domain, when one does
+    need: int = 0  # how much of it the needed pods ask for
+    have: int = 0  # how much of it is free on eligible nodes
+
+
+@dataclass
+class Problem:
+    snapshot: Snapshot
+    group: PodGroup
+    shapes: list[Shape] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.group.check_ready()
+        snap = self.snapshot
+        for pod in self.group.bound:
+            if pod.node not in snap.index:
+                raise InvalidInput(f"podgroup {self.group.key}: member {pod.key} is bound to unknown node {pod.node!r}")
+        pending = sorted(self.group.pending, key=_ordinal_key)
+        self.main_name = main_resource(pending)
+        self.main_j = snap.rindex.get(self.main_name)
+        buckets: dict[tuple, list[Pod]] = {}
+        for pod in pending:
+            sig = (tuple(sorted(pod.spec.requests.items())), constraint_signature(pod.spec))
+            buckets.setdefault(sig, []).append(pod)
+        shapes = []
+        for pods in buckets.values():
+            spec = pods[0].spec
+            vec, unknown = snap.request_vector(spec.requests)
+            main = 1 if self.main_name == PODS else spec.requests.get(self.main_name, 0)
+            shapes.append(Shape(pods, vec, main, snap.eligibility(spec), unknown))
+        # big pods first: they are the hard part of any packing
+        shapes.sort(key=lambda s: (-s.main, -int(s.vec.sum()), -s.count))
+        self.shapes = shapes
+        self.pending_total = len(pending)
+        self.needed = self.group.needed
+
+    # -- per-node capacities --------------------------------------------------------------
+    @cached_property
+    def free_main(self) -> np.ndarray:
+        if self.main_j is None:
+            return np.zeros(len(self.snapshot.nodes), dtype=np.int64)
+        return self.snapshot.free[:, self.main_j]
+
+    @cached_property
+    def caps(self) -> np.ndarray:
+        """caps[s, n]: pods of shape s alone that fit on node n (0 where not eligible)."""
+        free = self.snapshot.free
+        out = np.zeros((len(self.shapes), len(self.snapshot.nodes)), dtype=np.int64)
+        for s, shape in enumerate(self.shapes):
+            if shape.unknown:
+                continue
+            cols = np.nonzero(shape.vec)[0]
+            cap = np.min(free[:, cols] // shape.vec[cols], axis=1)
+            out[s] = np.where(shape.eligibility.mask, cap, 0)
+        return out
+
+    @cached_property
+    def pods_ub(self) -> np.ndarray:
+        """An upper bound on pods of any mix of shapes per node."""
+        if len(self.shapes) == 1:
+            return self.caps[0]
+        usable = [s for s in range(len(self.shapes)) if not self.shapes[s].unknown]
+        if not usable:
+            return np.zeros(len(self.snapshot.nodes), dtype=np.int64)
+        smallest = np.min(np.stack([self.shapes[s].vec for s in usable]), axis=0)
+        cols = np.nonzero(smallest)[0]
+        ub = np.min(self.snapshot.free[:, cols] // smallest[cols], axis=1)
+        return np.where(self.caps.max(axis=0) > 0, ub, 0)
+
+    @cached_property
+    def pref(self) -> list[np.ndarray]:
+        return preferred_paths(self.snapshot, self.group.preferred_keys)
+
+    # -- domains --------------------------------------------------------------------------
+    @cached_property
+    def domain_values(self) -> tuple[str, ...]:
+        return self.snapshot.domains(self.group.topology_key)[0]
+
+    @cached_property
+    def domain_ids(self) -> np.ndarray:
+        return self.snapshot.domains(self.group.topology_key)[1]
+
+    @cached_property
+    def candidate_domains(self) -> list[int]:
+        """All domains of the required key; only the bound members' domain once some are bound."""
+        bound_domains = {int(self.domain_ids[self.snapshot.index[p.node]]) for p in self.group.bound}
+        bound_domains.discard(-1)
+        if self.group.topology_key and bound_domains:
+            return sorted(bound_domains)
+        return list(range(len(self.domain_values)))
+
+    @cached_property
+    def domain_free_main(self) -> np.ndarray:
+        counts = len(self.domain_values)
+        ids = self.domain_ids
+        ok = ids >= 0
+        return np.bincount(ids[ok], weights=self.free_main[ok], minlength=counts).astype(np.int64)
+
+    def domain_bound(self, d: int) -> DomainBound:
+        """Upper bound on pods placeable in domain ``d``, from totals only, plus the resource
+        that binds when the bound is below what the group needs."""
+        in_domain = self.domain_ids == d
+        hosts = np.nonzero(in_domain & (self.pods_ub > 0))[0]
+        placed_ub = 0
+        for s, shape in enumerate(self.shapes):
+            placed_ub += min(shape.count, int(self.caps[s, hosts].sum()))
+        placed_ub = min(placed_ub, int(self.pods_ub[hosts].sum()))
+        binding, need, have = "", 0, 0
+        # totals per resource over nodes eligible for some shape
+        eligible = in_domain & np.any(np.stack([s.eligibility.mask for s in self.shapes]), axis=0)
+        totals = self.snapshot.free[eligible].sum(axis=0)
+        cheapest = np.min(np.stack([s.vec for s in self.shapes]), axis=0)
+        worst_ratio = None
+        for j in np.nonzero(cheapest)[0]:
+            fit = int(totals[j] // cheapest[j])
+            placed_ub = min(placed_ub, fit)
+            if fit < self.needed:
+                ratio = totals[j] / (cheapest[j] * max(1, self.needed))
+                if worst_ratio is None or ratio < worst_ratio:
+                    worst_ratio = ratio
+                    binding = self.snapshot.resources[j]
+                    need, have = int(cheapest[j]) * self.needed, int(totals[j])
+        return DomainBound(d, min(placed_ub, self.pending_total), hosts, binding, need, have)
+
+    def objective_lower_bound(self, bound: DomainBound, placed: int) -> Objective:
+        """No placement of ``placed`` pods in the domain scores better than this."""
+        caps = np.sort(self.pods_ub[bound.nodes])[::-1]
+        nodes = int(np.searchsorted(np.cumsum(caps), placed)) + 1 if placed > 0 else 0
+        max_main = max(s.main for s in self.shapes)
+        levels = len(self.group.preferred_keys)
+        return Objective(
+            unplaced=self.pending_total - placed,
+            spread=(1 if placed else 0,) * levels,
+            nodes=nodes,
+            stranded=0,
+            domain_free=max(0, int(self.domain_free_main[bound.domain]) - placed * max_main),
+        )
+
+    @cached_property
+    def weights(self) -> Weights:
+        levels = tuple(int(p.max()) + 1 if len(p) else 1 for p in self.pref)
+        per_domain = np.bincount(self.domain_ids[self.domain_ids >= 0], minlength=len(self.domain_values))
+        nodes_max = int(per_domain.max()) if len(per_domain) else 0
+        main_max = int(self.domain_free_main.max()) if len(self.domain_free_main) else 0
+        return Weights.for_instance(self.pending_total, levels, nodes_max, main_max)

@@ -1,0 +1,214 @@
+"""An immutable view of the cluster for one scheduling cycle.
+
+The solver never reads a live cache: a cycle builds one :class:`Snapshot` (nodes, bound pods,
+reservations) and every answer is computed against it. Capacities are held as numpy matrices
+(nodes x resources, integer base units) so that capacity checks over thousands of nodes are
+vector operations, not Python loops. Derived indexes (topology domains, eligibility masks per
+pod constraint signature) are computed lazily and cached; they never change because the snapshot
+does not. What-if edits (a batch placing one group after another, a preemption trial) go through
+:meth:`Snapshot.with_usage`, which shares every static part and copies only the usage matrix.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable, Mapping
+
+import numpy as np
+
+from .errors import InvalidInput
+from .model import PODS, Node, Pod, PodSpec, TaintEffect
+
+#: Reasons a node is excluded for a pod before capacity is considered, in the order checked.
+EXCLUSION_REASONS = ("unschedulable", "taint", "selector", "affinity")
+
+
+def constraint_signature(spec: PodSpec) -> tuple:
+    """Everything about a pod that decides node eligibility (not capacity)."""
+    return (tuple(sorted(spec.node_selector.items())), spec.affinity, spec.tolerations)
+
+
+@dataclass(frozen=True)
+class Eligibility:
+    mask: np.ndarray  # bool per node
+    excluded: Mapping[str, int]  # reason -> node count
+
+
+class Snapshot:
+    def __init__(
+        self,
+        nodes: Iterable[Node],
+        bound: Iterable[Pod] = (),
+        reserved: Mapping[str, Mapping[str, int]] | None = None,
+    ) -> None:
+        self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
+        self.index: dict[str, int] = {}
+        for i, node in enumerate(self.nodes):
+            if node.name in self.index:
+                raise InvalidInput(f"duplicate node {node.name}")
+            self.index[node.name] = i
+        self.bound: tuple[Pod, ...] = tuple(bound)
+        names = {PODS}
+        for node in self.nodes:
+            names.update(node.allocatable)
+        self.resources: tuple[str, ...] = tuple(sorted(names))
+        self.rindex = {r: j for j, r in enumerate(self.resources)}
+        self.allocatable = np.zeros((len(self.nodes), len(self.resources)), dtype=np.int64)
+        for i, node in enumerate(self.nodes):
+            for r, amount in node.allocatable.items():
+                self.allocatable[i, self.rindex[r]] = amount
+        self.used = np.zeros_like(self.allocatable)
+        for pod in self.bound:
+            self._charge(self.used, pod.node, pod.spec.requests, pods=1, what=f"pod {pod.key}")
+        for node_name, amounts in (reserved or {}).items():
+            self._charge(self.used, node_name, amounts, pods=amounts.get(PODS, 0), what="reservation")
+        self._caches: dict = {}
+
+    # -- construction helpers -------------------------------------------------------------
+    def _charge(self, used: np.ndarray, node: str, amounts: Mapping[str, int], pods: int, what: str) -> None:
+        i = self.index.get(node)
+        if i is None:
+            raise InvalidInput(f"{what} is on node {node!r}, which is not in the snapshot")
+        for r, amount in amounts.items():
+            if r == PODS:
+                continue
+            j = self.rindex.get(r)
+            if j is not None:  # a resource no node offers consumes nothing we track
+                used[i, j] += amount
+        used[i, self.rindex[PODS]] += pods
+
+    def with_usage(self, extra: Mapping[str, Mapping[str, int]]) -> "Snapshot":
+        """A new snapshot with ``extra`` (node -> amounts, ``pods`` counted as given) also used.
+        Shares nodes, indexes and eligibility caches; copies only the usage matrix."""
+        clone = object.__new__(Snapshot)
+        clone.__dict__.update(self.__dict__)
+        clone.used = self.used.copy()
+        for node_name, amounts in extra.items():
+            self._charge(clone.used, node_name, amounts, pods=amounts.get(PODS, 0), what="usage")
+        clone._caches = {k: v for k, v in self._caches.items() if k[0] in ("domains", "elig", "labels", "unsched")}
+        return clone
+
+    def with_placement(self, placement: Mapping[str, str], pods: Mapping[str, Pod]) -> "Snapshot":
+        """A new snapshot where the pods of ``placement`` (uid -> node) also use their nodes."""
+        extra: dict[str, dict[str, int]] = {}
+        for uid, node in placement.items():
+            slot = extra.setdefault(node, {PODS: 0})
+            slot[PODS] += 1
+            for r, amount in pods[uid].spec.requests.items():
+                slot[r] = slot.get(r, 0) + amount
+        return self.with_usage(extra)
+
+    # -- capacity -----------------------------------------------------------------------
+    @property
+    def free(self) -> np.ndarray:
+        cached = self._caches.get(("free",))
+        if cached is None:
+            cached = np.maximum(self.allocatable - self.used, 0)
+            self._caches[("free",)] = cached
+        return cached
+
+    def request_vector(self, requests: Mapping[str, int]) -> tuple[np.ndarray, list[str]]:
+        """Requests as a vector over :attr:`resources` (pods = 1), plus the names of requested
+        resources that no node offers (such a pod fits nowhere)."""
+        vec = np.zeros(len(self.resources), dtype=np.int64)
+        unknown = []
+        for r, amount in requests.items():
+            j = self.rindex.get(r)
+            if j is None:
+                if amount > 0:
+                    unknown.append(r)
+            else:
+                vec[j] = amount
+        vec[self.rindex[PODS]] = 1
+        return vec, sorted(unknown)
+
+    # -- labels and topology ----------------------------------------------------------------
+    def label_values(self, key: str) -> np.ndarray:
+        """The value of label ``key`` per node (object array; None where absent)."""
+        cache_key = ("labels", key)
+        cached = self._caches.get(cache_key)
+        if cached is None:
+            cached = np.array([n.labels.get(key) for n in self.nodes], dtype=object)
+            self._caches[cache_key] = cached
+        return cached
+
+    def domains(self, key: str) -> tuple[tuple[str, ...], np.ndarray]:
+        """Topology domains of ``key``: the sorted values and the domain id per node (-1 where the
+        node lacks the label). An empty key means one domain holding every node."""
+        cache_key = ("domains", key)
+        cached = self._caches.get(cache_key)
+        if cached is None:
+            if not key:
+                cached = (("",), np.zeros(len(self.nodes), dtype=np.int64))
+            else:
+                raw = self.label_values(key)
+                values = tuple(sorted({v for v in raw if v is not None}))
+                pos = {v: i for i, v in enumerate(values)}
+                ids = np.array([pos.get(v, -1) if v is not None else -1 for v in raw], dtype=np.int64)
+                cached = (values, ids)
+            self._caches[cache_key] = cached
+        return cached
+
+    # -- eligibility ----------------------------------------------------------------------
+    def eligibility(self, spec: PodSpec) -> Eligibility:
+        """Which nodes a pod may run on, ignoring capacity, and why the others may not."""
+        sig = constraint_signature(spec)
+        cache_key = ("elig", sig)
+        cached = self._caches.get(cache_key)
+        if cached is not None:
+            return cached
+        n = len(self.nodes)
+        mask = np.ones(n, dtype=bool)
+        excluded: dict[str, int] = {}
+
+        def exclude(reason: str, bad: np.ndarray) -> None:
+            newly = mask & bad
+            count = int(newly.sum())
+            if count:
+                excluded[reason] = count
+                mask[newly] = False
+
+        exclude("unschedulable", self._unschedulable_mask())
+        exclude("taint", self._taint_mask(spec))
+        for key, value in spec.node_selector.items():
+            exclude("selector", self.label_values(key) != value)
+        if spec.affinity.terms:
+            exclude("affinity", ~self._affinity_mask(spec))
+        cached = Eligibility(mask=mask, excluded=excluded)
+        self._caches[cache_key] = cached
+        return cached
+
+    def _unschedulable_mask(self) -> np.ndarray:
+        cached = self._caches.get(("unsched",))
+        if cached is None:
+            cached = np.array([n.unschedulable for n in self.nodes], dtype=bool)
+            self._caches[("unsched",)] = cached
+        return cached
+
+    def _taint_mask(self, spec: PodSpec) -> np.ndarray:
+        """True where a NoSchedule/NoExecute taint is not tolerated. Evaluated once per distinct
+        taint set: clusters have few of them."""
+        verdict: dict[tuple, bool] = {}
+        out = np.zeros(len(self.nodes), dtype=bool)
+        for i, node in enumerate(self.nodes):
+            if not node.taints:
+                continue
+            bad = verdict.get(node.taints)
+            if bad is None:
+                bad = any(
+                    t.effect is not TaintEffect.PREFER_NO_SCHEDULE
+                    and not any(tol.tolerates(t) for tol in spec.tolerations)
+                    for t in node.taints
+                )
+                verdict[node.taints] = bad
+            out[i] = bad
+        return out
+
+    def _affinity_mask(self, spec: PodSpec) -> np.ndarray:
+        keys = {r.key for term in spec.affinity.terms for r in term}
+        columns = {k: self.label_values(k) for k in keys}
+        out = np.zeros(len(self.nodes), dtype=bool)
+        for i in range(len(self.nodes)):
+            labels = {k: col[i] for k, col in columns.items() if col[i] is not None}
+            out[i] = spec.affinity.matches(labels)
+        return out
