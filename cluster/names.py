@@ -1,0 +1,44 @@
+"""Every annotation, label, gate, finalizer, condition, event reason and metric name phalanx uses.
+
+One place, so a rename is one edit and a grep finds every use. Upstream names are spelled exactly
+as upstream spells them (see the Workload-Aware Scheduling API, scheduling.k8s.io/v1beta1).
+"""
+
+# -- API groups and versions ------------------------------------------------------------------------
+SCHEDULING_GROUP = "scheduling.k8s.io"  # built-in Workload/PodGroup (Kubernetes 1.37+, GenericWorkload)
+CRD_GROUP = "scheduling.phalanx.dev"  # CRD fallback with the same v1beta1 schema
+SCHEDULING_VERSION = "v1beta1"
+
+# -- phalanx's own names ----------------------------------------------------------------------------
+ANNOTATION_SCHEDULING = "scheduling.phalanx.dev/scheduling"  # StatefulSet: scheduling config as JSON
+LABEL_POD_GROUP = "scheduling.phalanx.dev/pod-group"  # pod -> PodGroup, CRD flavor
+GATE_PODGROUP_SYNC = "scheduling.phalanx.dev/podgroup-sync"  # pod scheduling gate while minCount syncs
+ANNOTATION_PLACEMENT = "scheduling.phalanx.dev/placement"  # PodGroup: write-ahead pod->node record
+ANNOTATION_PREFERRED_TOPOLOGY = "scheduling.phalanx.dev/preferred-topology"  # ordered keys, comma-separated
+MANAGED_BY_VALUE = "phalanx.dev/statefulset-controller"
+
+# -- upstream names ---------------------------------------------------------------------------------
+LABEL_MANAGED_BY = "scheduling.k8s.io/managed-by"
+ANNOTATION_GROUP_TEMPLATE_NAME = "scheduling.k8s.io/group-template-name"
+ANNOTATION_PARENT_COMPOSITE = "scheduling.k8s.io/parent-compositepodgroup"
+ANNOTATION_PARENT_COMPOSITE_ALT = "scheduling.k8s.io/parent-composite-podgroup"  # read, never written
+FINALIZER_PODGROUP_PROTECTION = "scheduling.k8s.io/podgroup-protection"
+GATE_LWS_GROUP_REPLACEMENT = "leaderworkerset.sigs.k8s.io/group-replacement"
+
+LABEL_ZONE = "topology.kubernetes.io/zone"
+LABEL_RACK = "topology.kubernetes.io/rack"
+LABEL_HOSTNAME = "kubernetes.io/hostname"
+
+# -- conditions -------------------------------------------------------------------------------------
+CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+REASON_UNSCHEDULABLE = "Unschedulable"
+REASON_SCHEDULER_ERROR = "SchedulerError"
+CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
+REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
+
+# -- metrics ----------------------------------------------------------------------------------------
+METRIC_PODGROUP_ATTEMPTS = "scheduler_podgroup_schedule_attempts_total"
+METRIC_PODGROUP_ATTEMPT_DURATION = "scheduler_podgroup_scheduling_attempt_duration_seconds"
+METRIC_PREEMPTION_ATTEMPTS = "scheduler_workload_preemption_attempts_total"
+METRIC_PREEMPTION_VICTIMS = "scheduler_workload_preemption_victims"
+METRIC_STS_WORKLOAD_ERRORS = "statefulset_workload_creation_errors_total"

@@ -1,0 +1,43 @@
+"""Kubernetes resource quantities ("500m", "1.5Gi", "2e3") to integer base units.
+
+CPU becomes milli-CPU; everything else its base unit (bytes, counts). Fractions round up, as
+kube-scheduler rounds requests up. Anything else is rejected with a message naming the text.
+"""
+
+from __future__ import annotations
+
+import re
+from fractions import Fraction
+
+from solver import InvalidInput
+
+_SUFFIX = {
+    "": 1, "n": Fraction(1, 10**9), "u": Fraction(1, 10**6), "m": Fraction(1, 1000),
+    "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
+    "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60,
+}
+_PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
+
+#: Resources measured in milli-units on the wire of phalanx's model.
+MILLI_RESOURCES = frozenset({"cpu"})
+
+
+def parse_quantity(text: str | int | float, resource: str = "") -> int:
+    """Parse a quantity into integer base units (milli for CPU). Raises InvalidInput."""
+    if isinstance(text, bool):
+        raise InvalidInput(f"{resource or 'quantity'}: not a quantity: {text!r}")
+    if isinstance(text, (int, float)):
+        text = repr(text) if isinstance(text, float) else str(text)
+    if not isinstance(text, str):
+        raise InvalidInput(f"{resource or 'quantity'}: not a quantity: {text!r}")
+    match = _PATTERN.match(text.strip())
+    if not match:
+        raise InvalidInput(f"{resource or 'quantity'}: unparsable quantity {text!r}")
+    number, exponent, suffix = match.groups()
+    value = Fraction(number)
+    value *= Fraction(10) ** int(exponent[1:]) if exponent else _SUFFIX[suffix or ""]
+    if value < 0:
+        raise InvalidInput(f"{resource or 'quantity'}: negative quantity {text!r}")
+    if resource in MILLI_RESOURCES:
+        value *= 1000
+    return -(-value.numerator // value.denominator)  # ceiling
