@@ -88,7 +88,7 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     if not problem.pending_total:
         return Placement(group.key, {}, objective=None, optimal=True, gap=0.0, stats=stats)
 
-    bounds = [problem.domain_bound(d) for d in problem.candidate_domains]
+    bounds = problem.domain_bounds()
     viable = [b for b in bounds if b.placed_ub >= max(problem.needed, 1)]
     stats["domains_after_precheck"] = len(viable)
     ranked = sorted(

@@ -141,36 +141,62 @@ class Problem:
         ok = ids >= 0
         return np.bincount(ids[ok], weights=self.free_main[ok], minlength=counts).astype(np.int64)
 
-    def domain_bound(self, d: int) -> DomainBound:
-        """Upper bound on pods placeable in domain ``d``, from totals only, plus the resource
-        that binds when the bound is below what the group needs."""
-        in_domain = self.domain_ids == d
-        hosts = np.nonzero(in_domain & (self.pods_ub > 0))[0]
-        placed_ub = 0
+    @cached_property
+    def _by_domain(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """Hosts (nodes that can take a pod) grouped by domain, roomiest first inside each domain:
+        (node order, segment starts, cumulative per-segment pod capacity)."""
+        ids = np.where(self.pods_ub > 0, self.domain_ids, -1)
+        order = np.lexsort((-self.pods_ub, ids))
+        order = order[ids[order] >= 0]
+        starts = np.searchsorted(ids[order], np.arange(len(self.domain_values) + 1))
+        cum = np.cumsum(self.pods_ub[order])
+        return order, starts, cum
+
+    def domain_bounds(self) -> list[DomainBound]:
+        """Per candidate domain, an upper bound on the pods that fit, from totals only (vector
+        operations over all nodes at once), plus the resource that binds when the bound falls
+        short of what the group needs."""
+        ids, count = self.domain_ids, len(self.domain_values)
+        ok = ids >= 0
+        placed = np.zeros(count, dtype=np.int64)
         for s, shape in enumerate(self.shapes):
-            placed_ub += min(shape.count, int(self.caps[s, hosts].sum()))
-        placed_ub = min(placed_ub, int(self.pods_ub[hosts].sum()))
-        binding, need, have = "", 0, 0
-        # totals per resource over nodes eligible for some shape
-        eligible = in_domain & np.any(np.stack([s.eligibility.mask for s in self.shapes]), axis=0)
-        totals = self.snapshot.free[eligible].sum(axis=0)
+            placed += np.minimum(shape.count, np.bincount(ids[ok], self.caps[s][ok], count).astype(np.int64))
+        placed = np.minimum(placed, np.bincount(ids[ok], self.pods_ub[ok], count).astype(np.int64))
+        eligible = ok & np.any(np.stack([s.eligibility.mask for s in self.shapes]), axis=0)
         cheapest = np.min(np.stack([s.vec for s in self.shapes]), axis=0)
-        worst_ratio = None
+        needed = max(self.needed, 1)
+        worst = np.full(count, np.inf)
+        binding = np.full(count, -1)
+        totals = {}
         for j in np.nonzero(cheapest)[0]:
-            fit = int(totals[j] // cheapest[j])
-            placed_ub = min(placed_ub, fit)
-            if fit < self.needed:
-                ratio = totals[j] / (cheapest[j] * max(1, self.needed))
-                if worst_ratio is None or ratio < worst_ratio:
-                    worst_ratio = ratio
-                    binding = self.snapshot.resources[j]
-                    need, have = int(cheapest[j]) * self.needed, int(totals[j])
-        return DomainBound(d, min(placed_ub, self.pending_total), hosts, binding, need, have)
+            total = np.bincount(ids[eligible], self.snapshot.free[eligible, j], count)
+            totals[j] = total
+            fit = (total // cheapest[j]).astype(np.int64)
+            placed = np.minimum(placed, fit)
+            ratio = total / (cheapest[j] * needed)
+            tighter = (fit < needed) & (ratio < worst)
+            worst[tighter] = ratio[tighter]
+            binding[tighter] = j
+        order, starts, _ = self._by_domain
+        out = []
+        for d in self.candidate_domains:
+            j = int(binding[d])
+            out.append(DomainBound(
+                d,
+                min(int(placed[d]), self.pending_total),
+                order[starts[d]:starts[d + 1]],
+                self.snapshot.resources[j] if j >= 0 else "",
+                int(cheapest[j]) * needed if j >= 0 else 0,
+                int(totals[j][d]) if j >= 0 else 0,
+            ))
+        return out
 
     def objective_lower_bound(self, bound: DomainBound, placed: int) -> Objective:
         """No placement of ``placed`` pods in the domain scores better than this."""
-        caps = np.sort(self.pods_ub[bound.nodes])[::-1]
-        nodes = int(np.searchsorted(np.cumsum(caps), placed)) + 1 if placed > 0 else 0
+        order, starts, cum = self._by_domain
+        lo, hi = starts[bound.domain], starts[bound.domain + 1]
+        offset = cum[lo - 1] if lo > 0 else 0
+        nodes = int(np.searchsorted(cum[lo:hi] - offset, placed)) + 1 if placed > 0 else 0
         max_main = max(s.main for s in self.shapes)
         levels = len(self.group.preferred_keys)
         return Objective(

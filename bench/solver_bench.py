@@ -1,0 +1,142 @@
+"""``phalanx bench solver``: placement latency and quality on synthetic GPU clusters.
+
+Cases: cluster size x gang size x pod shape (1 or 8 GPUs) x fill, several seeds each; every
+instance is solved by phalanx greedy, phalanx exact and the upstream-style baseline, side by side
+in one run, and every answer is checked by the validator. The required topology key is the rack
+(100 nodes, 800 GPUs) when the gang could fit in one, else the zone (10 racks); racks and zones
+are synthetic labels.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+import numpy as np
+
+from cluster.names import LABEL_RACK, LABEL_ZONE
+from solver import SolveOptions, assert_placement_valid, place
+from solver.objective import Objective
+
+from .baselines import upstream_style
+from .generate import gpu_cluster, gpu_gang, filled_snapshot
+
+FULL = dict(sizes=(500, 5_000, 10_000), gangs=(4, 64, 256, 1_000), gpus=(1, 8), fills=(0.5, 0.8, 0.95), seeds=20)
+QUICK = dict(sizes=(500, 5_000), gangs=(4, 64, 256), gpus=(1, 8), fills=(0.5, 0.8), seeds=3)
+#: The baseline runs pods one by one in every domain; above this many pod-domain trials per
+#: instance it only runs on the first seeds, so a full run stays within an hour.
+BASELINE_SEEDS_WHEN_HEAVY = 5
+
+
+@dataclass
+class Sample:
+    ms: float
+    feasible: bool
+    objective: Objective | None
+    gap_zero: bool
+
+
+def _run(path: str, snapshot, group) -> Sample:
+    started = time.perf_counter()
+    if path == "upstream-style":
+        result = upstream_style(snapshot, group)
+    else:
+        result = place(snapshot, group, SolveOptions(path=path))
+    ms = (time.perf_counter() - started) * 1000.0
+    if result.assignments:
+        assert_placement_valid(snapshot, group, result.assignments)
+    return Sample(ms, bool(result.assignments), result.objective, result.gap == 0.0 and result.optimal)
+
+
+def warm_indexes(snapshot, group) -> None:
+    """Build the snapshot's per-cycle indexes (free matrix, domain index, eligibility) before
+    timing, so each path is timed on its own work and the first path is not charged for them.
+    Their cost is reported separately by ``phalanx bench solver`` as ``index_ms``."""
+    snapshot.free
+    snapshot.domains(group.topology_key)
+    for pod in group.members[:1]:
+        snapshot.eligibility(pod.spec)
+
+
+def run(sizes, gangs, gpus, fills, seeds, progress=print) -> list[dict]:
+    rows = []
+    for nodes in sizes:
+        base = gpu_cluster(nodes)
+        for fill in fills:
+            snapshots = [filled_snapshot(base, fill, seed) for seed in range(seeds)]
+            for gang in gangs:
+                for pod_gpus in gpus:
+                    key = LABEL_RACK if gang * pod_gpus <= 800 else LABEL_ZONE
+                    samples: dict[str, list[Sample]] = {"greedy": [], "exact": [], "upstream-style": []}
+                    heavy = gang * (nodes // 100) > 20_000
+                    for seed, snap in enumerate(snapshots):
+                        group = gpu_gang(f"g{gang}x{pod_gpus}-{seed}", gang, pod_gpus, key)
+                        warm_indexes(snap, group)
+                        for path in samples:
+                            if path == "upstream-style" and heavy and seed >= BASELINE_SEEDS_WHEN_HEAVY:
+                                continue
+                            samples[path].append(_run(path, snap, group))
+                    exact = samples["exact"]
+                    for path, got in samples.items():
+                        ms = np.array([s.ms for s in got])
+                        same_or_better = [
+                            e.objective is not None and (s.objective is None or e.objective <= s.objective)
+                            for e, s in zip(exact, got)
+                        ]
+                        rows.append(dict(
+                            nodes=nodes, gang=gang, pod_gpus=pod_gpus, fill=fill, path=path, key=key,
+                            instances=len(got),
+                            p50_ms=round(float(np.percentile(ms, 50)), 3),
+                            p99_ms=round(float(np.percentile(ms, 99)), 3),
+                            feasible_rate=round(sum(s.feasible for s in got) / len(got), 3),
+                            gap_zero_rate=round(sum(s.gap_zero for s in got) / len(got), 3) if path == "exact" else None,
+                            exact_same_or_better_rate=round(sum(same_or_better) / len(got), 3)
+                            if path != "exact" else None,
+                        ))
+                        progress(_line(rows[-1]))
+    return rows
+
+
+def _line(row: dict) -> str:
+    return (f"{row['nodes']:>6} nodes gang {row['gang']:>4}x{row['pod_gpus']}gpu fill {row['fill']:.2f} "
+            f"{row['path']:<15} p50 {row['p50_ms']:>9.2f} ms  p99 {row['p99_ms']:>9.2f} ms  "
+            f"feasible {row['feasible_rate']:.2f}")
+
+
+def markdown(rows: list[dict]) -> str:
+    """The README table: per size and gang, p50/p99 of each path over fills and shapes."""
+    out = ["| nodes | gang | greedy p50 / p99 ms | exact p50 / p99 ms | exact gap 0 | upstream-style p50 / p99 ms | exact vs upstream-style (p50) |",
+           "|---|---|---|---|---|---|---|"]
+    keys = sorted({(r["nodes"], r["gang"]) for r in rows})
+    for nodes, gang in keys:
+        cell = {}
+        for path in ("greedy", "exact", "upstream-style"):
+            sel = [r for r in rows if r["nodes"] == nodes and r["gang"] == gang and r["path"] == path]
+            cell[path] = (float(np.median([r["p50_ms"] for r in sel])), max(r["p99_ms"] for r in sel))
+        gap = [r["gap_zero_rate"] * r["instances"] for r in rows if r["nodes"] == nodes and r["gang"] == gang and r["path"] == "exact"]
+        count = sum(r["instances"] for r in rows if r["nodes"] == nodes and r["gang"] == gang and r["path"] == "exact")
+        speedup = cell["upstream-style"][0] / max(cell["exact"][0], 1e-9)
+        out.append(f"| {nodes:,} | {gang} | {cell['greedy'][0]:.2f} / {cell['greedy'][1]:.2f} | "
+                   f"{cell['exact'][0]:.2f} / {cell['exact'][1]:.2f} | {sum(gap) / count:.0%} | "
+                   f"{cell['upstream-style'][0]:.2f} / {cell['upstream-style'][1]:.2f} | {speedup:.1f}x |")
+    return "\n".join(out)
+
+
+def main(quick: bool, json_path: str | None, seeds: int | None = None) -> int:
+    params = dict(QUICK if quick else FULL)
+    if seeds:
+        params["seeds"] = seeds
+    started = time.perf_counter()
+    rows = run(**params)
+    wall = time.perf_counter() - started
+    print(f"\n{len(rows)} cases in {wall:.0f} s\n")
+    print(markdown(rows))
+    if json_path:
+        import pathlib
+
+        path = pathlib.Path(json_path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(rows, indent=1) + "\n")
+        path.with_suffix(".md").write_text(markdown(rows) + "\n")
+    return 0
