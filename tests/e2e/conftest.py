@@ -1,0 +1,144 @@
+"""pytest fixtures for phalanx's e2e tests against a real loopback control plane.
+
+Session: ``control_plane`` (etcd + kube-apiserver + kube-controller-manager + fake kubelet),
+``rest`` (admin REST client). Module: ``start_scheduler(config, feature_gates=...)`` starts a
+kube-scheduler that is stopped when the module ends. Function: ``namespace`` (fresh, deleted
+afterwards), ``nodes`` (a NodePool whose nodes are deleted afterwards).
+
+Missing binaries fail the tests with the command that builds them; they are never skipped.
+Logs and configs live in one work directory, printed at the start; it is kept when a test failed
+(or PHALANX_E2E_KEEP=1) and removed otherwise.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import tempfile
+import uuid
+from pathlib import Path
+from typing import Any, Iterator
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import (ControlPlane, FakeKubelet, MissingBinaries, Rest, Scheduler,  # noqa: E402
+                     create_node, delete_node, locate)
+
+_WORKDIR: dict[str, Path] = {}
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        item.add_marker(pytest.mark.e2e)
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: Any) -> Iterator[None]:
+    outcome = yield
+    report = outcome.get_result()
+    if report.failed and "workdir" in _WORKDIR:
+        report.sections.append(("phalanx e2e", f"control-plane logs and configs: {_WORKDIR['workdir']}/logs"))
+
+
+@pytest.fixture(scope="session")
+def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    try:
+        binaries = locate()
+    except MissingBinaries as err:
+        pytest.fail(str(err), pytrace=False)
+    workdir = Path(tempfile.mkdtemp(prefix="phalanx-e2e-"))
+    _WORKDIR["workdir"] = workdir
+    sys.stderr.write(f"\nphalanx e2e: Kubernetes {binaries.k8s_version}, etcd {binaries.etcd_version}; "
+                     f"work dir {workdir}\n")
+    plane = ControlPlane(workdir, binaries)
+    try:
+        plane.start()
+    except Exception as err:
+        pytest.fail(f"control plane did not start (logs in {workdir}/logs): {err}", pytrace=False)
+    kubelet = FakeKubelet(plane.rest)
+    kubelet.start()
+    plane.fake_kubelet = kubelet
+    try:
+        yield plane
+    finally:
+        kubelet.stop()
+        plane.stop()
+        keep = request.session.testsfailed or os.environ.get("PHALANX_E2E_KEEP") == "1"
+        if keep:
+            sys.stderr.write(f"\nphalanx e2e: logs kept in {workdir}/logs\n")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def rest(control_plane: ControlPlane) -> Rest:
+    return control_plane.rest
+
+
+@pytest.fixture(scope="module")
+def start_scheduler(control_plane: ControlPlane) -> Iterator[Any]:
+    """Factory: ``start_scheduler(config=None, feature_gates=None, extra_args=())`` -> Scheduler.
+
+    ``config`` is a KubeSchedulerConfiguration path or dict (None: all defaults). Every scheduler
+    started in a module is stopped at the module's end.
+    """
+    started: list[Scheduler] = []
+
+    def start(config: Any = None, feature_gates: Any = None, extra_args: tuple[str, ...] = (),
+              name: str | None = None) -> Scheduler:
+        scheduler = control_plane.start_scheduler(config, feature_gates, extra_args, name)
+        started.append(scheduler)
+        return scheduler
+
+    yield start
+    for scheduler in started:
+        scheduler.stop()
+
+
+@pytest.fixture
+def namespace(rest: Rest, request: pytest.FixtureRequest) -> Iterator[str]:
+    """A fresh namespace; its pods are force-deleted and the namespace removed afterwards."""
+    name = f"e2e-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
+    name = "".join(c for c in name if c.isalnum() or c == "-")
+    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    yield name
+    # Terminating first, so no controller can create pods in it any more; then drop the pods now.
+    rest.delete(f"/api/v1/namespaces/{name}")
+    rest.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": 0})
+
+
+class NodePool:
+    """Nodes created by one test (see harness.kubelet.node for the keyword arguments)."""
+
+    def __init__(self, rest: Rest):
+        self.rest = rest
+        self.names: list[str] = []
+
+    def add(self, name: str, **kwargs: Any) -> dict:
+        created = create_node(self.rest, name, **kwargs)
+        self.names.append(name)
+        return created
+
+    def add_many(self, count: int, prefix: str = "node", **kwargs: Any) -> list[str]:
+        names = [f"{prefix}-{i}" for i in range(count)]
+        for n in names:
+            self.add(n, **kwargs)
+        return names
+
+    def delete(self, name: str) -> None:
+        delete_node(self.rest, name)
+        self.names.remove(name)
+
+    def cleanup(self) -> None:
+        for n in list(self.names):
+            self.delete(n)
+
+
+@pytest.fixture
+def nodes(rest: Rest) -> Iterator[NodePool]:
+    pool = NodePool(rest)
+    yield pool
+    pool.cleanup()

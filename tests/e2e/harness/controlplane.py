@@ -1,0 +1,251 @@
+"""A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager,
+and kube-schedulers started on demand from a KubeSchedulerConfiguration.
+
+Everything lives in one work directory (certificates, kubeconfigs, etcd data, one log per process);
+every port is an ephemeral free port. There are no kubelets: tests create Node objects and the
+``FakeKubelet`` loop (see ``kubelet.py``) plays the kubelet's part for bound pods.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import yaml
+
+from .binaries import Binaries
+from .pki import Pki, make_pki
+from .process import Component, free_port
+from .rest import Rest
+
+FeatureGates = Mapping[str, bool] | str | None
+
+# GenericWorkload serves scheduling.k8s.io workloads/podgroups (beta, off by default in 1.37);
+# beta API groups are also off by default, hence the runtime-config.
+APISERVER_FEATURE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}
+APISERVER_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+CONTROLLER_MANAGER_FEATURE_GATES = {"GenericWorkload": True}
+# All on-by-default controllers (statefulset, garbage collector, podgroup-protection-controller with
+# GenericWorkload, ...) except the node lifecycle controller, which would taint our heartbeat-less
+# nodes and evict their pods, and node IPAM, which has no pod CIDRs to hand out.
+CONTROLLERS = "*,-node-lifecycle-controller,-node-ipam-controller"
+
+
+def gates_arg(gates: FeatureGates) -> str | None:
+    if gates is None or isinstance(gates, str):
+        return gates or None
+    return ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items())) or None
+
+
+def _insecure_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    with urllib.request.urlopen(url, timeout=timeout, context=ctx) as resp:  # noqa: S310 (loopback)
+        return resp.status, resp.read().decode(errors="replace")
+
+
+@dataclass
+class Scheduler:
+    """A running kube-scheduler. ``metrics()`` returns its Prometheus text."""
+
+    component: Component
+    port: int
+    config_path: Path
+
+    @property
+    def log(self) -> Path:
+        return self.component.log
+
+    def metrics(self) -> str:
+        return _insecure_get(f"https://127.0.0.1:{self.port}/metrics", timeout=10)[1]
+
+    def stop(self) -> None:
+        self.component.stop()
+
+
+class ControlPlane:
+    def __init__(self, workdir: Path, binaries: Binaries,
+                 apiserver_feature_gates: FeatureGates = APISERVER_FEATURE_GATES,
+                 runtime_config: str | None = APISERVER_RUNTIME_CONFIG,
+                 controller_manager_feature_gates: FeatureGates = CONTROLLER_MANAGER_FEATURE_GATES,
+                 controllers: str = CONTROLLERS):
+        self.workdir, self.binaries = workdir, binaries
+        self.apiserver_feature_gates = apiserver_feature_gates
+        self.runtime_config = runtime_config
+        self.controller_manager_feature_gates = controller_manager_feature_gates
+        self.controllers = controllers
+        self.components: list[Component] = []
+        self.pki: Pki | None = None
+        self.server = ""
+        self.rest: Rest | None = None
+        self._schedulers = 0
+
+    # --- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> "ControlPlane":
+        self.workdir.mkdir(parents=True, exist_ok=True)
+        (self.workdir / "logs").mkdir(exist_ok=True)
+        self.pki = make_pki(self.workdir / "pki")
+        try:
+            etcd_url = self._start_etcd()
+            self._start_apiserver(etcd_url)
+            self._start_controller_manager()
+        except BaseException:
+            self.stop()
+            raise
+        return self
+
+    def stop(self) -> None:
+        for component in reversed(self.components):
+            component.stop()
+        self.components.clear()
+
+    def _spawn(self, name: str, argv: list[str]) -> Component:
+        component = Component(name, argv, self.workdir / "logs" / f"{name}.log", cwd=self.workdir)
+        self.components.append(component)
+        return component
+
+    # --- etcd ----------------------------------------------------------------------------------
+
+    def _start_etcd(self) -> str:
+        client, peer = free_port(), free_port()
+        client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
+        etcd = self._spawn("etcd", [
+            str(self.binaries.path("etcd")),
+            "--name=e2e", f"--data-dir={self.workdir / 'etcd-data'}",
+            f"--listen-client-urls={client_url}", f"--advertise-client-urls={client_url}",
+            f"--listen-peer-urls={peer_url}", f"--initial-advertise-peer-urls={peer_url}",
+            f"--initial-cluster=e2e={peer_url}", "--initial-cluster-state=new",
+            "--unsafe-no-fsync=true",  # throwaway data: durability buys nothing here
+            "--log-level=warn",
+        ])
+        etcd.wait_ready(lambda: b'"health":"true"' in urllib.request.urlopen(
+            f"{client_url}/health", timeout=2).read(), timeout=30)
+        return client_url
+
+    # --- kube-apiserver ------------------------------------------------------------------------
+
+    def _start_apiserver(self, etcd_url: str) -> None:
+        assert self.pki is not None
+        port = free_port()
+        self.server = f"https://127.0.0.1:{port}"
+        argv = [
+            str(self.binaries.path("kube-apiserver")),
+            f"--etcd-servers={etcd_url}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}", "--advertise-address=127.0.0.1",
+            f"--tls-cert-file={self.pki.serving_cert}", f"--tls-private-key-file={self.pki.serving_key}",
+            f"--client-ca-file={self.pki.ca_cert}",
+            "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+            f"--service-account-key-file={self.pki.sa_pub}",
+            f"--service-account-signing-key-file={self.pki.sa_key}",
+            "--service-cluster-ip-range=10.0.0.0/24",
+            "--authorization-mode=RBAC",
+            "--endpoint-reconciler-type=none",
+            f"--cert-dir={self.workdir / 'apiserver-certs'}",
+            "--profiling=false",
+        ]
+        if gates := gates_arg(self.apiserver_feature_gates):
+            argv.append(f"--feature-gates={gates}")
+        if self.runtime_config:
+            argv.append(f"--runtime-config={self.runtime_config}")
+        apiserver = self._spawn("kube-apiserver", argv)
+        admin = self.pki.client("admin", "phalanx-e2e-admin", "system:masters")
+        self.rest = Rest(self.server, self.pki.ca_cert, admin.cert, admin.key)
+        self.admin_kubeconfig = self.write_kubeconfig("admin", admin.cert, admin.key)
+        apiserver.wait_ready(lambda: self.rest.request("GET", "/readyz", raw=True) == "ok", timeout=90)
+
+    def write_kubeconfig(self, name: str, cert: Path, key: Path) -> Path:
+        assert self.pki is not None
+        config = {
+            "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
+            "clusters": [{"name": "e2e", "cluster": {
+                "server": self.server, "certificate-authority": str(self.pki.ca_cert)}}],
+            "users": [{"name": name, "user": {
+                "client-certificate": str(cert), "client-key": str(key)}}],
+            "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": name}}],
+        }
+        path = self.workdir / f"{name}.kubeconfig"
+        path.write_text(json.dumps(config, indent=2))
+        return path
+
+    def component_kubeconfig(self, name: str, user: str) -> Path:
+        """A kubeconfig for a control-plane component, authenticated as ``user`` (system:masters)."""
+        assert self.pki is not None
+        cert = self.pki.client(name, user, "system:masters")
+        return self.write_kubeconfig(name, cert.cert, cert.key)
+
+    # --- kube-controller-manager ---------------------------------------------------------------
+
+    def _start_controller_manager(self) -> None:
+        assert self.pki is not None and self.rest is not None
+        kubeconfig = self.component_kubeconfig("kube-controller-manager", "system:kube-controller-manager")
+        port = free_port()
+        argv = [
+            str(self.binaries.path("kube-controller-manager")),
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.workdir / 'controller-manager-certs'}",
+            "--leader-elect=false",
+            f"--controllers={self.controllers}",
+            f"--service-account-private-key-file={self.pki.sa_key}",
+            f"--root-ca-file={self.pki.ca_cert}",
+            f"--cluster-signing-cert-file={self.pki.ca_cert}",
+            f"--cluster-signing-key-file={self.pki.ca_key}",
+            "--use-service-account-credentials=false",
+            "--kube-api-qps=200", "--kube-api-burst=400",
+        ]
+        if gates := gates_arg(self.controller_manager_feature_gates):
+            argv.append(f"--feature-gates={gates}")
+        kcm = self._spawn("kube-controller-manager", argv)
+        kcm.wait_ready(lambda: _insecure_get(f"https://127.0.0.1:{port}/healthz")[0] == 200, timeout=60)
+        # Controllers are really running once the service-account controller made "default".
+        kcm.wait_ready(lambda: self.rest.get_or_none(
+            "/api/v1/namespaces/default/serviceaccounts/default") is not None, timeout=60)
+
+    # --- kube-scheduler ------------------------------------------------------------------------
+
+    def start_scheduler(self, config: Path | Mapping[str, Any] | None = None,
+                        feature_gates: FeatureGates = None, extra_args: tuple[str, ...] = (),
+                        name: str | None = None) -> Scheduler:
+        """Start a kube-scheduler from a KubeSchedulerConfiguration (a file or a dict).
+
+        The configuration's clientConnection.kubeconfig is pointed at this control plane and leader
+        election is turned off; everything else (profiles, plugins, extenders) is used as given.
+        """
+        self._schedulers += 1
+        name = name or f"kube-scheduler-{self._schedulers}"
+        if config is None:
+            cfg: dict[str, Any] = {"apiVersion": "kubescheduler.config.k8s.io/v1",
+                                   "kind": "KubeSchedulerConfiguration"}
+        elif isinstance(config, Mapping):
+            cfg = json.loads(json.dumps(config))
+        else:
+            cfg = yaml.safe_load(Path(config).read_text())
+        kubeconfig = self.component_kubeconfig(name, "system:kube-scheduler")
+        cfg.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
+        cfg.setdefault("leaderElection", {})["leaderElect"] = False
+        config_path = self.workdir / f"{name}.config.yaml"
+        config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
+        port = free_port()
+        argv = [
+            str(self.binaries.path("kube-scheduler")),
+            f"--config={config_path}",
+            f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
+            "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
+            "--bind-address=127.0.0.1", f"--secure-port={port}",
+            f"--cert-dir={self.workdir / (name + '-certs')}",
+            *extra_args,
+        ]
+        if gates := gates_arg(feature_gates):
+            argv.append(f"--feature-gates={gates}")
+        component = self._spawn(name, argv)
+        component.wait_ready(lambda: _insecure_get(f"https://127.0.0.1:{port}/readyz")[0] == 200,
+                             timeout=60)
+        scheduler = Scheduler(component=component, port=port, config_path=config_path)
+        return scheduler

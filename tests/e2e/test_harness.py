@@ -1,0 +1,82 @@
+"""The harness itself, against upstream only: the plain kube-scheduler places StatefulSets, the fake
+kubelet makes them progress, garbage collection works, and upstream's in-tree gang scheduling
+(GenericWorkload on the scheduler) holds a PodGroup until all of it fits."""
+
+from __future__ import annotations
+
+import pytest
+
+from harness import (SCHEDULING_API, assert_none_bound, create, path, pod, podgroup,
+                     podgroup_template, pods, statefulset, wait_all_bound, wait_for, workload)
+
+PLAIN = "plain-scheduler"
+GANG = "gang-scheduler"
+
+
+def profile_config(scheduler_name: str) -> dict:
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "percentageOfNodesToScore": 100,
+        "profiles": [{"schedulerName": scheduler_name}],
+    }
+
+
+@pytest.fixture(scope="module", autouse=True)
+def schedulers(start_scheduler):
+    """One stock scheduler and one with upstream's gang scheduling, told apart by schedulerName."""
+    return {
+        PLAIN: start_scheduler(profile_config(PLAIN), name="plain"),
+        GANG: start_scheduler(profile_config(GANG), feature_gates={"GenericWorkload": True}, name="gang"),
+    }
+
+
+def test_workload_api_is_served(rest):
+    resources = {r["name"] for r in rest.get(f"/apis/{SCHEDULING_API}")["resources"]}
+    assert {"workloads", "podgroups"} <= resources
+
+
+def test_parallel_statefulset_of_5_on_8_nodes_is_all_bound(rest, namespace, nodes):
+    nodes.add_many(8, prefix="par", cpu="4")
+    create(rest, statefulset("db", 5, "Parallel", scheduler_name=PLAIN), namespace)
+    where = wait_all_bound(rest, namespace, 5, label_selector="app=db")
+    assert set(where.values()) <= set(nodes.names)
+    wait_for(lambda: rest.get(path("apps/v1", "StatefulSet", namespace, "db"))["status"]
+             .get("readyReplicas") == 5, 30, "statefulset db has 5 ready replicas")
+
+
+def test_ordered_ready_statefulset_progresses_on_fake_kubelet(rest, namespace, nodes):
+    nodes.add_many(3, prefix="ord", cpu="2")
+    create(rest, statefulset("zk", 3, "OrderedReady", scheduler_name=PLAIN), namespace)
+    wait_for(lambda: rest.get(path("apps/v1", "StatefulSet", namespace, "zk"))["status"]
+             .get("readyReplicas") == 3, 60, "OrderedReady statefulset zk has 3 ready replicas")
+
+
+def test_deleting_the_statefulset_garbage_collects_its_pods(rest, namespace, nodes):
+    nodes.add_many(3, prefix="gc", cpu="2")
+    create(rest, statefulset("web", 3, scheduler_name=PLAIN), namespace)
+    wait_all_bound(rest, namespace, 3, label_selector="app=web")
+    rest.delete(path("apps/v1", "StatefulSet", namespace, "web"))
+    wait_for(lambda: not pods(rest, namespace, "app=web"), 60, "pods of deleted statefulset web gone")
+
+
+def _gang(rest, namespace: str, size: int, min_count: int) -> None:
+    """A hand-made Workload + PodGroup (gang) and ``size`` pods pointing at the PodGroup."""
+    create(rest, workload("train", [podgroup_template("workers", min_count=min_count)]), namespace)
+    create(rest, podgroup("train-workers", min_count=min_count, workload_name="train",
+                          template_name="workers"), namespace)
+    for i in range(size):
+        create(rest, pod(f"worker-{i}", podgroup_name="train-workers", requests={"cpu": "1"},
+                         scheduler_name=GANG, labels={"app": "train"}), namespace)
+
+
+def test_in_tree_gang_binds_nothing_until_all_fit(rest, namespace, nodes):
+    nodes.add_many(4, prefix="gang", cpu="1")  # room for 4 of the 5 one-CPU workers
+    _gang(rest, namespace, size=5, min_count=5)
+    assert_none_bound(rest, namespace, seconds=15, podgroup="train-workers")
+
+    nodes.add("gang-4", cpu="1")
+    where = wait_all_bound(rest, namespace, 5, podgroup="train-workers", timeout=120)
+    assert len(set(where.values())) == 5
+    group = rest.get(path(SCHEDULING_API, "PodGroup", namespace, "train-workers"))
+    conditions = {c["type"]: c for c in group.get("status", {}).get("conditions") or []}
+    assert conditions["PodGroupInitiallyScheduled"]["status"] == "True"
