@@ -7,11 +7,12 @@ import sys
 
 
 def _bench(args: argparse.Namespace) -> int:
-    if args.suite == "solver":
-        from bench.solver_bench import main as solver_bench
+    import importlib
 
-        return solver_bench(quick=args.quick, json_path=args.json, seeds=args.seeds)
-    raise SystemExit(f"unknown benchmark {args.suite!r}")
+    from bench import SUITES
+
+    module = importlib.import_module(SUITES[args.suite])
+    return module.main(quick=args.quick, json_path=args.json, seeds=args.seeds)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -25,7 +26,9 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
 
     bench = sub.add_parser("bench", help="run a benchmark suite")
-    bench.add_argument("suite", choices=["solver"], help="which benchmark")
+    from bench import SUITES
+
+    bench.add_argument("suite", choices=sorted(SUITES), help="which benchmark")
     bench.add_argument("--quick", action="store_true", help="the short version that `make bench` runs")
     bench.add_argument("--json", metavar="FILE", help="write results as JSON (and a markdown table beside it)")
     bench.add_argument("--seeds", type=int, help="seeds per case (default: 20 full, 3 quick)")
