@@ -74,6 +74,12 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
 
 
 @pytest.fixture(scope="session")
+def fake_kubelet(control_plane: ControlPlane) -> FakeKubelet:
+    """The loop playing kubelet for bound pods; ``with fake_kubelet.deletions_held(): ...``."""
+    return control_plane.fake_kubelet
+
+
+@pytest.fixture(scope="session")
 def rest(control_plane: ControlPlane) -> Rest:
     return control_plane.rest
 

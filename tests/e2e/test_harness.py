@@ -80,3 +80,18 @@ def test_in_tree_gang_binds_nothing_until_all_fit(rest, namespace, nodes):
     group = rest.get(path(SCHEDULING_API, "PodGroup", namespace, "train-workers"))
     conditions = {c["type"]: c for c in group.get("status", {}).get("conditions") or []}
     assert conditions["PodGroupInitiallyScheduled"]["status"] == "True"
+
+
+def test_podgroup_protection_keeps_a_podgroup_while_its_pods_live(rest, namespace, nodes):
+    nodes.add("prot-0", cpu="2")
+    create(rest, podgroup("solo", min_count=1), namespace)
+    create(rest, pod("solo-0", podgroup_name="solo", scheduler_name=GANG), namespace)
+    wait_all_bound(rest, namespace, 1, podgroup="solo")
+    group_path = path(SCHEDULING_API, "PodGroup", namespace, "solo")
+    assert "scheduling.k8s.io/podgroup-protection" in rest.get(group_path)["metadata"]["finalizers"]
+
+    rest.delete(group_path)
+    assert rest.get(group_path)["metadata"].get("deletionTimestamp")  # held by the finalizer
+    rest.delete(path("v1", "Pod", namespace, "solo-0"))
+    wait_for(lambda: rest.get_or_none(group_path) is None, 60,
+             "PodGroup released by podgroup-protection-controller once its pod is gone")

@@ -13,7 +13,8 @@ import datetime as _dt
 import itertools
 import logging
 import threading
-from typing import Any, Mapping
+from contextlib import contextmanager
+from typing import Any, Iterator, Mapping
 
 from .rest import STRATEGIC_MERGE_PATCH, ApiError, Rest
 
@@ -124,7 +125,17 @@ class FakeKubelet(threading.Thread):
         super().__init__(name="phalanx-e2e-fake-kubelet", daemon=True)
         self.rest, self.interval = rest, interval
         self._halt = threading.Event()
+        self._hold_deletions = threading.Event()
         self.errors: list[str] = []
+
+    @contextmanager
+    def deletions_held(self) -> Iterator[None]:
+        """Leave terminating pods terminating meanwhile (to observe e.g. preemption victims)."""
+        self._hold_deletions.set()
+        try:
+            yield
+        finally:
+            self._hold_deletions.clear()
 
     def stop(self) -> None:
         self._halt.set()
@@ -146,6 +157,8 @@ class FakeKubelet(threading.Thread):
             ns, name = meta["namespace"], meta["name"]
             try:
                 if meta.get("deletionTimestamp"):
+                    if self._hold_deletions.is_set():
+                        continue
                     # What a kubelet does once containers are gone: the final, grace-0 delete.
                     self.rest.delete(f"/api/v1/namespaces/{ns}/pods/{name}",
                                      {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
