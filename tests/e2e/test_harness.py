@@ -7,26 +7,19 @@ from __future__ import annotations
 import pytest
 
 from harness import (SCHEDULING_API, assert_none_bound, create, path, pod, podgroup,
-                     podgroup_template, pods, statefulset, wait_all_bound, wait_for, workload)
+                     podgroup_conditions, podgroup_template, pods, scheduler_config, statefulset,
+                     wait_all_bound, wait_for, workload)
 
 PLAIN = "plain-scheduler"
 GANG = "gang-scheduler"
-
-
-def profile_config(scheduler_name: str) -> dict:
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "percentageOfNodesToScore": 100,
-        "profiles": [{"schedulerName": scheduler_name}],
-    }
 
 
 @pytest.fixture(scope="module", autouse=True)
 def schedulers(start_scheduler):
     """One stock scheduler and one with upstream's gang scheduling, told apart by schedulerName."""
     return {
-        PLAIN: start_scheduler(profile_config(PLAIN), name="plain"),
-        GANG: start_scheduler(profile_config(GANG), feature_gates={"GenericWorkload": True}, name="gang"),
+        PLAIN: start_scheduler(scheduler_config(PLAIN), name="plain"),
+        GANG: start_scheduler(scheduler_config(GANG), feature_gates={"GenericWorkload": True}, name="gang"),
     }
 
 
@@ -73,13 +66,17 @@ def test_in_tree_gang_binds_nothing_until_all_fit(rest, namespace, nodes):
     nodes.add_many(4, prefix="gang", cpu="1")  # room for 4 of the 5 one-CPU workers
     _gang(rest, namespace, size=5, min_count=5)
     assert_none_bound(rest, namespace, seconds=15, podgroup="train-workers")
+    waiting = wait_for(lambda: podgroup_conditions(rest, namespace, "train-workers")
+                       .get("PodGroupInitiallyScheduled"),
+                       30, "PodGroupInitiallyScheduled written while the gang waits")
+    assert (waiting["status"], waiting["reason"]) == ("False", "Unschedulable")
 
     nodes.add("gang-4", cpu="1")
     where = wait_all_bound(rest, namespace, 5, podgroup="train-workers", timeout=120)
     assert len(set(where.values())) == 5
-    group = rest.get(path(SCHEDULING_API, "PodGroup", namespace, "train-workers"))
-    conditions = {c["type"]: c for c in group.get("status", {}).get("conditions") or []}
-    assert conditions["PodGroupInitiallyScheduled"]["status"] == "True"
+    scheduled = podgroup_conditions(rest, namespace, "train-workers")["PodGroupInitiallyScheduled"]
+    assert (scheduled["status"], scheduled["reason"]) == ("True", "Scheduled")
+
 
 
 def test_podgroup_protection_keeps_a_podgroup_while_its_pods_live(rest, namespace, nodes):

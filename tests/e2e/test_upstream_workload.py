@@ -12,26 +12,19 @@ import uuid
 import pytest
 
 from harness import (RACK, SCHEDULING_API, ApiError, assert_none_bound, bound, create, path, pod,
-                     podgroup, pods, priority_class, wait_all_bound, wait_for)
+                     podgroup, podgroup_conditions, pods, priority_class, scheduler_config,
+                     wait_all_bound, wait_for)
 
 TOPO = "topology-scheduler"
 GANG_ONLY = "gang-only-scheduler"
 
 
-def config(scheduler_name: str) -> dict:
-    return {
-        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
-        "percentageOfNodesToScore": 100,
-        "profiles": [{"schedulerName": scheduler_name}],
-    }
-
-
 @pytest.fixture(scope="module", autouse=True)
 def schedulers(start_scheduler):
     return {
-        TOPO: start_scheduler(config(TOPO), name="topology", feature_gates={
+        TOPO: start_scheduler(scheduler_config(TOPO), name="topology", feature_gates={
             "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}),
-        GANG_ONLY: start_scheduler(config(GANG_ONLY), name="gang-only",
+        GANG_ONLY: start_scheduler(scheduler_config(GANG_ONLY), name="gang-only",
                                    feature_gates={"GenericWorkload": True}),
     }
 
@@ -68,11 +61,6 @@ def rack_of(rest, node_name: str) -> str:
     return rest.get(f"/api/v1/nodes/{node_name}")["metadata"]["labels"][RACK]
 
 
-def conditions(rest, namespace: str, group: str) -> dict[str, dict]:
-    obj = rest.get(path(SCHEDULING_API, "PodGroup", namespace, group))
-    return {c["type"]: c for c in obj.get("status", {}).get("conditions") or []}
-
-
 # --- topology ----------------------------------------------------------------------------------
 
 def test_topology_gang_lands_in_one_rack(rest, namespace, nodes):
@@ -86,7 +74,7 @@ def test_topology_gang_that_fits_no_single_rack_stays_pending(rest, namespace, n
     racks(nodes, {"ra": 2, "rb": 3, "rc": 2})  # 7 free CPUs in total, at most 3 in one rack
     gang(rest, namespace, "db", 4, TOPO, topology_key=RACK)
     assert_none_bound(rest, namespace, seconds=15, podgroup="db")
-    cond = wait_for(lambda: conditions(rest, namespace, "db").get("PodGroupInitiallyScheduled"),
+    cond = wait_for(lambda: podgroup_conditions(rest, namespace, "db").get("PodGroupInitiallyScheduled"),
                     30, "PodGroupInitiallyScheduled condition written")
     assert (cond["status"], cond["reason"]) == ("False", "Unschedulable")
 
@@ -129,7 +117,7 @@ def test_preemption_disruption_mode_all_evicts_the_whole_victim_group(
         cond = {c["type"]: c for c in victim["status"].get("conditions") or []}
         assert cond["DisruptionTarget"]["reason"] == "PreemptionByScheduler"
     # The victim PodGroup itself gets no DisruptionTarget condition in this release.
-    assert "DisruptionTarget" not in conditions(rest, namespace, "batch")
+    assert "DisruptionTarget" not in podgroup_conditions(rest, namespace, "batch")
     wait_all_bound(rest, namespace, 2, podgroup="urgent", timeout=60)
     wait_for(lambda: not pods(rest, namespace, podgroup="batch"), 30, "victims gone")
 

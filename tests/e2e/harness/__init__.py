@@ -2,27 +2,30 @@
 
 Public surface (the conftest wires these into pytest fixtures):
 - ``ControlPlane`` (etcd + kube-apiserver + kube-controller-manager; ``start_scheduler``),
-  ``Scheduler`` handle, ``locate`` / ``MissingBinaries`` for the pinned binaries;
+  ``Scheduler`` handle, ``scheduler_config``, ``locate`` / ``MissingBinaries`` for the pinned binaries;
 - ``Rest`` / ``ApiError``: raw-JSON REST with the admin client certificate;
 - nodes without kubelets: ``node``, ``create_node``, ``delete_node``, ``FakeKubelet``;
 - object builders: ``workload``, ``podgroup_template``, ``podgroup``, ``pod``, ``statefulset``,
   ``priority_class``, ``create``, ``path``;
-- bounded waits: ``wait_for``, ``wait_all_bound``, ``assert_none_bound``, ``wait_gone``.
+- bounded waits: ``wait_for``, ``wait_all_bound``, ``assert_none_bound``, ``podgroup_conditions``,
+  ``wait_gone``.
 """
 
 from .binaries import Binaries, MissingBinaries, locate, read_versions
-from .controlplane import ControlPlane, Scheduler
+from .controlplane import ControlPlane, Scheduler, scheduler_config
 from .kubelet import GPU, RACK, ZONE, FakeKubelet, create_node, delete_node, node
 from .objects import (SCHEDULING_API, STATEFULSET_SCHEDULING_ANNOTATION, create, path, path_of, pod,
                       podgroup, podgroup_template, priority_class, statefulset, workload)
 from .rest import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, Rest
-from .waits import assert_none_bound, bound, placement, pods, wait_all_bound, wait_for, wait_gone
+from .waits import (assert_none_bound, bound, placement, podgroup_conditions, pods, wait_all_bound,
+                    wait_for, wait_gone)
 
 __all__ = [
     "Binaries", "MissingBinaries", "locate", "read_versions", "ControlPlane", "Scheduler",
+    "scheduler_config",
     "GPU", "RACK", "ZONE", "FakeKubelet", "create_node", "delete_node", "node",
     "SCHEDULING_API", "STATEFULSET_SCHEDULING_ANNOTATION", "create", "path", "path_of", "pod",
     "podgroup", "podgroup_template", "priority_class", "statefulset", "workload",
     "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "ApiError", "Rest",
-    "assert_none_bound", "bound", "placement", "pods", "wait_all_bound", "wait_for", "wait_gone",
+    "assert_none_bound", "bound", "placement", "podgroup_conditions", "pods", "wait_all_bound", "wait_for", "wait_gone",
 ]

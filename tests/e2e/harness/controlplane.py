@@ -35,6 +35,16 @@ CONTROLLER_MANAGER_FEATURE_GATES = {"GenericWorkload": True}
 CONTROLLERS = "*,-node-lifecycle-controller,-node-ipam-controller"
 
 
+def scheduler_config(scheduler_name: str = "default-scheduler", **fields: Any) -> dict:
+    """A KubeSchedulerConfiguration with one profile; ``fields`` are merged in at the top level."""
+    return {
+        "apiVersion": "kubescheduler.config.k8s.io/v1", "kind": "KubeSchedulerConfiguration",
+        "percentageOfNodesToScore": 100,
+        "profiles": [{"schedulerName": scheduler_name}],
+        **fields,
+    }
+
+
 def gates_arg(gates: FeatureGates) -> str | None:
     if gates is None or isinstance(gates, str):
         return gates or None

@@ -78,5 +78,11 @@ def assert_none_bound(rest: Rest, namespace: str, seconds: float, label_selector
         time.sleep(interval)
 
 
+def podgroup_conditions(rest: Rest, namespace: str, name: str) -> dict[str, dict]:
+    """status.conditions of a scheduling.k8s.io/v1beta1 PodGroup, by type."""
+    obj = rest.get(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/{name}")
+    return {c["type"]: c for c in obj.get("status", {}).get("conditions") or []}
+
+
 def wait_gone(rest: Rest, path: str, timeout: float = 60.0) -> None:
     wait_for(lambda: rest.get_or_none(path) is None, timeout, f"{path} deleted")
