@@ -67,19 +67,28 @@ class Kube:
         self.timeout = timeout
 
     # -- plain requests ----------------------------------------------------------------------
-    def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
-                content_type: str = "application/json", timeout: float | None = None) -> Any:
-        headers = {"Accept": "application/json", "Content-Type": content_type}
-        query = [(k, v) for k, v in (params or {}).items() if v is not None]
+    def _send(self, method: str, path: str, body: Any, query: list[tuple[str, Any]], content_type: str,
+              timeout: Any):
+        """One request through the official client's pool and auth; the raw response, unread."""
+        _, url, headers, payload, _ = self.api.param_serialize(
+            method=method, resource_path=path, query_params=query,
+            header_params={"Accept": "application/json", "Content-Type": content_type},
+            body=body, auth_settings=["BearerToken"],
+        )
         try:
-            resp = self.api.call_api(
-                path, method, query_params=query, header_params=headers, body=body,
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-                _request_timeout=timeout or self.timeout,
-            )
+            resp = self.api.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)
         except kubernetes.client.ApiException as err:
             raise KubeError(method, path, err.status or 0, err.body or str(err)) from None
-        data = resp.data
+        except Exception as err:  # noqa: BLE001 - transport errors (refused, TLS, timeout)
+            raise KubeError(method, path, 0, f"transport error: {err}") from None
+        if not 200 <= resp.status < 300:
+            raise KubeError(method, path, resp.status, resp.read().decode(errors="replace"))
+        return resp
+
+    def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
+                content_type: str = "application/json", timeout: float | None = None) -> Any:
+        query = [(k, v) for k, v in (params or {}).items() if v is not None]
+        data = self._send(method, path, body, query, content_type, timeout or self.timeout).read()
         return json.loads(data) if data else None
 
     def get(self, path: str, **params: Any) -> Any:
@@ -121,14 +130,7 @@ class Kube:
         Gone arrives as an ERROR event whose object is a Status with code 410)."""
         query = [("watch", "1"), ("resourceVersion", resource_version), ("allowWatchBookmarks", "true"),
                  ("timeoutSeconds", str(timeout_seconds))]
-        try:
-            resp = self.api.call_api(
-                path, "GET", query_params=query, header_params={"Accept": "application/json"},
-                auth_settings=["BearerToken"], _preload_content=False, _return_http_data_only=True,
-                _request_timeout=(self.timeout, timeout_seconds + 30),
-            )
-        except kubernetes.client.ApiException as err:
-            raise KubeError("WATCH", path, err.status or 0, err.body or str(err)) from None
+        resp = self._send("GET", path, None, query, "application/json", (self.timeout, timeout_seconds + 30)).response
         buffer = b""
         try:
             for chunk in resp.stream(amt=65536, decode_content=True):

@@ -24,10 +24,21 @@ ANNOTATION_PARENT_COMPOSITE = "scheduling.k8s.io/parent-compositepodgroup"
 ANNOTATION_PARENT_COMPOSITE_ALT = "scheduling.k8s.io/parent-composite-podgroup"  # read, never written
 FINALIZER_PODGROUP_PROTECTION = "scheduling.k8s.io/podgroup-protection"
 GATE_LWS_GROUP_REPLACEMENT = "leaderworkerset.sigs.k8s.io/group-replacement"
+LABEL_STATEFULSET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # set on every pod a StatefulSet creates
 
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_RACK = "topology.kubernetes.io/rack"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
+
+# -- the StatefulSet controller ----------------------------------------------------------------------
+CONTROLLER_COMPONENT = "phalanx-statefulset-controller"  # event source, Lease holder prefix
+CONTROLLER_LEASE = "phalanx-statefulset-controller"  # coordination.k8s.io/v1 Lease for leader election
+EVENT_WORKLOAD_CREATED = "WorkloadCreated"
+EVENT_PODGROUP_CREATED = "PodGroupCreated"
+EVENT_WORKLOAD_CREATION_FAILED = "WorkloadCreationFailed"
+EVENT_WORKLOAD_AMBIGUOUS = "WorkloadAmbiguous"  # more than one Workload/PodGroup matches: nothing done
+EVENT_WORKLOAD_IGNORED = "WorkloadIgnored"  # a discovered Workload has a shape phalanx cannot use
+EVENT_DELEGATION_IGNORED = "DelegationIgnored"  # group-template-name without a parent controller
 
 # -- conditions -------------------------------------------------------------------------------------
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
@@ -42,3 +53,10 @@ METRIC_PODGROUP_ATTEMPT_DURATION = "scheduler_podgroup_scheduling_attempt_durati
 METRIC_PREEMPTION_ATTEMPTS = "scheduler_workload_preemption_attempts_total"
 METRIC_PREEMPTION_VICTIMS = "scheduler_workload_preemption_victims"
 METRIC_STS_WORKLOAD_ERRORS = "statefulset_workload_creation_errors_total"
+METRIC_PLANS = "phalanx_plans"
+METRIC_PLANS_RELEASED = "phalanx_plans_released_total"
+METRIC_BARRIER_OUTCOMES = "phalanx_barrier_outcomes_total"
+METRIC_BARRIER_WAITING = "phalanx_barrier_waiting"
+METRIC_EXTENDER_REQUESTS = "phalanx_extender_requests_total"
+METRIC_EXTENDER_LATENCY = "phalanx_extender_request_duration_seconds"
+METRIC_CACHE_SKIPPED = "phalanx_cache_skipped_objects_total"

@@ -21,6 +21,27 @@ def _demo(args: argparse.Namespace) -> int:
     return run_solver_demo()
 
 
+def _serve(args: argparse.Namespace) -> int:
+    from extender.server import ServeOptions, serve
+
+    if bool(args.kubeconfig) == bool(args.sim):
+        raise SystemExit("phalanx serve: give exactly one of --kubeconfig PATH or --sim FILE")
+    options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
+                           tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
+                           plan_ttl=args.plan_ttl, solver_path=args.solver)
+    return serve(options, kubeconfig=args.kubeconfig, sim_file=args.sim)
+
+
+def _controller(args: argparse.Namespace) -> int:
+    import logging
+
+    from controller import run
+
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    return run(args.kubeconfig, args.webhook_addr, args.tls_cert, args.tls_key, args.lease_namespace,
+               workers=args.workers)
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phalanx", description="All-or-nothing PodGroup placement for Kubernetes.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -34,8 +55,32 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seeds", type=int, help="seeds per case (default: 20 full, 3 quick)")
     bench.set_defaults(func=_bench)
 
+    serve = sub.add_parser("serve", help="run the cache, the workload-cycle service and the HTTP extender")
+    serve.add_argument("--kubeconfig", metavar="PATH", help="the API server to serve (in-cluster config if 'in-cluster')")
+    serve.add_argument("--sim", metavar="FILE", help="a YAML file of objects for the simulated cluster instead")
+    serve.add_argument("--http-addr", default="127.0.0.1:8888", help="extender address (default 127.0.0.1:8888)")
+    serve.add_argument("--http-threads", type=int, default=1100,
+                       help="HTTP worker threads; must exceed the largest gang (default 1100)")
+    serve.add_argument("--tls-cert", help="serve HTTPS with this certificate")
+    serve.add_argument("--tls-key", help="private key of --tls-cert")
+    serve.add_argument("--client-ca", help="require client certificates signed by this CA (mTLS)")
+    serve.add_argument("--barrier-timeout", type=float, default=30.0,
+                       help="seconds a gang waits at bind for all members (default 30; keep below httpTimeout)")
+    serve.add_argument("--plan-ttl", type=float, default=60.0, help="seconds a plan holds its reservation (default 60)")
+    serve.add_argument("--solver", choices=["exact", "greedy"], default="exact", help="solver path (default exact)")
+    serve.set_defaults(func=_serve)
+
     demo = sub.add_parser("demo", help="place the KEP-6277 user stories and LWS-shaped groups on a generated cluster")
     demo.set_defaults(func=_demo)
+
+    ctl = sub.add_parser("controller", help="run the StatefulSet controller (KEP-6277) and its admission webhooks")
+    ctl.add_argument("--kubeconfig", help="kubeconfig file (default: in-cluster, then ~/.kube/config)")
+    ctl.add_argument("--webhook-addr", default="0.0.0.0:9443", help="HOST:PORT the HTTPS webhooks listen on")
+    ctl.add_argument("--tls-cert", required=True, help="PEM certificate of the webhook server")
+    ctl.add_argument("--tls-key", required=True, help="PEM private key of the webhook server")
+    ctl.add_argument("--lease-namespace", default="kube-system", help="namespace of the leader-election Lease")
+    ctl.add_argument("--workers", type=int, default=16, help="concurrent StatefulSet reconciles")
+    ctl.set_defaults(func=_controller)
     return parser
 
 

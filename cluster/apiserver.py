@@ -1,0 +1,196 @@
+"""The real API server behind the cluster interface: list + watch into the cache, and the writes.
+
+One thread per watched resource: a paginated list (a full re-list replaces the cache's records of
+that kind), then a watch with bookmarks from the list's resourceVersion, resumed from the last
+resourceVersion seen when the server closes it; ``410 Gone`` (or an ERROR event carrying it)
+starts a full re-list; any other error backs off exponentially (capped) and retries. While a
+watch is down the cache keeps serving what it has; :meth:`ApiServerBackend.ready` turns false
+once a resource has not been confirmed fresh for ``stale_after`` seconds.
+
+The API flavor is chosen by discovery at start: the built-in ``scheduling.k8s.io/v1beta1``
+PodGroups when served, else the CRD fallback ``scheduling.phalanx.dev/v1beta1``.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import uuid
+from datetime import datetime, timezone
+from typing import Any, Mapping
+
+from . import names
+from .backend import WriteError
+from .cache import ClusterCache
+from .kube import MERGE_PATCH, Kube, KubeError, api_path
+
+log = logging.getLogger("phalanx.apiserver")
+
+
+def detect_flavor(kube: Kube) -> str:
+    """``builtin`` when the API server serves scheduling.k8s.io/v1beta1 podgroups, else ``crd``."""
+    served = kube.served_resources(f"{names.SCHEDULING_GROUP}/{names.SCHEDULING_VERSION}") or set()
+    return "builtin" if "podgroups" in served else "crd"
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class ApiServerBackend:
+    def __init__(self, kube: Kube, cache: ClusterCache, stale_after: float = 60.0,
+                 identity: str = "phalanx") -> None:
+        self.kube = kube
+        self.cache = cache
+        self.stale_after = stale_after
+        self.identity = identity
+        self.flavor = detect_flavor(kube)
+        group = names.SCHEDULING_GROUP if self.flavor == "builtin" else names.CRD_GROUP
+        self.scheduling_gv = f"{group}/{names.SCHEDULING_VERSION}"
+        self.resources: dict[str, tuple[str, str]] = {
+            "Node": ("v1", "nodes"),
+            "Pod": ("v1", "pods"),
+            "PodGroup": (self.scheduling_gv, "podgroups"),
+            "Workload": (self.scheduling_gv, "workloads"),
+            "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses"),
+            "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+        }
+        self.synced: dict[str, bool] = {k: False for k in self.resources}
+        self.fresh_at: dict[str, float] = {k: 0.0 for k in self.resources}
+        self.relists = 0
+        self._stop = threading.Event()
+        self._threads: list[threading.Thread] = []
+
+    # -- watching ---------------------------------------------------------------------------
+    def start(self) -> None:
+        for kind in self.resources:
+            thread = threading.Thread(target=self._run, args=(kind,), name=f"watch-{kind}", daemon=True)
+            thread.start()
+            self._threads.append(thread)
+
+    def stop(self) -> None:
+        self._stop.set()
+
+    def wait_synced(self, timeout: float = 60.0) -> bool:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if all(self.synced.values()):
+                return True
+            time.sleep(0.05)
+        return False
+
+    def ready(self) -> tuple[bool, str]:
+        now = time.monotonic()
+        unsynced = [k for k, ok in self.synced.items() if not ok]
+        if unsynced:
+            return False, f"caches not synced: {', '.join(unsynced)}"
+        stale = [k for k, t in self.fresh_at.items() if now - t > self.stale_after]
+        if stale:
+            return False, f"caches stale (no watch progress for {self.stale_after:.0f}s): {', '.join(stale)}"
+        return True, "ok"
+
+    def _run(self, kind: str) -> None:
+        group_version, resource = self.resources[kind]
+        path = api_path(group_version, resource)
+        backoff = 0.2
+        resource_version = ""
+        while not self._stop.is_set():
+            try:
+                if not resource_version:
+                    items, resource_version = self.kube.list_pages(path)
+                    self.cache.replace(kind, items)
+                    self.relists += 1
+                    self.synced[kind] = True
+                    self.fresh_at[kind] = time.monotonic()
+                resource_version = self._watch(kind, path, resource_version)
+                backoff = 0.2
+            except KubeError as err:
+                if err.status == 410:
+                    resource_version = ""  # too old: full re-list
+                    continue
+                if err.status == 404 and kind in ("PodGroup", "Workload"):
+                    self.synced[kind] = True  # not served (yet): nothing to cache
+                    self.fresh_at[kind] = time.monotonic()
+                log.warning("watch %s: %s; retrying in %.1fs", kind, err, backoff)
+            except Exception as err:  # noqa: BLE001 - a watch thread must survive anything
+                log.warning("watch %s failed: %s; retrying in %.1fs", kind, err, backoff)
+            self._stop.wait(backoff)
+            backoff = min(backoff * 2, 10.0)
+
+    def _watch(self, kind: str, path: str, resource_version: str) -> str:
+        for event in self.kube.watch(path, resource_version, timeout_seconds=240):
+            if self._stop.is_set():
+                break
+            etype, obj = event.get("type"), event.get("object") or {}
+            if etype == "ERROR":
+                code = obj.get("code", 0)
+                raise KubeError("WATCH", path, int(code or 500), obj.get("message", ""))
+            resource_version = str((obj.get("metadata") or {}).get("resourceVersion") or resource_version)
+            self.fresh_at[kind] = time.monotonic()
+            if etype == "BOOKMARK":
+                continue
+            self.cache.apply(kind, etype, obj)
+        self.fresh_at[kind] = time.monotonic()
+        return resource_version
+
+    # -- ClusterWriter ----------------------------------------------------------------------
+    def _write(self, method: str, path: str, body: Any, content_type: str = "application/json") -> Any:
+        try:
+            return self.kube.request(method, path, body, content_type=content_type)
+        except KubeError as err:
+            raise WriteError(str(err), err.status, err.reason) from None
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        body = {"apiVersion": "v1", "kind": "Binding",
+                "metadata": {"name": name, "namespace": namespace, "uid": uid},
+                "target": {"apiVersion": "v1", "kind": "Node", "name": node}}
+        self._write("POST", api_path("v1", "pods", namespace, name, "binding"), body)
+
+    def evict(self, namespace: str, name: str, uid: str, message: str, respect_pdb: bool) -> None:
+        pod_path = api_path("v1", "pods", namespace, name)
+        condition = {"type": names.CONDITION_DISRUPTION_TARGET, "status": "True",
+                     "reason": names.REASON_PREEMPTION_BY_SCHEDULER, "message": message,
+                     "lastTransitionTime": _now()[:19] + "Z"}
+        try:
+            self._write("PATCH", pod_path + "/status", {"status": {"conditions": [condition]}},
+                        "application/strategic-merge-patch+json")
+        except WriteError as err:
+            log.info("could not mark %s/%s as a disruption target: %s", namespace, name, err)
+        preconditions = {"uid": uid}
+        if respect_pdb:
+            body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "deleteOptions": {"preconditions": preconditions}}
+            self._write("POST", pod_path + "/eviction", body)
+        else:
+            self._write("DELETE", pod_path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                             "preconditions": preconditions})
+
+    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        path = api_path(self.scheduling_gv, "podgroups", namespace, name, "status")
+        self._write("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
+
+    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        path = api_path(self.scheduling_gv, "podgroups", namespace, name)
+        self._write("PATCH", path, {"metadata": {"annotations": dict(annotations)}}, MERGE_PATCH)
+
+    def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
+        namespace = regarding.get("namespace") or "default"
+        body = {
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": {"name": f"{regarding.get('name', 'phalanx')}.{uuid.uuid4().hex[:10]}",
+                         "namespace": namespace},
+            "eventTime": _now(),
+            "reportingController": "phalanx.dev/scheduler",
+            "reportingInstance": self.identity,
+            "action": "Scheduling",
+            "reason": reason,
+            "note": note[:1024],
+            "type": type_,
+            "regarding": {"apiVersion": self.scheduling_gv if regarding.get("kind") == "PodGroup" else "v1",
+                          **{k: v for k, v in regarding.items() if v}},
+        }
+        self._write("POST", api_path("events.k8s.io/v1", "events", namespace), body)
+
+

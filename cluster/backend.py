@@ -1,0 +1,36 @@
+"""The few writes phalanx makes, as one interface with two backends (real API server, simulation).
+
+Reads go through :class:`cluster.cache.ClusterCache`; writes go through a :class:`ClusterWriter`.
+Code above ``cluster/`` holds one of each and cannot tell which cluster is behind them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Protocol
+
+
+class WriteError(RuntimeError):
+    """A write the cluster refused (conflict, not found, forbidden, PDB-blocked eviction...)."""
+
+    def __init__(self, message: str, status: int = 0, reason: str = ""):
+        super().__init__(message)
+        self.status, self.reason = status, reason
+
+
+class ClusterWriter(Protocol):
+    flavor: str  # "builtin" (scheduling.k8s.io) or "crd" (scheduling.phalanx.dev)
+
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """Create the pods/binding. Raises WriteError."""
+
+    def evict(self, namespace: str, name: str, uid: str, message: str, respect_pdb: bool) -> None:
+        """Evict (policy/v1, honouring PDBs) or delete the pod, marking it DisruptionTarget."""
+
+    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        """Merge-patch the PodGroup's status subresource."""
+
+    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge-patch PodGroup annotations (None removes one)."""
+
+    def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
+        """Record an events.k8s.io/v1 Event about ``regarding`` (kind, namespace, name, uid)."""

@@ -1,0 +1,269 @@
+"""The simulated cluster: an in-memory API server for the demo, the fast tests and the benchmarks.
+
+It is a simulation, and only as big as phalanx needs: it stores raw Kubernetes objects, feeds a
+:class:`~cluster.cache.ClusterCache` the same ADDED/MODIFIED/DELETED events a watch would, and
+implements :class:`~cluster.backend.ClusterWriter`. Of the built-in controllers it simulates only
+what phalanx relies on: StatefulSet pod creation (Parallel and OrderedReady) and scaling,
+ownerReference garbage collection, bound pods becoming Running/Ready, and pods finishing after a
+duration (annotation ``sim.phalanx.dev/duration-seconds``). Time is a deterministic clock that
+only moves when :meth:`SimCluster.advance` is called.
+"""
+
+from __future__ import annotations
+
+import copy
+import itertools
+import threading
+from typing import Any, Iterable, Mapping
+
+import yaml
+
+from . import names
+from .backend import WriteError
+from .cache import ClusterCache
+
+SIM_DURATION = "sim.phalanx.dev/duration-seconds"
+KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget", "StatefulSet")
+
+
+class SimCluster:
+    """In-memory cluster. Thread-safe; every change is pushed to the attached caches."""
+
+    flavor = "builtin"
+
+    def __init__(self, cache: ClusterCache | None = None) -> None:
+        self.cache = cache or ClusterCache()
+        self.objects: dict[tuple[str, str], dict] = {}  # (kind, ns/name) -> object
+        self.events: list[dict] = []
+        self.now = 0.0
+        self.binding_delay = 0.0  # seconds of simulated time a binding takes (for the demo)
+        self._uids = itertools.count(1)
+        self._rv = itertools.count(1)
+        self._lock = threading.RLock()
+        self._finish_at: dict[str, float] = {}  # pod uid -> simulated time it completes
+
+    # -- object store -----------------------------------------------------------------------
+    @staticmethod
+    def _key(obj: Mapping[str, Any]) -> str:
+        meta = obj["metadata"]
+        ns = meta.get("namespace")
+        return f"{ns}/{meta['name']}" if ns else meta["name"]
+
+    def create(self, obj: Mapping[str, Any]) -> dict:
+        obj = copy.deepcopy(dict(obj))
+        kind = obj.get("kind")
+        if kind not in KINDS:
+            raise WriteError(f"simulated cluster does not serve kind {kind!r}", 400)
+        meta = obj.setdefault("metadata", {})
+        if kind not in ("Node", "PriorityClass"):
+            meta.setdefault("namespace", "default")
+        if not meta.get("name") and meta.get("generateName"):
+            meta["name"] = f"{meta['generateName']}{next(self._uids):05d}"
+        with self._lock:
+            key = (kind, self._key(obj))
+            if key in self.objects:
+                raise WriteError(f"{kind} {key[1]} already exists", 409, "AlreadyExists")
+            meta.setdefault("uid", f"uid-{next(self._uids)}")
+            meta.setdefault("creationTimestamp", f"2026-01-01T00:00:{int(self.now) % 60:02d}Z")
+            meta["resourceVersion"] = str(next(self._rv))
+            if kind == "Pod":
+                obj.setdefault("status", {}).setdefault("phase", "Pending")
+            self.objects[key] = obj
+            self._publish(kind, "ADDED", obj)
+            if kind == "StatefulSet":
+                self._reconcile_statefulset(obj)
+        return obj
+
+    def get(self, kind: str, key: str) -> dict | None:
+        with self._lock:
+            return self.objects.get((kind, key))
+
+    def list(self, kind: str) -> list[dict]:
+        with self._lock:
+            return [o for (k, _), o in self.objects.items() if k == kind]
+
+    def update(self, kind: str, key: str, mutate) -> dict:
+        with self._lock:
+            obj = self.objects.get((kind, key))
+            if obj is None:
+                raise WriteError(f"{kind} {key} not found", 404, "NotFound")
+            mutate(obj)
+            obj["metadata"]["resourceVersion"] = str(next(self._rv))
+            self._publish(kind, "MODIFIED", obj)
+            if kind == "StatefulSet":
+                self._reconcile_statefulset(obj)
+            return obj
+
+    def delete(self, kind: str, key: str) -> None:
+        with self._lock:
+            obj = self.objects.pop((kind, key), None)
+            if obj is None:
+                raise WriteError(f"{kind} {key} not found", 404, "NotFound")
+            self._publish(kind, "DELETED", obj)
+            self._collect_garbage(obj["metadata"]["uid"])
+            for sts in self.list("StatefulSet"):
+                self._reconcile_statefulset(sts)
+
+    def load_yaml(self, text: str) -> list[dict]:
+        """Create every object of a multi-document YAML manifest."""
+        return [self.create(doc) for doc in yaml.safe_load_all(text) if doc]
+
+    def _publish(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
+        if kind in ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget"):
+            self.cache.apply(kind, event, copy.deepcopy(obj))
+
+    # -- generators -------------------------------------------------------------------------
+    def add_nodes(self, zones: int, racks_per_zone: int, nodes_per_rack: int, gpus: int = 8,
+                  cpu: str = "64", memory: str = "512Gi", prefix: str = "node") -> list[str]:
+        created = []
+        for z in range(zones):
+            for r in range(racks_per_zone):
+                rack = f"z{z}-r{r}"
+                for i in range(nodes_per_rack):
+                    name = f"{prefix}-{rack}-{i}"
+                    allocatable = {"cpu": cpu, "memory": memory, "pods": "110"}
+                    if gpus:
+                        allocatable["nvidia.com/gpu"] = str(gpus)
+                    self.create({
+                        "kind": "Node", "apiVersion": "v1",
+                        "metadata": {"name": name, "labels": {
+                            names.LABEL_HOSTNAME: name, names.LABEL_ZONE: f"zone-{z}", names.LABEL_RACK: rack}},
+                        "status": {"allocatable": allocatable, "capacity": dict(allocatable),
+                                   "conditions": [{"type": "Ready", "status": "True"}]},
+                    })
+                    created.append(name)
+        return created
+
+    # -- ClusterWriter ----------------------------------------------------------------------
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        key = f"{namespace}/{name}"
+        with self._lock:
+            pod = self.objects.get(("Pod", key))
+            if pod is None or pod["metadata"]["uid"] != uid:
+                raise WriteError(f"pod {key} (uid {uid}) not found", 404, "NotFound")
+            if pod["spec"].get("nodeName"):
+                raise WriteError(f"pod {key} is already assigned to {pod['spec']['nodeName']}", 409, "Conflict")
+            if ("Node", node) not in self.objects:
+                raise WriteError(f"node {node} not found", 404, "NotFound")
+
+            def assign(obj: dict) -> None:
+                obj["spec"]["nodeName"] = node
+                obj["status"]["phase"] = "Running"
+                obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"},
+                                               {"type": "Ready", "status": "True"}]
+
+            self.update("Pod", key, assign)
+            duration = (pod["metadata"].get("annotations") or {}).get(SIM_DURATION)
+            if duration:
+                self._finish_at[uid] = self.now + float(duration)
+            for sts in self.list("StatefulSet"):
+                self._reconcile_statefulset(sts)
+
+    def evict(self, namespace: str, name: str, uid: str, message: str, respect_pdb: bool) -> None:
+        key = f"{namespace}/{name}"
+        with self._lock:
+            pod = self.objects.get(("Pod", key))
+            if pod is None or pod["metadata"]["uid"] != uid:
+                raise WriteError(f"pod {key} not found", 404, "NotFound")
+            if respect_pdb and self._pdb_blocks(pod):
+                raise WriteError(f"evicting {key} would violate a PodDisruptionBudget", 429, "TooManyRequests")
+            self.update("Pod", key, lambda obj: obj["status"].setdefault("conditions", []).append({
+                "type": names.CONDITION_DISRUPTION_TARGET, "status": "True",
+                "reason": names.REASON_PREEMPTION_BY_SCHEDULER, "message": message}))
+            self.delete("Pod", key)
+
+    def _pdb_blocks(self, pod: Mapping[str, Any]) -> bool:
+        labels = pod["metadata"].get("labels") or {}
+        for pdb in self.list("PodDisruptionBudget"):
+            if pdb["metadata"].get("namespace") != pod["metadata"].get("namespace"):
+                continue
+            selector = (pdb.get("spec") or {}).get("selector", {}).get("matchLabels") or {}
+            if selector and all(labels.get(k) == v for k, v in selector.items()):
+                if int((pdb.get("status") or {}).get("disruptionsAllowed", 0)) <= 0:
+                    return True
+        return False
+
+    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+        self.update("PodGroup", f"{namespace}/{name}", lambda obj: obj.setdefault("status", {}).update(
+            copy.deepcopy(dict(status))))
+
+    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        def apply(obj: dict) -> None:
+            current = obj["metadata"].setdefault("annotations", {})
+            for k, v in annotations.items():
+                if v is None:
+                    current.pop(k, None)
+                else:
+                    current[k] = v
+
+        self.update("PodGroup", f"{namespace}/{name}", apply)
+
+    def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
+        with self._lock:
+            self.events.append({"regarding": dict(regarding), "reason": reason, "note": note, "type": type_,
+                                "time": self.now})
+
+    # -- simulated controllers --------------------------------------------------------------
+    def advance(self, seconds: float) -> None:
+        """Move the simulated clock; pods whose duration ran out finish (phase Succeeded)."""
+        with self._lock:
+            self.now += seconds
+            due = [uid for uid, t in self._finish_at.items() if t <= self.now]
+            for uid in due:
+                del self._finish_at[uid]
+                pod = next((p for p in self.list("Pod") if p["metadata"]["uid"] == uid), None)
+                if pod is not None:
+                    self.update("Pod", self._key(pod), lambda obj: obj["status"].update(phase="Succeeded"))
+
+    def _collect_garbage(self, owner_uid: str) -> None:
+        dependents = [(k, o) for k, o in list(self.objects.items())
+                      if any(ref.get("uid") == owner_uid for ref in o["metadata"].get("ownerReferences") or ())]
+        for (kind, key), _ in dependents:
+            if (kind, key) in self.objects:
+                self.delete(kind, key)
+
+    def _reconcile_statefulset(self, sts: Mapping[str, Any]) -> None:
+        """StatefulSet pod creation and deletion, Parallel or OrderedReady, as far as phalanx needs."""
+        ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+        spec = sts.get("spec") or {}
+        replicas = int(spec.get("replicas", 1))
+        ordered = spec.get("podManagementPolicy", "OrderedReady") != "Parallel"
+        template = spec.get("template") or {}
+        for ordinal in range(replicas):
+            pod_key = f"{ns}/{name}-{ordinal}"
+            existing = self.objects.get(("Pod", pod_key))
+            if existing is None:
+                self.create(self._sts_pod(sts, template, ordinal))
+                if ordered:
+                    return
+            elif ordered and not _ready(existing):
+                return
+        for pod in self.list("Pod"):
+            owner = next((r for r in pod["metadata"].get("ownerReferences") or () if r.get("controller")), {})
+            if owner.get("uid") != sts["metadata"]["uid"]:
+                continue
+            ordinal = pod["metadata"]["name"].rsplit("-", 1)[-1]
+            if ordinal.isdigit() and int(ordinal) >= replicas:
+                self.delete("Pod", self._key(pod))
+
+    @staticmethod
+    def _sts_pod(sts: Mapping[str, Any], template: Mapping[str, Any], ordinal: int) -> dict:
+        meta = copy.deepcopy(template.get("metadata") or {})
+        meta.update(name=f"{sts['metadata']['name']}-{ordinal}", namespace=sts["metadata"]["namespace"],
+                    ownerReferences=[{"apiVersion": "apps/v1", "kind": "StatefulSet",
+                                      "name": sts["metadata"]["name"], "uid": sts["metadata"]["uid"],
+                                      "controller": True}])
+        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+                "spec": copy.deepcopy(template.get("spec") or {"containers": []})}
+
+
+def _ready(pod: Mapping[str, Any]) -> bool:
+    return any(c.get("type") == "Ready" and c.get("status") == "True"
+               for c in (pod.get("status") or {}).get("conditions") or ())
+
+
+def sim_from_objects(objects: Iterable[Mapping[str, Any]]) -> SimCluster:
+    sim = SimCluster()
+    for obj in objects:
+        sim.create(obj)
+    return sim

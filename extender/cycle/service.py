@@ -1,0 +1,500 @@
+"""The workload-cycle service: plans whole PodGroups, holds their capacity, binds them as one.
+
+kube-scheduler sees one pod at a time; phalanx answers for the whole group. The moves, by the
+kube-scheduler phase that calls them (DESIGN section 4):
+
+- **filter** (scheduling cycle, after the in-tree filters): a pod of a group that has fewer than
+  minCount members gets no node ("waiting for members"). The first member to arrive once the group
+  is complete triggers a *workload cycle*: one snapshot minus the other groups' reservations, one
+  solver call for every pending member. A feasible answer becomes a :class:`Plan` whose capacity
+  is *reserved* until its deadline; each member is then answered with its planned node only. A
+  plan whose node the in-tree filters dropped is stale: it is released and the group re-planned.
+  Pods without a group are kept off capacity reserved for plans.
+- **bind** (binding cycle, one goroutine per pod): a gang member waits at the :class:`Barrier`
+  until every planned member has arrived (or is already bound). Then the placement record is
+  written on the PodGroup (so a restart finishes the gang, never splits it), all members are bound
+  in parallel, and every waiter returns. On timeout nothing is bound and the plan is released.
+
+Plan life cycle: ``planned`` --all members at bind--> ``binding`` --bindings made--> ``bound``;
+``planned`` --deadline, stale node, barrier timeout--> released (reservations freed).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
+
+from cluster import names
+from cluster.backend import ClusterWriter, WriteError
+from cluster.cache import ClusterCache, PodRecord
+from cluster.convert import pod_from_json, pod_group_name
+from solver import InvalidInput, Placement, Pod, PodGroup, Policy, SolveOptions, Snapshot, place
+from solver.model import PODS
+
+from .metrics import CycleMetrics
+
+log = logging.getLogger("phalanx.cycle")
+
+
+@dataclass
+class Plan:
+    group: str
+    assignments: dict[str, str]  # pending pod uid -> node
+    requests: dict[str, Mapping[str, int]]  # pod uid -> requests (for reservations)
+    domain: str
+    created: float
+    deadline: float
+    placement: Placement | None = None
+    state: str = "planned"  # planned | binding | bound | failed
+    arrived: set[str] = field(default_factory=set)
+    failed_uids: set[str] = field(default_factory=set)
+    error: str = ""
+
+    def reservations(self, exclude_bound: set[str] = frozenset()) -> dict[str, dict[str, int]]:
+        out: dict[str, dict[str, int]] = {}
+        for uid, node in self.assignments.items():
+            if uid in exclude_bound:
+                continue
+            slot = out.setdefault(node, {PODS: 0})
+            slot[PODS] += 1
+            for r, amount in self.requests[uid].items():
+                slot[r] = slot.get(r, 0) + amount
+        return out
+
+
+@dataclass(frozen=True)
+class FilterAnswer:
+    """What filter tells kube-scheduler: feasible nodes, and reasons for the rest."""
+
+    nodes: list[str]
+    failed: dict[str, str] = field(default_factory=dict)  # resolvable (preemption may help)
+    unresolvable: dict[str, str] = field(default_factory=dict)
+
+
+class BindError(RuntimeError):
+    """Binding refused or failed; kube-scheduler un-reserves the pod and retries it."""
+
+
+def _now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class WorkloadCycle:
+    def __init__(
+        self,
+        cache: ClusterCache,
+        writer: ClusterWriter,
+        options: SolveOptions = SolveOptions(),
+        barrier_timeout: float = 30.0,
+        plan_ttl: float = 60.0,
+        clock: Callable[[], float] = time.monotonic,
+        metrics: CycleMetrics | None = None,
+        bind_workers: int = 16,
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.options = options
+        self.barrier_timeout = barrier_timeout
+        self.plan_ttl = plan_ttl
+        self.clock = clock
+        self.metrics = metrics or CycleMetrics()
+        self.plans: dict[str, Plan] = {}
+        self.explanations: dict[str, str] = {}  # group -> last reason it did not fit
+        self._lock = threading.RLock()
+        self._arrival = threading.Condition(self._lock)
+        self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
+        self._listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
+
+    # -- events for the dashboard / gRPC stream ----------------------------------------------
+    def subscribe(self, listener: Callable[[str, Mapping[str, Any]], None]) -> None:
+        self._listeners.append(listener)
+
+    def _emit(self, kind: str, **data: Any) -> None:
+        for listener in self._listeners:
+            try:
+                listener(kind, data)
+            except Exception:  # noqa: BLE001 - a broken listener must not break scheduling
+                log.exception("event listener failed")
+
+    # -- reservations ------------------------------------------------------------------------
+    def _expire(self) -> None:
+        now = self.clock()
+        for key, plan in list(self.plans.items()):
+            if plan.state == "planned" and plan.deadline < now:
+                self._release(key, "plan expired before all members reached bind")
+            elif plan.state == "bound" and (
+                plan.deadline < now or all(self._bound_node(u) for u in plan.assignments)
+            ):
+                # kept until the cache shows the bindings, so its capacity is never counted free twice
+                del self.plans[key]
+                self.metrics.plans.set(len(self.plans))
+
+    def _release(self, key: str, why: str) -> None:
+        plan = self.plans.pop(key, None)
+        if plan is None:
+            return
+        plan.state = "failed"
+        plan.error = why
+        self.metrics.plans_released.labels(reason=why.split(" ")[0].rstrip(":")).inc()
+        self.metrics.plans.set(len(self.plans))
+        self._emit("plan_released", group=key, reason=why)
+        self._arrival.notify_all()
+
+    def reservations(self, exclude_group: str = "") -> dict[str, dict[str, int]]:
+        """Capacity held by plans (other than ``exclude_group``), per node, minus bound members."""
+        total: dict[str, dict[str, int]] = {}
+        for key, plan in self.plans.items():
+            if key == exclude_group or plan.state == "failed":
+                continue
+            bound = {uid for uid in plan.assignments if self._bound_node(uid)}
+            for node, amounts in plan.reservations(bound).items():
+                slot = total.setdefault(node, {})
+                for r, amount in amounts.items():
+                    slot[r] = slot.get(r, 0) + amount
+        return total
+
+    def _bound_node(self, uid: str) -> str:
+        record = self.cache.pods.get(uid)
+        return record.pod.node if record else ""
+
+    # -- filter ------------------------------------------------------------------------------
+    def filter(self, pod_json: Mapping[str, Any], candidates: list[str]) -> FilterAnswer:
+        """kube-scheduler's filter phase, after its own filters: which of ``candidates`` may the
+        pod go to. Never raises for bad pod content: it answers with reasons instead."""
+        try:
+            pod = pod_from_json(pod_json)
+        except InvalidInput as err:
+            return FilterAnswer([], unresolvable={n: f"phalanx: {err}" for n in candidates})
+        group = pod_group_name(pod_json)
+        with self._lock:
+            self._expire()
+            if not group:
+                return self._filter_plain(pod, candidates)
+            return self._filter_member(pod, f"{pod.namespace}/{group}", candidates)
+
+    def _filter_plain(self, pod: Pod, candidates: list[str]) -> FilterAnswer:
+        """A pod without a group: only keep it off capacity reserved for planned groups."""
+        if not self.plans:
+            return FilterAnswer(list(candidates))  # fast path: nothing reserved
+        reserved = self.reservations()
+        touched = [n for n in candidates if n in reserved]
+        if not touched:
+            return FilterAnswer(list(candidates))
+        failed = {}
+        free = self.cache.usage
+        for node_name in touched:
+            node = self.cache.nodes.get(node_name)
+            if node is None:
+                continue
+            used = free.get(node_name, {})
+            held = reserved[node_name]
+            for r, amount in list(pod.spec.requests.items()) + [(PODS, 1)]:
+                if amount and node.allocatable.get(r, 0) - used.get(r, 0) - held.get(r, 0) < amount:
+                    failed[node_name] = f"phalanx: {r} on this node is reserved for a planned podgroup"
+                    break
+        return FilterAnswer([n for n in candidates if n not in failed], failed=failed)
+
+    def _filter_member(self, pod: Pod, key: str, candidates: list[str]) -> FilterAnswer:
+        def no(reason: str) -> FilterAnswer:
+            return FilterAnswer([], unresolvable={n: reason for n in candidates})
+
+        plan = self.plans.get(key)
+        if plan is not None and pod.uid in plan.assignments and plan.state == "planned":
+            node = plan.assignments[pod.uid]
+            if node in candidates:
+                return FilterAnswer([node], unresolvable={n: f"phalanx: podgroup {key} is planned on other nodes"
+                                                          for n in candidates if n != node})
+            self._release(key, f"stale: planned node {node} was filtered out for {pod.key}")
+        elif plan is not None and plan.state == "binding":
+            return no(f"phalanx: podgroup {key} is binding")
+        elif plan is not None:
+            self._release(key, f"re-plan: new member {pod.key}")
+
+        group = self._group_view(key, pod)
+        if isinstance(group, str):
+            self.explanations[key] = group
+            return no(group)
+        placement = self._cycle(group, candidates)
+        if not placement.assignments:
+            reason = placement.explanation.message() if placement.explanation else f"podgroup {key}: no placement"
+            return no(reason)
+        node = placement.assignments.get(pod.uid)
+        if node is None or node not in candidates:
+            return no(f"phalanx: podgroup {key} planned without {pod.key}")
+        return FilterAnswer([node], unresolvable={n: f"phalanx: podgroup {key} is planned on other nodes"
+                                                  for n in candidates if n != node})
+
+    def _group_view(self, key: str, pod: Pod) -> PodGroup | str:
+        """The group with its members as the cache knows them plus this pod (the cache may lag
+        kube-scheduler by a watch event), or the reason it cannot be planned yet."""
+        members = self.cache.members(key)
+        if pod.uid not in {m.pod.uid for m in members}:
+            members.append(PodRecord(pod=pod))
+        try:
+            group = self.cache.podgroup(key, members)
+        except InvalidInput as err:
+            return f"phalanx: {err}"
+        if group is None:
+            return f"phalanx: podgroup {key} does not exist yet"
+        if group.policy is Policy.GANG and len(group.members) < group.min_count:
+            return f"podgroup {key}: waiting for members, {len(group.members)} of {group.min_count} exist"
+        return group
+
+    def _cycle(self, group: PodGroup, candidates: list[str]) -> Placement:
+        """One workload cycle for ``group``: snapshot, solve, plan or explain."""
+        started = time.perf_counter()
+        key = group.key
+        snapshot = self.cache.snapshot(self.reservations(exclude_group=key))
+        # kube-scheduler's candidates already passed its own filters for this pod; members of a
+        # group share a template, so they bound where the group may go (plus bound members' nodes)
+        allowed = set(candidates) | {p.node for p in group.bound}
+        snapshot = _restrict(snapshot, allowed)
+        try:
+            placement = place(snapshot, group, self.options)
+        except InvalidInput as err:
+            self.metrics.attempts.labels(result="error").inc()
+            self._set_status(group, False, names.REASON_SCHEDULER_ERROR, str(err))
+            return Placement(key, {}, explanation=None)
+        elapsed = time.perf_counter() - started
+        self.metrics.attempt_duration.observe(elapsed)
+        if not placement.assignments:
+            self.metrics.attempts.labels(result="unschedulable").inc()
+            message = placement.explanation.message() if placement.explanation else "no placement"
+            self.explanations[key] = message
+            self._set_status(group, False, names.REASON_UNSCHEDULABLE, message)
+            self._event(group, "FailedScheduling", message, "Warning")
+            self._emit("unschedulable", group=key, message=message)
+            return placement
+        self.metrics.attempts.labels(result="scheduled").inc()
+        now = self.clock()
+        by_uid = {p.uid: p for p in group.pending}
+        self.plans[key] = Plan(
+            group=key,
+            assignments=dict(placement.assignments),
+            requests={uid: by_uid[uid].spec.requests for uid in placement.assignments},
+            domain=placement.domain,
+            created=now,
+            deadline=now + self.plan_ttl,
+            placement=placement,
+        )
+        self.explanations.pop(key, None)
+        self.metrics.plans.set(len(self.plans))
+        where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
+        note = (f"planned {len(placement.assignments)} pods on {len(set(placement.assignments.values()))} "
+                f"nodes{where} ({placement.path}, {elapsed * 1000:.1f} ms)")
+        self._event(group, "Planned", note)
+        self._emit("planned", group=key, domain=placement.domain, assignments=dict(placement.assignments),
+                   path=placement.path, ms=elapsed * 1000.0)
+        return placement
+
+    # -- prioritize --------------------------------------------------------------------------
+    def prioritize(self, pod_json: Mapping[str, Any], candidates: list[str]) -> dict[str, int]:
+        """Planned node scores 10, the rest 0; pods without a plan score all nodes 0."""
+        uid = str((pod_json.get("metadata") or {}).get("uid", ""))
+        with self._lock:
+            for plan in self.plans.values():
+                node = plan.assignments.get(uid)
+                if node is not None:
+                    return {n: (10 if n == node else 0) for n in candidates}
+        return {n: 0 for n in candidates}
+
+    # -- preempt (pods without a group) ------------------------------------------------------
+    def preempt_candidates(self, pod_json: Mapping[str, Any], candidates: Mapping[str, Mapping[str, Any]]
+                           ) -> dict[str, Mapping[str, Any]]:
+        """kube-scheduler's per-pod preemption for a pod without a group: a victim in a
+        ``disruptionMode: all`` group costs its whole group, so candidates that would break such a
+        group are dropped whenever a candidate that breaks none exists (breaking is the last
+        resort; the rest of a broken group is then evicted by phalanx)."""
+        breaking = {node for node, victims in candidates.items()
+                    if any(self._all_group_of(p.get("UID", "")) for p in victims.get("Pods") or ())}
+        if breaking and len(breaking) < len(candidates):
+            return {n: v for n, v in candidates.items() if n not in breaking}
+        return dict(candidates)
+
+    def _all_group_of(self, uid: str) -> str:
+        record = self.cache.pods.get(uid)
+        if record is None or not record.pod.group:
+            return ""
+        group = self.cache.podgroups.get(record.pod.group)
+        if group is None or "all" not in ((group.raw.get("spec") or {}).get("disruptionMode") or {}):
+            return ""
+        return record.pod.group
+
+    # -- bind --------------------------------------------------------------------------------
+    def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
+        """kube-scheduler's bind: returns once the Binding exists; raises BindError otherwise."""
+        with self._lock:
+            plan = next((p for p in self.plans.values() if uid in p.assignments), None)
+        if plan is None:
+            record = self.cache.pods.get(uid)
+            group = record.pod.group if record else ""
+            if group and group in self.cache.podgroups and self._is_gang(group):
+                raise BindError(f"phalanx: pod {namespace}/{name} of podgroup {group} has no plan; not binding")
+            self._bind_one(namespace, name, uid, node)  # pods without a group (or Basic groups)
+            return
+        if plan.assignments[uid] != node:
+            raise BindError(f"phalanx: pod {namespace}/{name} is planned on {plan.assignments[uid]}, not {node}")
+        self._barrier(plan, uid, namespace, name)
+
+    def _is_gang(self, key: str) -> bool:
+        record = self.cache.podgroups.get(key)
+        return bool(record and "gang" in ((record.raw.get("spec") or {}).get("schedulingPolicy") or {}))
+
+    def _bind_one(self, namespace: str, name: str, uid: str, node: str) -> None:
+        try:
+            self.writer.bind(namespace, name, uid, node)
+        except WriteError as err:
+            raise BindError(f"phalanx: binding {namespace}/{name} to {node} failed: {err}") from None
+
+    def _barrier(self, plan: Plan, uid: str, namespace: str, name: str) -> None:
+        """Wait until every planned member reached bind (or is bound); the last to arrive leads
+        the binding of all. Holds no lock while bindings are made."""
+        deadline = time.monotonic() + self.barrier_timeout
+        lead = False
+        with self._lock:
+            plan.arrived.add(uid)
+            self._arrival.notify_all()
+            self.metrics.barrier_waiting.inc()
+            try:
+                while plan.state == "planned":
+                    missing = [u for u in plan.assignments if u not in plan.arrived and not self._bound_node(u)]
+                    if not missing:
+                        plan.state, lead = "binding", True
+                        break
+                    left = deadline - time.monotonic()
+                    if left <= 0:
+                        self.metrics.barrier.labels(outcome="timeout").inc()
+                        why = (f"barrier timed out: {len(plan.assignments) - len(missing)} of "
+                               f"{len(plan.assignments)} members reached bind")
+                        if self.plans.get(plan.group) is plan:
+                            self._release(plan.group, why)
+                        self._event_key(plan.group, "BarrierTimeout", why, "Warning")
+                        raise BindError(f"phalanx: podgroup {plan.group}: {why}; nothing was bound")
+                    self._arrival.wait(timeout=min(left, 1.0))
+                    plan.deadline = max(plan.deadline, self.clock() + 1.0)  # no expiry while waiting
+            finally:
+                self.metrics.barrier_waiting.dec()
+        if lead:
+            self._bind_all(plan)
+        with self._lock:
+            while plan.state == "binding":
+                self._arrival.wait(timeout=1.0)
+            if plan.state != "bound" or uid in plan.failed_uids:
+                raise BindError(f"phalanx: podgroup {plan.group}: {plan.error or 'binding failed'}")
+
+    def _bind_all(self, plan: Plan) -> None:
+        """The gang is complete at the barrier: write the placement record, then bind everyone."""
+        key = plan.group
+        ns, name = key.split("/", 1)
+        group = self.cache.podgroup(key)
+        self.metrics.barrier.labels(outcome="released").inc()
+        pending = {uid: node for uid, node in plan.assignments.items() if not self._bound_node(uid)}
+        try:
+            self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: json.dumps(
+                {"domain": plan.domain, "pods": {self._pod_name(uid): n for uid, n in plan.assignments.items()}},
+                sort_keys=True)})
+        except WriteError as err:
+            self._finish(plan, False, f"could not write the placement record: {err}")
+            return
+        if group is not None:
+            self._set_status(group, True, "Scheduled",
+                             f"{len(plan.assignments)} pods going to binding in {plan.domain or 'the cluster'}")
+        futures = {uid: self._binder.submit(self._bind_uid, uid, node) for uid, node in pending.items()}
+        failed = {uid: f.result() for uid, f in futures.items() if f.result()}
+        if failed:
+            plan.failed_uids = set(failed)
+            self._finish(plan, False, "; ".join(failed.values()))
+        else:
+            self._finish(plan, True, "")
+
+    def _pod_name(self, uid: str) -> str:
+        record = self.cache.pods.get(uid)
+        return record.pod.name if record else uid
+
+    def _bind_uid(self, uid: str, node: str) -> str:
+        record = self.cache.pods.get(uid)
+        if record is None:
+            return f"pod {uid} is gone"
+        try:
+            self.writer.bind(record.pod.namespace, record.pod.name, uid, node)
+        except WriteError as err:
+            return f"binding {record.pod.key} to {node} failed: {err}"
+        return ""
+
+    def _finish(self, plan: Plan, ok: bool, error: str) -> None:
+        with self._lock:
+            plan.state = "bound" if ok else "failed"
+            plan.error = error
+            if not ok and self.plans.get(plan.group) is plan:
+                del self.plans[plan.group]
+            self.metrics.plans.set(len(self.plans))
+            self._arrival.notify_all()
+        if ok:
+            self._event_key(plan.group, "Bound", f"bound {len(plan.assignments)} pods")
+            self._emit("bound", group=plan.group, assignments=dict(plan.assignments))
+        else:
+            self._event_key(plan.group, "BindFailed", error, "Warning")
+            self._emit("bind_failed", group=plan.group, error=error)
+
+    # -- status and events -------------------------------------------------------------------
+    def _set_status(self, group: PodGroup, ok: bool, reason: str, message: str) -> None:
+        record = self.cache.podgroups.get(group.key)
+        conditions = list(((record.raw.get("status") or {}).get("conditions") or []) if record else [])
+        current = next((c for c in conditions if c.get("type") == names.CONDITION_INITIALLY_SCHEDULED), None)
+        if current and current.get("status") == "True":
+            return  # never back to False; True -> True keeps its lastTransitionTime
+        status = "True" if ok else "False"
+        if current and current.get("status") == status and current.get("message") == message[:32768]:
+            return
+        condition = {
+            "type": names.CONDITION_INITIALLY_SCHEDULED,
+            "status": status,
+            "reason": reason,
+            "message": message[:32768],
+            "lastTransitionTime": (current or {}).get("lastTransitionTime") if current and current.get(
+                "status") == status else _now_rfc3339(),
+        }
+        others = [c for c in conditions if c.get("type") != names.CONDITION_INITIALLY_SCHEDULED]
+        try:
+            self.writer.patch_podgroup_status(group.namespace, group.name, {"conditions": others + [condition]})
+        except WriteError as err:
+            log.warning("could not update status of %s: %s", group.key, err)
+
+    def _event(self, group: PodGroup, reason: str, note: str, type_: str = "Normal") -> None:
+        self._event_key(group.key, reason, note, type_)
+
+    def _event_key(self, key: str, reason: str, note: str, type_: str = "Normal") -> None:
+        ns, name = key.split("/", 1)
+        record = self.cache.podgroups.get(key)
+        ref = {"kind": "PodGroup", "namespace": ns, "name": name, "uid": record.uid if record else ""}
+        try:
+            self.writer.event(ref, reason, note[:1024], type_)
+        except WriteError as err:
+            log.debug("event %s on %s not recorded: %s", reason, key, err)
+
+    # -- introspection -----------------------------------------------------------------------
+    def plan_of(self, key: str) -> Plan | None:
+        with self._lock:
+            return self.plans.get(key)
+
+    def close(self) -> None:
+        self._binder.shutdown(wait=False, cancel_futures=True)
+
+
+def _restrict(snapshot: Snapshot, allowed: set[str]) -> Snapshot:
+    """The snapshot limited to ``allowed`` nodes (kube-scheduler's candidates)."""
+    if len(allowed) >= len(snapshot.nodes) and all(n.name in allowed for n in snapshot.nodes):
+        return snapshot
+    keep = [n for n in snapshot.nodes if n.name in allowed]
+    usage = {}
+    for node in keep:
+        i = snapshot.index[node.name]
+        usage[node.name] = {r: int(snapshot.used[i, j]) for j, r in enumerate(snapshot.resources)
+                            if snapshot.used[i, j]}
+    return Snapshot(keep, (), usage)

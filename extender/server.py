@@ -1,0 +1,124 @@
+"""``phalanx serve``: cache, workload-cycle service and HTTP extender in one process.
+
+The HTTP server is cheroot (a threaded production WSGI server with TLS and client-certificate
+verification). Its thread pool is sized above the largest gang (``--http-threads``, default 1100):
+a gang of N holds N-1 bind calls open at the barrier while kube-scheduler keeps sending filter
+calls for the rest, so a small pool would deadlock a big gang until the barrier times out.
+Everything (watch threads, service, servers) starts inside this one process; nothing forks.
+"""
+
+from __future__ import annotations
+
+import logging
+import signal
+import ssl
+import threading
+from dataclasses import dataclass
+from typing import Callable
+
+from cheroot import wsgi
+from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+from cluster.apiserver import ApiServerBackend
+from cluster.cache import ClusterCache
+from cluster.kube import Kube
+from cluster.sim import SimCluster
+from extender.cycle import WorkloadCycle
+from extender.http import create_app
+from solver import SolveOptions
+
+log = logging.getLogger("phalanx.serve")
+
+
+@dataclass
+class ServeOptions:
+    http_addr: str = "127.0.0.1:8888"
+    http_threads: int = 1100
+    tls_cert: str | None = None
+    tls_key: str | None = None
+    client_ca: str | None = None
+    barrier_timeout: float = 30.0
+    plan_ttl: float = 60.0
+    solver_path: str = "exact"
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"address must be HOST:PORT, got {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+def http_server(app, options: ServeOptions) -> wsgi.Server:
+    server = wsgi.Server(split_addr(options.http_addr), app, numthreads=options.http_threads,
+                         request_queue_size=512, timeout=600, accepted_queue_size=-1)
+    if options.tls_cert or options.tls_key or options.client_ca:
+        if not (options.tls_cert and options.tls_key):
+            raise ValueError("--tls-cert and --tls-key go together (and --client-ca needs them)")
+        adapter = BuiltinSSLAdapter(options.tls_cert, options.tls_key)
+        if options.client_ca:
+            adapter.context.verify_mode = ssl.CERT_REQUIRED
+            adapter.context.load_verify_locations(cafile=options.client_ca)
+        server.ssl_adapter = adapter
+    return server
+
+
+class Phalanx:
+    """The running service: backend + cache + cycle + HTTP server."""
+
+    def __init__(self, cycle: WorkloadCycle, server: wsgi.Server, ready: Callable[[], tuple[bool, str]],
+                 stop_backend: Callable[[], None] = lambda: None) -> None:
+        self.cycle, self.server, self.ready = cycle, server, ready
+        self._stop_backend = stop_backend
+        self._thread: threading.Thread | None = None
+
+    @property
+    def port(self) -> int:
+        return self.server.bind_addr[1]
+
+    def start(self) -> "Phalanx":
+        self.server.prepare()
+        self._thread = threading.Thread(target=self.server.serve, name="phalanx-http", daemon=True)
+        self._thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.server.stop()
+        self._stop_backend()
+        self.cycle.close()
+
+
+def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster | None = None) -> Phalanx:
+    solve = SolveOptions(path=options.solver_path)
+    if sim is not None:
+        cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl)
+        ready: Callable[[], tuple[bool, str]] = lambda: (True, "ok (simulated cluster)")
+        stop_backend: Callable[[], None] = lambda: None
+    else:
+        cache = ClusterCache()
+        backend = ApiServerBackend(Kube(None if kubeconfig == "in-cluster" else kubeconfig), cache)
+        backend.start()
+        if not backend.wait_synced(120):
+            log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
+        cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl)
+        ready, stop_backend = backend.ready, backend.stop
+    app = create_app(cycle, ready)
+    return Phalanx(cycle, http_server(app, options), ready, stop_backend)
+
+
+def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | None = None) -> int:
+    sim = None
+    if sim_file:
+        sim = SimCluster()
+        with open(sim_file) as f:
+            sim.load_yaml(f.read())
+    phalanx = build(options, kubeconfig, sim).start()
+    scheme = "https" if options.tls_cert else "http"
+    print(f"phalanx serving the extender on {scheme}://{options.http_addr}/scheduler "
+          f"({'simulated cluster ' + sim_file if sim_file else 'API server'})", flush=True)
+    done = threading.Event()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        signal.signal(sig, lambda *_: done.set())
+    done.wait()
+    phalanx.stop()
+    return 0

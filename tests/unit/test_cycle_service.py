@@ -1,0 +1,207 @@
+"""The workload-cycle service on the simulated cluster: plans, reservations, the bind barrier,
+status, and the rules of DESIGN section 4."""
+
+import threading
+
+import pytest
+
+from cluster import names
+from cluster.sim import SimCluster
+from extender.cycle import BindError, WorkloadCycle
+
+from .k8s_objects import node, pod, podgroup
+
+RACK = names.LABEL_RACK
+
+
+@pytest.fixture
+def sim():
+    s = SimCluster()
+    for r in range(2):
+        for i in range(2):
+            s.create(node(f"n-{r}-{i}", rack=f"r{r}", gpus=4))
+    return s
+
+
+@pytest.fixture
+def cycle(sim):
+    service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0)
+    yield service
+    service.close()
+
+
+def all_nodes(sim):
+    return sorted(n["metadata"]["name"] for n in sim.list("Node"))
+
+
+def make_gang(sim, name, size, gpu=1, key=None, min_count=None):
+    sim.create(podgroup(name, min_count or size, key))
+    return [sim.create(pod(f"{name}-{i}", name, gpu=gpu)) for i in range(size)]
+
+
+def bind_all(cycle, sim, pods):
+    """Run filter for every member, then every bind in its own thread, as kube-scheduler does."""
+    planned = {}
+    for p in pods:
+        answer = cycle.filter(p, all_nodes(sim))
+        assert len(answer.nodes) == 1, answer
+        planned[p["metadata"]["uid"]] = answer.nodes[0]
+    errors = []
+
+    def bind(p):
+        try:
+            cycle.bind(p["metadata"]["namespace"], p["metadata"]["name"], p["metadata"]["uid"],
+                       planned[p["metadata"]["uid"]])
+        except BindError as err:
+            errors.append(str(err))
+
+    threads = [threading.Thread(target=bind, args=(p,)) for p in pods]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return planned, errors
+
+
+def condition(sim, name):
+    pg = sim.get("PodGroup", f"default/{name}")
+    return next((c for c in (pg.get("status") or {}).get("conditions") or []
+                 if c["type"] == names.CONDITION_INITIALLY_SCHEDULED), None)
+
+
+def test_members_wait_until_min_count_exist(sim, cycle):
+    sim.create(podgroup("db", 5))
+    pods = [sim.create(pod(f"db-{i}", "db")) for i in range(3)]
+    answer = cycle.filter(pods[0], all_nodes(sim))
+    assert answer.nodes == []
+    assert set(answer.unresolvable.values()) == {"podgroup default/db: waiting for members, 3 of 5 exist"}
+
+
+def test_pod_whose_podgroup_does_not_exist_waits(sim, cycle):
+    p = sim.create(pod("x-0", "missing"))
+    answer = cycle.filter(p, all_nodes(sim))
+    assert answer.nodes == [] and "does not exist yet" in next(iter(answer.unresolvable.values()))
+
+
+def test_gang_is_planned_at_first_filter_and_bound_whole(sim, cycle):
+    pods = make_gang(sim, "db", 5)
+    planned, errors = bind_all(cycle, sim, pods)
+    assert errors == []
+    bound = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in sim.list("Pod")}
+    assert all(bound.values()) and len(bound) == 5
+    record = sim.get("PodGroup", "default/db")["metadata"]["annotations"][names.ANNOTATION_PLACEMENT]
+    assert '"db-0"' in record
+    assert condition(sim, "db")["status"] == "True"
+    assert [e["reason"] for e in sim.events][:1] == ["Planned"]
+
+
+def test_gang_that_does_not_fit_binds_nothing_and_says_why(sim, cycle):
+    pods = make_gang(sim, "big", 5, gpu=4)  # 4 nodes x 4 GPUs: room for 4 of 5
+    answer = cycle.filter(pods[0], all_nodes(sim))
+    assert answer.nodes == []
+    assert "needs 20 nvidia.com/gpu, 16 free" in next(iter(answer.unresolvable.values()))
+    cond = condition(sim, "big")
+    assert cond["status"] == "False" and cond["reason"] == names.REASON_UNSCHEDULABLE
+    assert not any(p["spec"].get("nodeName") for p in sim.list("Pod"))
+
+
+def test_rack_constraint_keeps_the_gang_in_one_rack(sim, cycle):
+    pods = make_gang(sim, "t", 8, gpu=1, key=RACK)
+    planned, errors = bind_all(cycle, sim, pods)
+    assert errors == []
+    racks = {sim.get("Node", n)["metadata"]["labels"][RACK] for n in planned.values()}
+    assert len(racks) == 1
+
+
+def test_planned_capacity_is_reserved_against_other_pods(sim, cycle):
+    pods = make_gang(sim, "g", 4, gpu=4)  # takes every GPU
+    cycle.filter(pods[0], all_nodes(sim))
+    other = sim.create(pod("loner", gpu=1))
+    answer = cycle.filter(other, all_nodes(sim))
+    assert answer.nodes == [] and len(answer.failed) == 4
+    assert "reserved for a planned podgroup" in next(iter(answer.failed.values()))
+
+
+def test_pods_without_groups_pass_through_when_nothing_is_reserved(sim, cycle):
+    p = sim.create(pod("loner"))
+    assert cycle.filter(p, all_nodes(sim)).nodes == all_nodes(sim)
+
+
+def test_two_gangs_that_fit_alone_but_not_together_do_not_deadlock(sim, cycle):
+    a = make_gang(sim, "a", 3, gpu=4)
+    b = make_gang(sim, "b", 3, gpu=4)
+    first = cycle.filter(a[0], all_nodes(sim))
+    second = cycle.filter(b[0], all_nodes(sim))
+    assert first.nodes and second.nodes == []  # b waits whole while a holds its plan
+    _, errors = bind_all(cycle, sim, a)
+    assert errors == []
+    assert sum(1 for p in sim.list("Pod") if p["spec"].get("nodeName")) == 3
+
+
+def test_stale_plan_is_released_and_the_group_replanned(sim, cycle):
+    pods = make_gang(sim, "g", 2, gpu=1)
+    planned = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    others = [n for n in all_nodes(sim) if n != planned]
+    answer = cycle.filter(pods[0], others)  # in-tree filters dropped the planned node
+    assert answer.nodes and answer.nodes[0] in others
+
+
+def test_barrier_timeout_binds_nothing_and_releases_the_plan(sim, cycle):
+    pods = make_gang(sim, "g", 3, gpu=1)
+    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    with pytest.raises(BindError, match="barrier timed out: 1 of 3 members reached bind"):
+        cycle.bind("default", "g-0", pods[0]["metadata"]["uid"], node0)
+    assert not any(p["spec"].get("nodeName") for p in sim.list("Pod"))
+    assert cycle.plan_of("default/g") is None
+
+
+def test_bind_to_an_unplanned_node_is_refused(sim, cycle):
+    pods = make_gang(sim, "g", 2, gpu=1)
+    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    wrong = next(n for n in all_nodes(sim) if n != node0)
+    with pytest.raises(BindError, match="is planned on"):
+        cycle.bind("default", "g-0", pods[0]["metadata"]["uid"], wrong)
+
+
+def test_gang_member_without_a_plan_is_never_bound(sim, cycle):
+    pods = make_gang(sim, "g", 2, gpu=1)
+    with pytest.raises(BindError, match="has no plan"):
+        cycle.bind("default", "g-0", pods[0]["metadata"]["uid"], "n-0-0")
+    assert not sim.get("Pod", "default/g-0")["spec"].get("nodeName")
+
+
+def test_pods_without_a_group_bind_at_once(sim, cycle):
+    p = sim.create(pod("loner"))
+    cycle.bind("default", "loner", p["metadata"]["uid"], "n-0-0")
+    assert sim.get("Pod", "default/loner")["spec"]["nodeName"] == "n-0-0"
+
+
+def test_condition_never_goes_back_to_false(sim, cycle):
+    pods = make_gang(sim, "g", 2, gpu=1)
+    bind_all(cycle, sim, pods)
+    first = condition(sim, "g")
+    extra = sim.create(pod("g-9", "g", gpu=64))  # cannot fit anywhere
+    cycle.filter(extra, all_nodes(sim))
+    assert condition(sim, "g") == first
+
+
+def test_basic_group_places_members_and_binds_at_once(sim, cycle):
+    sim.create(podgroup("web"))
+    p = sim.create(pod("web-0", "web"))
+    node0 = cycle.filter(p, all_nodes(sim)).nodes[0]
+    cycle.bind("default", "web-0", p["metadata"]["uid"], node0)
+    assert sim.get("Pod", "default/web-0")["spec"]["nodeName"] == node0
+
+
+def test_malformed_pod_gets_an_answer_not_a_crash(sim, cycle):
+    bad = {"metadata": {"name": "b", "namespace": "default"},
+           "spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}}
+    answer = cycle.filter(bad, all_nodes(sim))
+    assert answer.nodes == [] and "unparsable quantity" in next(iter(answer.unresolvable.values()))
+
+
+def test_prioritize_favours_the_planned_node(sim, cycle):
+    pods = make_gang(sim, "g", 2, gpu=1)
+    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    scores = cycle.prioritize(pods[0], all_nodes(sim))
+    assert scores[node0] == 10 and sum(scores.values()) == 10
