@@ -1,6 +1,33 @@
 """Benchmarks and baselines. Each suite is a module with ``main(quick, json_path, seeds) -> int``,
 registered here under the name ``phalanx bench NAME`` takes."""
 
+import json
+import pathlib
+import time
+from typing import Callable
+
 SUITES = {
     "solver": "bench.solver_bench",
+    "preemption": "bench.preemption_bench",
 }
+
+
+def run_suite(run: Callable[..., list[dict]], markdown: Callable[[list[dict]], str], params: dict,
+              seeds: int | None, json_path: str | None) -> int:
+    """A suite's ``main``: run it (``seeds`` overrides the parameters' count), print its markdown
+    summary, and write the rows as JSON to ``json_path`` with the summary beside it (.md)."""
+    params = dict(params)
+    if seeds:
+        params["seeds"] = seeds
+    started = time.perf_counter()
+    rows = run(**params)
+    table = markdown(rows)
+    print(f"\n{len(rows)} rows in {time.perf_counter() - started:.0f} s\n")
+    print(table)
+    if not json_path:
+        return 0
+    path = pathlib.Path(json_path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(rows, indent=1) + "\n")
+    path.with_suffix(".md").write_text(table + "\n")
+    return 0

@@ -9,7 +9,6 @@ are synthetic labels.
 
 from __future__ import annotations
 
-import json
 import time
 from dataclasses import dataclass
 
@@ -19,6 +18,7 @@ from cluster.names import LABEL_RACK, LABEL_ZONE
 from solver import SolveOptions, assert_placement_valid, place
 from solver.objective import Objective
 
+from . import run_suite
 from .baselines import upstream_style
 from .generate import gpu_cluster, gpu_gang, filled_snapshot
 
@@ -124,19 +124,4 @@ def markdown(rows: list[dict]) -> str:
 
 
 def main(quick: bool, json_path: str | None, seeds: int | None = None) -> int:
-    params = dict(QUICK if quick else FULL)
-    if seeds:
-        params["seeds"] = seeds
-    started = time.perf_counter()
-    rows = run(**params)
-    wall = time.perf_counter() - started
-    print(f"\n{len(rows)} cases in {wall:.0f} s\n")
-    print(markdown(rows))
-    if json_path:
-        import pathlib
-
-        path = pathlib.Path(json_path)
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(rows, indent=1) + "\n")
-        path.with_suffix(".md").write_text(markdown(rows) + "\n")
-    return 0
+    return run_suite(run, markdown, QUICK if quick else FULL, seeds, json_path)

@@ -2,7 +2,8 @@
 
 No I/O, no Kubernetes objects, no web framework. Callers build a :class:`Snapshot` from
 :class:`Node` and :class:`Pod` records (``cluster/`` converts API objects into them) and ask
-:func:`place` or :func:`place_batch` where a :class:`PodGroup` goes.
+:func:`place` or :func:`place_batch` where a :class:`PodGroup` goes, and :func:`plan_preemption`
+what to evict when it does not fit.
 """
 
 from .errors import InvalidInput, PlacementInvalid, SolverError
@@ -16,6 +17,7 @@ from .model import (
     PodGroup,
     PodSpec,
     Policy,
+    PreemptionPolicy,
     Requirement,
     Taint,
     TaintEffect,
@@ -24,13 +26,29 @@ from .model import (
 )
 from .objective import Objective, evaluate
 from .placement import BatchResult, Placement, SolveOptions, place, place_batch
+from .preemption import (
+    DisruptionBudget,
+    PodCandidate,
+    PreemptionContext,
+    PreemptionCost,
+    PreemptionPlan,
+    VictimInfo,
+    VictimUnit,
+    expand_victims_for_pod,
+    plan_preemption,
+    rank_candidates,
+    victim_cost,
+    victim_units,
+)
 from .snapshot import Snapshot
 from .validate import assert_placement_valid
 
 __all__ = [
-    "PODS", "BatchResult", "DisruptionMode", "DomainShortfall", "Explanation", "InvalidInput",
-    "Node", "NodeAffinity", "Objective", "Placement", "PlacementInvalid", "Pod", "PodGroup",
-    "PodSpec", "Policy", "Requirement", "SolveOptions", "SolverError", "Snapshot", "Taint",
-    "TaintEffect", "Toleration", "assert_placement_valid", "effective_requests", "evaluate",
-    "place", "place_batch",
+    "PODS", "BatchResult", "DisruptionBudget", "DisruptionMode", "DomainShortfall", "Explanation",
+    "InvalidInput", "Node", "NodeAffinity", "Objective", "Placement", "PlacementInvalid", "Pod",
+    "PodCandidate", "PodGroup", "PodSpec", "Policy", "PreemptionContext", "PreemptionCost",
+    "PreemptionPlan", "PreemptionPolicy", "Requirement", "SolveOptions", "SolverError", "Snapshot",
+    "Taint", "TaintEffect", "Toleration", "VictimInfo", "VictimUnit", "assert_placement_valid",
+    "effective_requests", "evaluate", "expand_victims_for_pod", "place", "place_batch",
+    "plan_preemption", "rank_candidates", "victim_cost", "victim_units",
 ]

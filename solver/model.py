@@ -228,6 +228,13 @@ class DisruptionMode(str, enum.Enum):
     ALL = "all"
 
 
+class PreemptionPolicy(str, enum.Enum):
+    """Whether a group may evict lower-priority pods to fit (upstream ``preemptionPolicy``)."""
+
+    PREEMPT_LOWER_PRIORITY = "PreemptLowerPriority"
+    NEVER = "Never"
+
+
 @dataclass(frozen=True)
 class PodGroup:
     """A PodGroup and its member pods (bound and pending).
@@ -246,10 +253,18 @@ class PodGroup:
     disruption_mode: DisruptionMode = DisruptionMode.SINGLE
     priority: int = 0
     created: float = 0.0
+    preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
 
     def __post_init__(self) -> None:
         if not self.name:
             raise InvalidInput("podgroup name must not be empty")
+        try:
+            object.__setattr__(self, "preemption_policy", PreemptionPolicy(self.preemption_policy))
+        except ValueError:
+            raise InvalidInput(
+                f"podgroup {self.key}: preemptionPolicy must be PreemptLowerPriority or Never, "
+                f"got {self.preemption_policy!r}"
+            ) from None
         if isinstance(self.min_count, bool) or not isinstance(self.min_count, int) or self.min_count < 1:
             raise InvalidInput(f"podgroup {self.key}: minCount must be an integer >= 1, got {self.min_count!r}")
         if self.disruption_mode is DisruptionMode.ALL and self.policy is Policy.BASIC:

@@ -6,7 +6,8 @@ reservations) and every answer is computed against it. Capacities are held as nu
 vector operations, not Python loops. Derived indexes (topology domains, eligibility masks per
 pod constraint signature) are computed lazily and cached; they never change because the snapshot
 does not. What-if edits (a batch placing one group after another, a preemption trial) go through
-:meth:`Snapshot.with_usage`, which shares every static part and copies only the usage matrix.
+:meth:`Snapshot.with_usage` and :meth:`Snapshot.without_pods`, which share every static part and copy
+only the usage matrix.
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from .model import PODS, Node, Pod, PodSpec, TaintEffect
 
 #: Reasons a node is excluded for a pod before capacity is considered, in the order checked.
 EXCLUSION_REASONS = ("unschedulable", "taint", "selector", "affinity")
+#: Caches that depend only on nodes and labels, never on usage: what-if copies share them.
+STATIC_CACHES = ("domains", "elig", "labels", "unsched")
 
 
 def constraint_signature(spec: PodSpec) -> tuple:
@@ -77,15 +80,35 @@ class Snapshot:
                 used[i, j] += amount
         used[i, self.rindex[PODS]] += pods
 
-    def with_usage(self, extra: Mapping[str, Mapping[str, int]]) -> "Snapshot":
-        """A new snapshot with ``extra`` (node -> amounts, ``pods`` counted as given) also used.
-        Shares nodes, indexes and eligibility caches; copies only the usage matrix."""
+    def _clone(self) -> "Snapshot":
+        """A copy sharing nodes, indexes and the static caches, with its own usage matrix."""
         clone = object.__new__(Snapshot)
         clone.__dict__.update(self.__dict__)
         clone.used = self.used.copy()
+        clone._caches = {k: v for k, v in self._caches.items() if k[0] in STATIC_CACHES}
+        return clone
+
+    def with_usage(self, extra: Mapping[str, Mapping[str, int]]) -> "Snapshot":
+        """A new snapshot with ``extra`` (node -> amounts, ``pods`` counted as given) also used.
+        Shares nodes, indexes and eligibility caches; copies only the usage matrix."""
+        clone = self._clone()
         for node_name, amounts in extra.items():
             self._charge(clone.used, node_name, amounts, pods=amounts.get(PODS, 0), what="usage")
-        clone._caches = {k: v for k, v in self._caches.items() if k[0] in ("domains", "elig", "labels", "unsched")}
+        return clone
+
+    def without_pods(self, uids: Iterable[str]) -> "Snapshot":
+        """A new snapshot where the bound pods ``uids`` are gone (a preemption trial): their usage
+        is released and they leave :attr:`bound`. Shares every static part, like :meth:`with_usage`."""
+        gone = set(uids)
+        missing = gone - {p.uid for p in self.bound}
+        if missing:
+            raise InvalidInput(f"pods {sorted(missing)} are not bound in the snapshot")
+        clone = self._clone()
+        clone.bound = tuple(p for p in self.bound if p.uid not in gone)
+        for pod in self.bound:
+            if pod.uid in gone:
+                released = {r: -amount for r, amount in pod.spec.requests.items()}
+                self._charge(clone.used, pod.node, released, pods=-1, what=f"pod {pod.key}")
         return clone
 
     def with_placement(self, placement: Mapping[str, str], pods: Mapping[str, Pod]) -> "Snapshot":

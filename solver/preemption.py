@@ -1,0 +1,702 @@
+"""Group preemption planning: which lower-priority pods to evict so a PodGroup fits.
+
+The rules, as upstream states them for workload-aware preemption (KEP-5710): a victim *unit* is
+one pod (its group's disruption mode is ``single``, or it has no group) or a whole group (``all``:
+every bound member goes together); only units of strictly lower priority than the preemptor are
+candidates; a group with ``preemptionPolicy: Never`` never evicts anything. Victim sets compare in
+upstream's order, smaller first (:class:`PreemptionCost`):
+
+1. fewest PodDisruptionBudget violations;
+2. the lowest priority of the most important victim;
+3. fewest victim pods;
+4. least total victim priority;
+
+and every victim is necessary: giving back any one unit leaves the preemptor without room.
+
+The search runs per candidate domain of the required topology key (the whole cluster without a
+key) and takes victims only from units with a pod on a node of that domain that the group may use
+(a unit's members elsewhere go with it: the unit is atomic):
+
+* **greedy** — the upstream shape and the benchmark baseline: evict every candidate, check the
+  group fits, then give units back one at a time (PDB-violating units first, then highest
+  priority first; an ``all`` unit only as a whole), keeping each reprieve that still leaves room;
+* **exact** — one CP-SAT model per domain, seeded with the greedy answer and capped by the best
+  answer so far: a boolean per ``all`` unit, an integer per class of interchangeable ``single``
+  victims on a node, the group's pods per shape on every node that holds victims, and the rest of
+  the domain as node classes with packing patterns (as in :mod:`solver.exact`); the four criteria
+  above as one weighted sum.
+
+Every answer is then checked the way it will be acted on: remove the victims from the snapshot,
+:func:`solver.place` the group, run the placement through the validator, and give back every unit
+whose eviction turns out unnecessary (in reprieve order). The exact path returns the better of its
+own answer and the greedy one, so it is never worse than the baseline.
+
+For the extender's preempt verb (a pod *without* a group), :func:`expand_victims_for_pod` and
+:func:`rank_candidates` count a victim that belongs to an ``all`` group as its whole group.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Iterable, Mapping
+
+import numpy as np
+from ortools.sat.python import cp_model
+
+from .errors import InvalidInput, SolverError
+from .exact import ModelTooLarge, _patterns
+from .greedy import greedy_domain
+from .model import PODS, DisruptionMode, Pod, PodGroup, PreemptionPolicy
+from .placement import SolveOptions, _assign, place
+from .problem import Problem
+from .snapshot import Snapshot
+from .validate import assert_placement_valid
+
+#: Below every Kubernetes priority (int32): the highest victim priority of a plan with no victims.
+NO_VICTIM_PRIORITY = -(2**31) - 1
+
+#: Preemption defaults: the CP-SAT budget is per domain model and deterministic (reproducible).
+PREEMPTION_OPTIONS = SolveOptions(path="exact", deterministic_time=0.5, time_limit=5.0)
+
+
+# -- input ------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VictimInfo:
+    """What preemption needs to know about one running pod: its unit's priority (the PodGroup's
+    priority where it has one), its group key and that group's disruption mode."""
+
+    priority: int
+    group: str = ""
+    mode: DisruptionMode = DisruptionMode.SINGLE
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "mode", DisruptionMode(self.mode))
+        if self.mode is DisruptionMode.ALL and not self.group:
+            raise InvalidInput("victim info: disruption mode all needs a group key")
+
+
+@dataclass(frozen=True)
+class DisruptionBudget:
+    """A PodDisruptionBudget as preemption sees it: the running pods it selects and how many of
+    them may still be disrupted (its ``status.disruptionsAllowed``)."""
+
+    name: str
+    pods: frozenset[str]
+    allowed: int
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "pods", frozenset(self.pods))
+        if isinstance(self.allowed, bool) or not isinstance(self.allowed, int) or self.allowed < 0:
+            raise InvalidInput(f"disruption budget {self.name}: allowed must be an integer >= 0, got {self.allowed!r}")
+
+
+@dataclass(frozen=True)
+class PreemptionContext:
+    """Victim metadata per running pod uid, plus the disruption budgets. A bound pod missing from
+    ``victims`` is a ``single`` unit at its own pod priority."""
+
+    victims: Mapping[str, VictimInfo] = field(default_factory=dict)
+    budgets: tuple[DisruptionBudget, ...] = ()
+
+    def info(self, pod: Pod) -> VictimInfo:
+        return self.victims.get(pod.uid) or VictimInfo(pod.spec.priority, pod.group)
+
+    @classmethod
+    def from_groups(cls, groups: Iterable[PodGroup], budgets: Iterable[DisruptionBudget] = ()) -> "PreemptionContext":
+        """Context from the running groups: each bound member gets its group's priority and mode."""
+        victims = {
+            pod.uid: VictimInfo(group.priority, group.key, group.disruption_mode)
+            for group in groups
+            for pod in group.bound
+        }
+        return cls(victims, tuple(budgets))
+
+
+# -- output -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class VictimUnit:
+    """What is evicted together: one pod (``key`` is the pod's ``namespace/name``) or a whole
+    ``all`` group (``key`` is the group's)."""
+
+    key: str
+    pods: tuple[str, ...]  # uids
+    priority: int
+    mode: DisruptionMode
+
+    def describe(self) -> str:
+        if self.mode is DisruptionMode.ALL:
+            return f"podgroup {self.key} ({len(self.pods)} pods)"
+        return f"pod {self.key}"
+
+
+@dataclass(frozen=True, order=True)
+class PreemptionCost:
+    """Upstream's order of victim sets as one comparable tuple: smaller is better."""
+
+    pdb_violations: int
+    highest_priority: int  # NO_VICTIM_PRIORITY when nothing is evicted
+    pods: int
+    priority_sum: int
+
+    def describe(self) -> str:
+        top = "-" if self.highest_priority == NO_VICTIM_PRIORITY else str(self.highest_priority)
+        return f"pdb_violations={self.pdb_violations} highest_priority={top} pods={self.pods} priority_sum={self.priority_sum}"
+
+
+@dataclass(frozen=True)
+class PreemptionPlan:
+    """The answer for one preemptor group. When ``reason`` is set, preemption cannot help and the
+    reason is fit for an event or a condition message; otherwise evicting ``victims`` lets
+    ``placement`` (pending pod uid -> node, checked by the validator on the snapshot without the
+    victims) happen, and no victim could be spared."""
+
+    group: str
+    units: tuple[VictimUnit, ...] = ()  # highest priority first
+    victims: tuple[str, ...] = ()  # pod uids, highest priority first
+    pdb_violations: int = 0
+    placement: Mapping[str, str] = field(default_factory=dict)
+    domain: str = ""
+    cost: PreemptionCost | None = None
+    path: str = "greedy"
+    optimal: bool = False  # CP-SAT proved every domain model it solved optimal
+    reason: str = ""
+    stats: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def helps(self) -> bool:
+        return not self.reason
+
+
+def victim_cost(units: Iterable[VictimUnit], budgets: Iterable[DisruptionBudget]) -> PreemptionCost:
+    """The cost of evicting ``units`` together. A budget is violated once per pod evicted beyond
+    its allowed disruptions."""
+    units = list(units)
+    uids = {uid for unit in units for uid in unit.pods}
+    return PreemptionCost(
+        pdb_violations=sum(max(0, len(b.pods & uids) - b.allowed) for b in budgets),
+        highest_priority=max((u.priority for u in units), default=NO_VICTIM_PRIORITY),
+        pods=len(uids),
+        priority_sum=sum(u.priority * len(u.pods) for u in units),
+    )
+
+
+def victim_units(snapshot: Snapshot, context: PreemptionContext, exclude_group: str = "") -> list[VictimUnit]:
+    """Every running pod of ``snapshot`` grouped into eviction units, sorted by key. An ``all``
+    unit's priority is the highest of its members' (they share the group's priority upstream)."""
+    groups: dict[str, list[tuple[Pod, VictimInfo]]] = {}
+    units = []
+    for pod in snapshot.bound:
+        info = context.info(pod)
+        if exclude_group and exclude_group in (pod.group, info.group):
+            continue
+        if info.mode is DisruptionMode.ALL:
+            groups.setdefault(info.group, []).append((pod, info))
+        else:
+            units.append(VictimUnit(pod.key, (pod.uid,), info.priority, DisruptionMode.SINGLE))
+    for key, members in groups.items():
+        uids = tuple(sorted(p.uid for p, _ in members))
+        units.append(VictimUnit(key, uids, max(i.priority for _, i in members), DisruptionMode.ALL))
+    units.sort(key=lambda u: (u.key, u.pods))
+    return units
+
+
+def _by_importance(units: Iterable[VictimUnit]) -> list[VictimUnit]:
+    return sorted(units, key=lambda u: (-u.priority, u.key, u.pods))
+
+
+# -- the search -------------------------------------------------------------------------------------
+def plan_preemption(
+    snapshot: Snapshot,
+    group: PodGroup,
+    context: PreemptionContext,
+    options: SolveOptions = PREEMPTION_OPTIONS,
+) -> PreemptionPlan:
+    """Plan the evictions that let ``group``'s pending members be placed on ``snapshot`` (whose
+    ``bound`` pods are the running pods). ``options.path`` picks greedy or exact; the CP-SAT budget
+    is per domain model. Raises :class:`InvalidInput` for a group that cannot be placed as given."""
+    started = time.perf_counter()
+    group.check_ready()
+    if group.preemption_policy is PreemptionPolicy.NEVER:
+        return _cannot(group, "preemptionPolicy Never")
+    if not group.pending:
+        return _cannot(group, "no pending members to place")
+    search = _Search(snapshot, group, context, options)
+    plan = search.run()
+    stats = dict(plan.stats)
+    stats["decision_ms"] = (time.perf_counter() - started) * 1000.0
+    return PreemptionPlan(**{**plan.__dict__, "stats": stats})
+
+
+def _cannot(group: PodGroup, why: str, stats: Mapping[str, float] | None = None) -> PreemptionPlan:
+    return PreemptionPlan(group.key, reason=f"podgroup {group.key}: preemption cannot help: {why}", stats=stats or {})
+
+
+@dataclass
+class _DomainModel:
+    """Per-domain data of the exact model that the answer is read back from."""
+
+    units: list[cp_model.IntVar]  # per `all` unit index in _Search.units, or None
+    classes: list[tuple[cp_model.IntVar, list[int]]]  # single-victim class: (count var, unit indices)
+
+
+class _Search:
+    def __init__(self, snapshot: Snapshot, group: PodGroup, context: PreemptionContext, options: SolveOptions):
+        self.snapshot = snapshot
+        self.group = group
+        self.budgets = context.budgets
+        self.options = options
+        self.check = SolveOptions(path="exact", seed=options.seed, deterministic_time=options.deterministic_time,
+                                  time_limit=options.time_limit)
+        self.base = Problem(snapshot, group)
+        self.pods = {p.uid: p for p in snapshot.bound}
+        self.units = [u for u in victim_units(snapshot, context, group.key) if u.priority < group.priority]
+        self.stats: dict[str, float] = {"candidate_units": len(self.units),
+                                        "candidate_pods": sum(len(u.pods) for u in self.units)}
+        eligible = np.any(np.stack([s.eligibility.mask for s in self.base.shapes]), axis=0)
+        ids = self.base.domain_ids
+        self.domain_units: dict[int, list[int]] = {d: [] for d in self.base.candidate_domains}
+        for k, unit in enumerate(self.units):
+            nodes = {snapshot.index[self.pods[uid].node] for uid in unit.pods}
+            for d in sorted({int(ids[i]) for i in nodes if eligible[i]}):
+                if d in self.domain_units:
+                    self.domain_units[d].append(k)
+        self.eligible = eligible
+
+    # -- helpers --------------------------------------------------------------------------------
+    def uids(self, units: Iterable[int]) -> list[str]:
+        return [uid for k in units for uid in self.units[k].pods]
+
+    def cost(self, units: Iterable[int]) -> PreemptionCost:
+        return victim_cost((self.units[k] for k in units), self.budgets)
+
+    def usage(self, k: int) -> dict[str, dict[str, int]]:
+        """What unit ``k``'s pods use, per node (to charge it back on a reprieve)."""
+        out: dict[str, dict[str, int]] = {}
+        for uid in self.units[k].pods:
+            pod = self.pods[uid]
+            slot = out.setdefault(pod.node, {PODS: 0})
+            slot[PODS] += 1
+            for r, amount in pod.spec.requests.items():
+                slot[r] = slot.get(r, 0) + amount
+        return out
+
+    def reprieve_order(self, units: Iterable[int]) -> list[int]:
+        """Upstream's reprieve order: units whose eviction would violate a budget first, then the
+        rest; highest priority first inside each (so the most important are spared when possible)."""
+        ordered = sorted(units, key=lambda k: (-self.units[k].priority, self.units[k].key, k))
+        left = {b.name: b.allowed for b in self.budgets}
+        violating = set()
+        for k in ordered:
+            for uid in self.units[k].pods:
+                for b in self.budgets:
+                    if uid in b.pods:
+                        left[b.name] -= 1
+                        if left[b.name] < 0:
+                            violating.add(k)
+        return [k for k in ordered if k in violating] + [k for k in ordered if k not in violating]
+
+    def fits_in_domain(self, snap: Snapshot, d: int) -> bool:
+        problem = Problem(snap, self.group)
+        hosts = np.nonzero((problem.domain_ids == d) & (problem.pods_ub > 0))[0]
+        return len(hosts) > 0 and greedy_domain(problem, hosts) is not None
+
+    def places(self, units: Iterable[int]):
+        snap = self.snapshot.without_pods(self.uids(units))
+        return snap, place(snap, self.group, self.check)
+
+    # -- the whole search -------------------------------------------------------------------------
+    def run(self) -> PreemptionPlan:
+        group = self.group
+        if place(self.snapshot, group, SolveOptions(path="greedy")).assignments:
+            return self.finish([], "greedy", True)
+        if not self.units:
+            return _cannot(group, f"no running pod has a priority below {group.priority}", self.stats)
+        snap, everything = self.places(range(len(self.units)))
+        if not everything.assignments:
+            detail = everything.explanation.message().removeprefix(f"podgroup {group.key}: ")
+            return _cannot(
+                group,
+                f"even with all {self.stats['candidate_pods']} lower-priority pods evicted: {detail}",
+                self.stats,
+            )
+        greedy = {}
+        for d, units in self.domain_units.items():
+            found = self.greedy(d, units)
+            if found is not None:
+                greedy[d] = found
+        self.stats["domains_feasible"] = len(greedy)
+        if not greedy:  # the greedy packing misses what the exact placement found: evict all
+            greedy = {-1: list(range(len(self.units)))}
+        best_d = min(greedy, key=lambda d: (self.cost(greedy[d]), d))
+        baseline = self.necessary_only(greedy[best_d])
+        if self.options.path == "greedy":
+            return self.finish(baseline, "greedy", False)
+        found, optimal = self.exact(greedy, self.cost(baseline))
+        if found is not None:
+            found = self.necessary_only(found)
+        if found is None or self.cost(baseline) <= self.cost(found):
+            return self.finish(baseline, "exact", optimal)
+        return self.finish(found, "exact", optimal)
+
+    def greedy(self, d: int, units: list[int]) -> list[int] | None:
+        """Upstream's shape in one domain: evict every candidate, then reprieve in order."""
+        current = self.snapshot.without_pods(self.uids(units))
+        if not self.fits_in_domain(current, d):
+            return None
+        evicted = set(units)
+        for k in self.reprieve_order(units):
+            trial = current.with_usage(self.usage(k))
+            if self.fits_in_domain(trial, d):
+                current = trial
+                evicted.discard(k)
+        return sorted(evicted)
+
+    def necessary_only(self, units: list[int]) -> list[int]:
+        """Give back, in reprieve order, every unit the placement solver does not need."""
+        kept = list(units)
+        for k in self.reprieve_order(units):
+            trial = [j for j in kept if j != k]
+            if self.places(trial)[1].assignments:
+                kept = trial
+        return kept
+
+    def finish(self, units: list[int], path: str, optimal: bool) -> PreemptionPlan:
+        snap, placement = self.places(units)
+        if not placement.assignments:
+            raise SolverError(f"podgroup {self.group.key}: preemption plan does not free enough room")
+        assert_placement_valid(snap, self.group, placement.assignments)
+        ordered = _by_importance(self.units[k] for k in units)
+        cost = victim_cost(ordered, self.budgets)
+        return PreemptionPlan(
+            group=self.group.key,
+            units=tuple(ordered),
+            victims=tuple(uid for u in ordered for uid in u.pods),
+            pdb_violations=cost.pdb_violations,
+            placement=dict(placement.assignments),
+            domain=placement.domain,
+            cost=cost,
+            path=path,
+            optimal=optimal,
+            stats=self.stats,
+        )
+
+    # -- the exact path ---------------------------------------------------------------------------
+    def exact(self, greedy: dict[int, list[int]], incumbent: PreemptionCost) -> tuple[list[int] | None, bool]:
+        """Solve a CP-SAT model per domain that could beat the incumbent; best answer and whether
+        every model solved was proven optimal."""
+        weights = _CostWeights.for_units(self.units, self.budgets)
+        best: tuple[PreemptionCost, list[int]] | None = None
+        proven = True
+        solved = pruned = 0
+        ranked = sorted(greedy, key=lambda d: (self.cost(greedy[d]), d))
+        for d in ranked:
+            if d < 0:
+                continue
+            ceiling = incumbent if best is None else min(incumbent, best[0])
+            if self.lower_bound(d, ceiling) >= ceiling:
+                pruned += 1
+                continue
+            try:
+                answer = self.solve_domain(d, greedy[d], weights, weights.scalar(ceiling))
+            except ModelTooLarge:
+                proven = False
+                continue
+            solved += 1
+            if answer is None:
+                continue
+            units, optimal = answer
+            proven &= optimal
+            cost = self.cost(units)
+            if best is None or cost < best[0]:
+                best = (cost, units)
+        self.stats.update(domains_solved=solved, domains_pruned=pruned)
+        return (best[1] if best else None), proven
+
+    def lower_bound(self, d: int, ceiling: PreemptionCost) -> PreemptionCost:
+        """No victim set of domain ``d`` costs less than this (from totals only): the lowest
+        priority level whose units, all evicted, free enough in total, and the fewest pods of at
+        most the ceiling's priority that cover the largest shortfall."""
+        units = self.domain_units[d]
+        nodes = np.nonzero((self.base.domain_ids == d) & self.eligible)[0]
+        cheapest = np.min(np.stack([s.vec for s in self.base.shapes]), axis=0)
+        short = cheapest * max(self.base.needed, 1) - self.snapshot.free[nodes].sum(axis=0)
+        if not np.any(short > 0):
+            return PreemptionCost(0, NO_VICTIM_PRIORITY, 0, 0)
+        in_domain = set(nodes.tolist())
+        freed = []  # (priority, request vector) per candidate pod on the domain's eligible nodes
+        for k in units:
+            for uid in self.units[k].pods:
+                pod = self.pods[uid]
+                if self.snapshot.index[pod.node] in in_domain:
+                    freed.append((self.units[k].priority, self.snapshot.request_vector(pod.spec.requests)[0]))
+        freed.sort(key=lambda f: f[0])
+        total = np.zeros_like(short)
+        top = NO_VICTIM_PRIORITY
+        for priority, vec in freed:
+            if not np.any(total < short):
+                break
+            total = total + vec
+            top = priority
+        if np.any(total < short):
+            return PreemptionCost(0, 2**62, 0, 0)  # cannot be feasible
+        if top < ceiling.highest_priority or ceiling.pdb_violations > 0:
+            return PreemptionCost(0, top, 1, 0)
+        pods = 0
+        for j in np.nonzero(short > 0)[0]:
+            sizes = sorted((int(v[j]) for p, v in freed if p <= ceiling.highest_priority), reverse=True)
+            reach = np.cumsum(sizes) if sizes else np.zeros(1)
+            pods = max(pods, int(np.searchsorted(reach, short[j])) + 1)
+        return PreemptionCost(0, top, pods, pods * min(p for p, _ in freed))
+
+    def solve_domain(self, d: int, hint: list[int], weights: "_CostWeights", ceiling: int):
+        """The CP-SAT model of domain ``d`` (see the module docstring); None when nothing under the
+        ceiling exists, else (unit indices, proven optimal)."""
+        snap, base = self.snapshot, self.base
+        shapes = base.shapes
+        cols = np.nonzero(np.any(np.stack([s.vec for s in shapes]), axis=0))[0]
+        vecs = np.stack([s.vec[cols] for s in shapes])
+        raw = (snap.allocatable - snap.used)[:, cols]
+        units = self.domain_units[d]
+        nodes = np.nonzero((base.domain_ids == d) & self.eligible)[0]
+        in_domain = set(nodes.tolist())
+        model = cp_model.CpModel()
+
+        # victims: a boolean per `all` unit, a count per class of interchangeable single pods
+        freed: dict[int, list[tuple[np.ndarray, object]]] = {}  # node -> [(vector, var)]
+        unit_vars: dict[int, cp_model.IntVar] = {}
+        classes: dict[tuple, list[int]] = {}
+        for k in units:
+            unit = self.units[k]
+            if unit.mode is DisruptionMode.ALL:
+                var = unit_vars[k] = model.new_bool_var("")
+                per_node: dict[int, np.ndarray] = {}
+                for uid in unit.pods:
+                    i = snap.index[self.pods[uid].node]
+                    if i in in_domain:
+                        per_node[i] = per_node.get(i, 0) + snap.request_vector(self.pods[uid].spec.requests)[0][cols]
+                for i, vec in per_node.items():
+                    freed.setdefault(i, []).append((vec, var))
+            else:
+                pod = self.pods[unit.pods[0]]
+                i = snap.index[pod.node]
+                vec = snap.request_vector(pod.spec.requests)[0][cols]
+                budgets = tuple(b.name for b in self.budgets if pod.uid in b.pods)
+                classes.setdefault((i, tuple(int(v) for v in vec), unit.priority, budgets), []).append(k)
+        class_vars = []
+        for (i, vec, _, _), members in classes.items():
+            var = model.new_int_var(0, len(members), "")
+            class_vars.append((var, members))
+            freed.setdefault(i, []).append((np.array(vec), var))
+
+        # the group's pods: per node where victims free room, per class of node elsewhere
+        placed: list[list] = [[] for _ in shapes]
+        for i, terms in freed.items():
+            most = raw[i] + sum(vec for vec, _ in terms)
+            ys = {}
+            for s, shape in enumerate(shapes):
+                if not shape.eligibility.mask[i]:
+                    continue
+                nz = vecs[s] > 0
+                cap = int(np.min(np.maximum(most[nz], 0) // vecs[s][nz]))
+                if cap > 0:
+                    ys[s] = model.new_int_var(0, min(cap, shape.count), "")
+                    placed[s].append(ys[s])
+            if not ys:
+                continue
+            for j in range(len(cols)):
+                users = [s for s in ys if vecs[s][j] > 0]
+                if not users:
+                    continue
+                lhs = sum(int(vecs[s][j]) * ys[s] for s in users)
+                rhs = sum(int(vec[j]) * var for vec, var in terms if vec[j]) + int(raw[i, j])
+                if raw[i, j] >= 0:
+                    model.add(lhs <= rhs)
+                else:  # overcommitted already: only a node that takes a pod must fit it
+                    used = model.new_bool_var("")
+                    for s in users:
+                        model.add(ys[s] == 0).only_enforce_if(~used)
+                    model.add(lhs <= rhs).only_enforce_if(used)
+        static: dict[tuple, int] = {}
+        caps = np.minimum(base.caps, np.array([s.count for s in shapes])[:, None])
+        for i in nodes:
+            if i in freed or not caps[:, i].any():
+                continue
+            key = (tuple(int(c) for c in caps[:, i]), tuple(int(x) for x in snap.free[i, cols]))
+            static[key] = static.get(key, 0) + 1
+        for (cap_tuple, free), count in static.items():
+            pattern_vars = []
+            for pattern in _patterns(cap_tuple, np.array(free), list(vecs)):
+                var = model.new_int_var(0, count, "")
+                pattern_vars.append(var)
+                for s, n in enumerate(pattern):
+                    if n:
+                        placed[s].append(var * n)
+            if pattern_vars:
+                model.add(sum(pattern_vars) <= count)
+        totals = []
+        for s, shape in enumerate(shapes):
+            if placed[s]:
+                model.add(sum(placed[s]) <= shape.count)
+                totals.append(sum(placed[s]))
+        if not totals:
+            return None
+        model.add(sum(totals) >= max(base.needed, 1))
+
+        # the cost, tier by tier
+        victims = [(self.units[k], var, 1) for k, var in unit_vars.items()]
+        victims += [(self.units[members[0]], var, len(members)) for var, members in class_vars]
+        objective = weights.terms(model, victims, self.budgets)
+        model.add(objective <= ceiling)
+        model.minimize(objective)
+        for k, var in unit_vars.items():
+            model.add_hint(var, int(k in hint))
+        chosen = set(hint)
+        for var, members in class_vars:
+            model.add_hint(var, sum(k in chosen for k in members))
+
+        solver = cp_model.CpSolver()
+        solver.parameters.num_workers = 1
+        solver.parameters.random_seed = self.options.seed
+        solver.parameters.max_deterministic_time = self.options.deterministic_time
+        solver.parameters.max_time_in_seconds = self.options.time_limit
+        status = solver.solve(model)
+        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+            return None
+        out = [k for k, var in unit_vars.items() if solver.value(var)]
+        for var, members in class_vars:
+            out += members[: solver.value(var)]
+        return sorted(out), status == cp_model.OPTIMAL
+
+
+@dataclass(frozen=True)
+class _CostWeights:
+    """Integer weights that make a weighted sum order exactly like :class:`PreemptionCost` over one
+    search's candidates. Priorities enter as levels (rank among the candidates' distinct
+    priorities) for the second tier and shifted by the lowest for the fourth; ``unit`` divides the
+    fourth tier when the sum would not fit in 62 bits."""
+
+    levels: tuple[int, ...]  # distinct candidate priorities, ascending
+    violations_max: int
+    pods_max: int
+    shifted_max: int
+    unit: int
+
+    @classmethod
+    def for_units(cls, units: list[VictimUnit], budgets: tuple[DisruptionBudget, ...]) -> "_CostWeights":
+        levels = tuple(sorted({u.priority for u in units}))
+        uids = {uid for u in units for uid in u.pods}
+        violations = sum(max(0, len(b.pods & uids) - b.allowed) for b in budgets)
+        pods = len(uids)
+        shifted = sum((u.priority - levels[0]) * len(u.pods) for u in units) if units else 0
+        unit = 1
+        while (violations + 1) * (len(levels) + 1) * (pods + 1) * (shifted // unit + 1) >= 2**62:
+            unit *= 10
+        return cls(levels, violations, pods, shifted // unit, unit)
+
+    def level(self, priority: int) -> int:
+        return 0 if priority == NO_VICTIM_PRIORITY else self.levels.index(priority) + 1
+
+    def coefficients(self) -> tuple[int, int, int, int]:
+        w_sum = 1
+        w_pods = self.shifted_max + 1
+        w_top = w_pods * (self.pods_max + 1)
+        w_viol = w_top * (len(self.levels) + 1)
+        return w_viol, w_top, w_pods, w_sum
+
+    def scalar(self, cost: PreemptionCost) -> int:
+        w_viol, w_top, w_pods, w_sum = self.coefficients()
+        shifted = cost.priority_sum - (self.levels[0] if self.levels else 0) * cost.pods
+        return (w_viol * cost.pdb_violations + w_top * self.level(cost.highest_priority)
+                + w_pods * cost.pods + w_sum * (shifted // self.unit))
+
+    def terms(self, model: cp_model.CpModel, victims: list[tuple[VictimUnit, cp_model.IntVar, int]],
+              budgets: tuple[DisruptionBudget, ...]):
+        """The weighted cost of the chosen victims: ``victims`` holds a unit (the representative of
+        a class of interchangeable single pods), its eviction count variable and the class size."""
+        w_viol, w_top, w_pods, w_sum = self.coefficients()
+        top = model.new_int_var(0, len(self.levels), "")
+        pods, shifted = [], []
+        per_budget: dict[str, list] = {}
+        for unit, var, size in victims:
+            level = self.level(unit.priority)
+            if size > 1:  # a class count: evicting any of them reaches its level
+                some = model.new_bool_var("")
+                model.add(var <= size * some)
+                model.add(top >= level * some)
+            else:
+                model.add(top >= level * var)
+            pods.append(len(unit.pods) * var)
+            shifted.append(((unit.priority - self.levels[0]) * len(unit.pods) // self.unit) * var)
+            for b in budgets:
+                inside = len(b.pods.intersection(unit.pods))
+                if inside:
+                    per_budget.setdefault(b.name, []).append(inside * var)
+        violations = []
+        for b in budgets:
+            if b.name in per_budget:
+                excess = model.new_int_var(0, self.violations_max, "")
+                model.add(excess >= sum(per_budget[b.name]) - b.allowed)
+                violations.append(excess)
+        return w_viol * sum(violations) + w_top * top + w_pods * sum(pods) + w_sum * sum(shifted)
+
+
+# -- the extender's preempt verb: a pod without a group --------------------------------------------
+@dataclass(frozen=True)
+class PodCandidate:
+    """One node kube-scheduler proposes for a pod without a group, with its true cost.
+
+    ``victims`` are the pods on that node to evict (kube-scheduler's victims plus the other members
+    on the node of any ``all`` group among them): the only ones an extender may name for the node,
+    since kube-scheduler looks victims up on that node. ``collateral`` are those groups' members on
+    other nodes, which phalanx must evict itself so the group goes as one unit."""
+
+    node: str
+    victims: tuple[str, ...]
+    collateral: tuple[str, ...]
+    cost: PreemptionCost
+    breaks_all_group: bool
+
+
+def expand_victims_for_pod(
+    node_to_victims: Mapping[str, Iterable[str]], snapshot: Snapshot, context: PreemptionContext
+) -> dict[str, tuple[str, ...]]:
+    """Per node, every pod that goes if the preemptor takes it: the proposed victims, then the rest
+    of any ``all`` group they belong to (wherever those members run)."""
+    return {c.node: c.victims + c.collateral for c in _pod_candidates(node_to_victims, snapshot, context)}
+
+
+def rank_candidates(
+    node_to_victims: Mapping[str, Iterable[str]], snapshot: Snapshot, context: PreemptionContext
+) -> list[PodCandidate]:
+    """Candidates cheapest first (upstream order, counting an ``all`` victim as its whole group);
+    a candidate that would break an ``all`` group is dropped when a cheaper candidate exists."""
+    ranked = sorted(_pod_candidates(node_to_victims, snapshot, context), key=lambda c: (c.cost, c.node))
+    if not ranked:
+        return []
+    cheapest = ranked[0].cost
+    return [c for c in ranked if not c.breaks_all_group or c.cost <= cheapest]
+
+
+def _pod_candidates(node_to_victims, snapshot: Snapshot, context: PreemptionContext) -> list[PodCandidate]:
+    unit_of = {uid: unit for unit in victim_units(snapshot, context) for uid in unit.pods}
+    node_of = {p.uid: p.node for p in snapshot.bound}
+    out = []
+    for node, proposed in node_to_victims.items():
+        if node not in snapshot.index:
+            raise InvalidInput(f"preemption candidate node {node!r} is not in the snapshot")
+        units: dict[str, VictimUnit] = {}
+        for uid in proposed:
+            unit = unit_of.get(uid)
+            if unit is None or node_of[uid] != node:
+                raise InvalidInput(f"preemption candidate {node}: victim {uid} is not running on that node")
+            units.setdefault(unit.key, unit)
+        seen = set(proposed)
+        extra = [uid for unit in units.values() for uid in unit.pods if uid not in seen]
+        on_node = tuple(proposed) + tuple(u for u in extra if node_of[u] == node)
+        elsewhere = tuple(u for u in extra if node_of[u] != node)
+        out.append(PodCandidate(
+            node, on_node, elsewhere, victim_cost(units.values(), context.budgets),
+            any(u.mode is DisruptionMode.ALL for u in units.values()),
+        ))
+    return out
