@@ -1,0 +1,98 @@
+"""Admission (``admission.k8s.io/v1`` AdmissionReview): validate StatefulSets, stamp their pods.
+
+Validating, StatefulSets (CREATE, UPDATE): KEP-6277's rules from :mod:`controller.config`; shared
+claims the pod template does not consume are a warning, not a rejection.
+
+Mutating, pods (CREATE): a pod whose controller is a StatefulSet with a scheduling configuration
+gets its PodGroup reference (``spec.schedulingGroup.podGroupName`` built in, the
+``scheduling.phalanx.dev/pod-group`` label in the CRD flavor), an ownerReference to the PodGroup
+(UID from the live object) and the ``podgroup-sync`` scheduling gate. The webhook never writes: it
+asks the leader to reconcile and waits (bounded) for the PodGroup to appear. When the PodGroup
+cannot be found in time and the StatefulSet has no pods yet, the pod is *rejected*: the StatefulSet
+controller retries with backoff, so no pod of an opted-in StatefulSet runs outside its group.
+Pods of StatefulSets without scheduling, and all other pods, pass unchanged.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import time
+from typing import Any, Callable, Mapping
+
+from cluster.kube import api_path
+
+from . import objects
+from .config import validate_statefulset
+from .objects import Flavor
+from .reconciler import Reconciler
+
+MSG_GROUP_PENDING = "phalanx: pod of StatefulSet {ns}/{name} is held until its PodGroup exists: {why}"
+
+
+def response(request: Mapping[str, Any], allowed: bool, message: str | None = None,
+             patch: list[dict] | None = None, warnings: list[str] | None = None) -> dict:
+    """An AdmissionReview v1 answering ``request``."""
+    answer: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": allowed}
+    if message:
+        answer["status"] = {"code": 403 if not allowed else 200, "message": message,
+                            "reason": "Forbidden" if not allowed else ""}
+    if patch:
+        answer["patchType"] = "JSONPatch"
+        answer["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
+    if warnings:
+        answer["warnings"] = warnings
+    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
+
+
+def review_statefulset(review: Mapping[str, Any]) -> dict:
+    request = review.get("request") or {}
+    if request.get("operation") not in ("CREATE", "UPDATE") or not request.get("object"):
+        return response(request, True)
+    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
+    errors, warnings = validate_statefulset(request["object"], old)
+    if errors:
+        return response(request, False, "; ".join(errors))
+    return response(request, True, warnings=warnings)
+
+
+class PodMutator:
+    """Stamps pods of opted-in StatefulSets. ``kick(namespace, name)`` asks the local controller
+    (when it leads) to reconcile now; ``wait`` bounds how long one admission waits."""
+
+    def __init__(self, kube: Any, reconciler: Reconciler, flavor: Flavor,
+                 kick: Callable[[str, str, float], None] = lambda ns, name, delay: None,
+                 wait: float = 6.0, poll: float = 0.05):
+        self.kube, self.reconciler, self.flavor = kube, reconciler, flavor
+        self.kick, self.wait, self.poll = kick, wait, poll
+
+    def review(self, review: Mapping[str, Any]) -> dict:
+        request = review.get("request") or {}
+        pod = request.get("object") or {}
+        if request.get("operation") != "CREATE" or request.get("dryRun"):
+            return response(request, True)
+        owner = objects.controller_of(pod)
+        if not owner or owner.get("kind") != "StatefulSet" or not str(owner.get("apiVersion")).startswith("apps/"):
+            return response(request, True)
+        if self.flavor.pod_group_of(pod):
+            return response(request, True)  # already names a group: the user's choice stands
+        ns = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
+        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, owner["name"]))
+        if sts is None or sts["metadata"].get("uid") != owner.get("uid"):
+            return response(request, True)  # a predecessor's pod: not ours to stamp
+        deadline = time.monotonic() + self.wait
+        delay = self.poll
+        while True:
+            found = self.reconciler.sync(sts, write=False)
+            if found.podgroup is not None:
+                self.kick(ns, owner["name"], 0.3)  # lift the gate once the pod exists
+                return response(request, True, patch=objects.pod_patch(pod, found.podgroup, self.flavor))
+            if not found.why:
+                return response(request, True)  # no scheduling configuration
+            if found.has_pods:
+                return response(request, True, warnings=[f"phalanx: pod not in a PodGroup: {found.why}"])
+            if not found.pending or time.monotonic() >= deadline:
+                return response(request, False, MSG_GROUP_PENDING.format(ns=ns, name=owner["name"], why=found.why))
+            self.kick(ns, owner["name"], 0.0)
+            time.sleep(delay)
+            delay = min(delay * 2, 0.5)

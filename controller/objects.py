@@ -1,0 +1,197 @@
+"""Compiling a StatefulSet into its Workload and PodGroup, and stamping its pods — pure functions.
+
+Object shapes follow ``scheduling.k8s.io/v1beta1`` exactly; the CRD fallback
+(``scheduling.phalanx.dev/v1beta1``) has the same schema, and differs only in how a pod names its
+group (``spec.schedulingGroup.podGroupName`` built in, the ``scheduling.phalanx.dev/pod-group`` label
+in the CRD flavor). OwnerReferences follow KEP-6277's Field Mapping:
+
+- Workload -> StatefulSet (controller);
+- PodGroup -> StatefulSet (controller) and -> Workload (non-controller, only when phalanx manages
+  the Workload: a parent's Workload is never given an owner link from the PodGroup);
+- Pod -> StatefulSet (controller, set by the StatefulSet controller) and -> PodGroup.
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any, Mapping
+
+from cluster import names
+from cluster.kube import api_path
+
+from . import naming
+from .config import SchedulingConfig
+
+STS_API_VERSION = "apps/v1"
+
+
+@dataclass(frozen=True)
+class Flavor:
+    """Which Workload API the cluster serves: built in, or phalanx's CRDs (chosen by discovery)."""
+
+    group: str
+
+    @property
+    def builtin(self) -> bool:
+        return self.group == names.SCHEDULING_GROUP
+
+    @property
+    def api_version(self) -> str:
+        return f"{self.group}/{names.SCHEDULING_VERSION}"
+
+    def path(self, resource: str, namespace: str, name: str | None = None) -> str:
+        return api_path(self.api_version, resource, namespace, name)
+
+    def pod_group_of(self, pod: Mapping[str, Any]) -> str | None:
+        """The PodGroup a pod names, if any."""
+        if self.builtin:
+            return ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
+        return ((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_GROUP)
+
+
+BUILTIN = Flavor(names.SCHEDULING_GROUP)
+CRD = Flavor(names.CRD_GROUP)
+
+
+def replicas(sts: Mapping[str, Any]) -> int:
+    value = (sts.get("spec") or {}).get("replicas")
+    return 1 if value is None else int(value)
+
+
+def min_count(sts: Mapping[str, Any]) -> int:
+    """Gang minCount = replicas, clamped to 1 (minCount must be positive; replicas may be 0).
+    Used controller-side only, never written back to the StatefulSet."""
+    return max(1, replicas(sts))
+
+
+def owner_ref(obj: Mapping[str, Any], api_version: str, kind: str, controller: bool) -> dict:
+    meta = obj["metadata"]
+    ref = {"apiVersion": api_version, "kind": kind, "name": meta["name"], "uid": meta["uid"],
+           "blockOwnerDeletion": True}
+    if controller:
+        ref["controller"] = True
+    return ref
+
+
+def controller_of(obj: Mapping[str, Any]) -> dict | None:
+    return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
+
+
+def is_managed(obj: Mapping[str, Any]) -> bool:
+    """Created by phalanx (the managed-by label), as opposed to by a user or a parent controller."""
+    return ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_MANAGED_BY) == names.MANAGED_BY_VALUE
+
+
+def template_fields(config: SchedulingConfig, sts: Mapping[str, Any]) -> dict:
+    """The fields a PodGroupTemplate carries for this StatefulSet (the PodGroup snapshots them)."""
+    fields: dict[str, Any] = {
+        "schedulingPolicy": {"gang": {"minCount": min_count(sts)}} if config.gang else {"basic": {}},
+    }
+    if config.topology_keys:
+        fields["schedulingConstraints"] = {"topology": [{"key": k} for k in config.topology_keys]}
+    if config.disruption_mode:
+        fields["disruptionMode"] = {config.disruption_mode: {}}
+    if config.resource_claims:
+        fields["resourceClaims"] = [dict(c) for c in config.resource_claims]
+    return fields
+
+
+def compile_workload(sts: Mapping[str, Any], config: SchedulingConfig, flavor: Flavor) -> dict:
+    meta = sts["metadata"]
+    return {
+        "apiVersion": flavor.api_version, "kind": "Workload",
+        "metadata": {
+            "name": naming.workload_name(meta["name"], meta["uid"]),
+            "namespace": meta["namespace"],
+            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY_VALUE},
+            "ownerReferences": [owner_ref(sts, STS_API_VERSION, "StatefulSet", controller=True)],
+        },
+        "spec": {
+            "controllerRef": {"apiGroup": "apps", "kind": "StatefulSet", "name": meta["name"]},
+            "podGroupTemplates": [{"name": naming.template_name(meta["name"]), **template_fields(config, sts)}],
+        },
+    }
+
+
+def compile_podgroup(sts: Mapping[str, Any], workload: Mapping[str, Any], template: Mapping[str, Any],
+                     flavor: Flavor, owns_workload: bool, parent_composite: str | None = None) -> dict:
+    """The PodGroup instantiated from ``template`` of ``workload`` (a snapshot of its fields)."""
+    wmeta = workload["metadata"]
+    owners = [owner_ref(sts, STS_API_VERSION, "StatefulSet", controller=True)]
+    if owns_workload:
+        owners.append(owner_ref(workload, flavor.api_version, "Workload", controller=False))
+    spec = {k: copy.deepcopy(v) for k, v in template.items() if k != "name"}
+    spec["workloadRef"] = {"workloadName": wmeta["name"], "templateName": template["name"]}
+    if parent_composite:
+        spec["parentCompositePodGroupName"] = parent_composite
+    return {
+        "apiVersion": flavor.api_version, "kind": "PodGroup",
+        "metadata": {
+            "name": naming.podgroup_name(wmeta["name"], template["name"], wmeta["uid"], sts["metadata"]["uid"]),
+            "namespace": wmeta.get("namespace") or sts["metadata"]["namespace"],
+            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY_VALUE},
+            "ownerReferences": owners,
+            "finalizers": [names.FINALIZER_PODGROUP_PROTECTION],
+        },
+        "spec": spec,
+    }
+
+
+def gang_min_count(fields: Mapping[str, Any]) -> int | None:
+    """minCount of a template or PodGroup spec; None for Basic."""
+    gang = (fields.get("schedulingPolicy") or {}).get("gang")
+    return None if gang is None else gang.get("minCount")
+
+
+def min_count_patch(path_to_fields: str, current: Mapping[str, Any], target: int) -> list[dict] | None:
+    """A JSON patch setting gang minCount at ``path_to_fields``, or None when nothing changes
+    (Basic, or already in sync). The ``test`` op makes a concurrent change fail, not clobber."""
+    value = gang_min_count(current)
+    if value is None or value == target:
+        return None
+    at = f"{path_to_fields}/schedulingPolicy/gang/minCount"
+    return [{"op": "test", "path": at, "value": value}, {"op": "replace", "path": at, "value": target}]
+
+
+# -- pods -------------------------------------------------------------------------------------------
+
+def _escape(key: str) -> str:
+    return key.replace("~", "~0").replace("/", "~1")
+
+
+def pod_patch(pod: Mapping[str, Any], podgroup: Mapping[str, Any], flavor: Flavor) -> list[dict]:
+    """JSON patch for a new pod: its PodGroup reference, an ownerReference to the PodGroup, and the
+    ``podgroup-sync`` scheduling gate (lifted by the reconciler once minCount is in sync)."""
+    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
+    group = podgroup["metadata"]["name"]
+    ops: list[dict] = []
+    if flavor.builtin:
+        ops.append({"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": group}})
+    elif meta.get("labels"):
+        ops.append({"op": "add", "path": f"/metadata/labels/{_escape(names.LABEL_POD_GROUP)}", "value": group})
+    else:
+        ops.append({"op": "add", "path": "/metadata/labels", "value": {names.LABEL_POD_GROUP: group}})
+    ref = {"apiVersion": flavor.api_version, "kind": "PodGroup", "name": group, "uid": podgroup["metadata"]["uid"]}
+    if meta.get("ownerReferences"):
+        ops.append({"op": "add", "path": "/metadata/ownerReferences/-", "value": ref})
+    else:
+        ops.append({"op": "add", "path": "/metadata/ownerReferences", "value": [ref]})
+    gate = {"name": names.GATE_PODGROUP_SYNC}
+    if spec.get("schedulingGates"):
+        ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})
+    else:
+        ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [gate]})
+    return ops
+
+
+def has_sync_gate(pod: Mapping[str, Any]) -> bool:
+    return any(g.get("name") == names.GATE_PODGROUP_SYNC for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+
+
+def ungate_patch(pod: Mapping[str, Any]) -> list[dict]:
+    """JSON patch removing the sync gate (gates may only be removed after creation)."""
+    gates = (pod.get("spec") or {}).get("schedulingGates") or []
+    kept = [g for g in gates if g.get("name") != names.GATE_PODGROUP_SYNC]
+    return [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
+            {"op": "replace", "path": "/spec/schedulingGates", "value": kept}]

@@ -1,0 +1,258 @@
+"""One StatefulSet's Workload and PodGroup, kept right against the API (KEP-6277 Controller Workflow).
+
+Objects are found by reference, never by name: the Workload by ``spec.controllerRef`` (apps,
+StatefulSet, name) in the StatefulSet's namespace, the PodGroup by ``spec.workloadRef``. Every
+decision reads the API server directly (no cache), so a create always follows a fresh "not there".
+
+Life cycle of the two objects, per StatefulSet:
+
+    no pods yet, nothing found  -> create Workload, then PodGroup (events WorkloadCreated,
+                                   PodGroupCreated; failures: WorkloadCreationFailed + metric)
+    Workload found, no PodGroup -> create only the PodGroup (a crash between the two creates)
+    pods exist                  -> create nothing; discover and sync minCount on objects phalanx
+                                   created: Workload template first, then PodGroup
+    two Workloads/PodGroups     -> ambiguous: nothing created or mutated, an event
+    Workload with != 1 template -> ignored, an event
+    not created by phalanx      -> used as-is: never mutated, owned or deleted
+    StatefulSet deleted         -> nothing to do: the garbage collector follows ownerReferences
+
+Composition: a StatefulSet with a parent *controller* ownerReference and the
+``scheduling.k8s.io/group-template-name`` annotation gets only a PodGroup, instantiated from the
+named template of the parent's Workload (found by its controllerRef to the parent); minCount then
+comes from that template, which phalanx never changes. The annotation without a parent controller
+is not delegation: the StatefulSet-managed path runs, with an event.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping, Protocol
+
+from cluster import names
+from cluster.kube import JSON_PATCH, KubeError, api_path
+
+from . import objects
+from .config import ConfigError, raw_scheduling, resolve, validate_statefulset
+from .objects import Flavor
+
+log = logging.getLogger(__name__)
+
+TERMINAL_PHASES = ("Succeeded", "Failed")
+
+
+class Recorder(Protocol):
+    def event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None: ...
+
+
+@dataclass
+class Resolution:
+    """What discovery found for one StatefulSet. ``podgroup`` None means pods cannot be stamped;
+    ``why`` says why (empty: no scheduling configuration at all)."""
+
+    podgroup: dict | None
+    why: str = ""
+    has_pods: bool = False
+    pending: bool = False  # the leader is expected to create what is missing
+
+
+class CreationFailed(RuntimeError):
+    """Creating or syncing the Workload/PodGroup failed; the caller retries with backoff."""
+
+
+def owned_pods(pods: list[dict], sts: Mapping[str, Any]) -> list[dict]:
+    uid = sts["metadata"]["uid"]
+    return [p for p in pods if (objects.controller_of(p) or {}).get("uid") == uid]
+
+
+def _stale(obj: Mapping[str, Any], sts: Mapping[str, Any]) -> bool:
+    """A managed object whose controller is another StatefulSet of this name (UIDs differ): it
+    belongs to a deleted predecessor and waits for the garbage collector."""
+    ctrl = objects.controller_of(obj)
+    return objects.is_managed(obj) and ctrl is not None and ctrl.get("uid") != sts["metadata"]["uid"]
+
+
+class Reconciler:
+    def __init__(self, kube: Any, flavor: Flavor, recorder: Recorder,
+                 on_creation_error: Callable[[], None] = lambda: None):
+        self.kube, self.flavor, self.recorder = kube, flavor, recorder
+        self.on_creation_error = on_creation_error
+
+    # -- reads -----------------------------------------------------------------------------------
+    def _list(self, resource_path: str) -> list[dict]:
+        return self.kube.list_pages(resource_path)[0]
+
+    def pods_of(self, sts: Mapping[str, Any]) -> list[dict]:
+        return owned_pods(self._list(api_path("v1", "pods", sts["metadata"]["namespace"])), sts)
+
+    # -- the workflow ----------------------------------------------------------------------------
+    def sync(self, sts: dict, write: bool = True) -> Resolution:
+        """Discover (and with ``write``, create and sync) the StatefulSet's objects.
+
+        ``write=False`` is the webhook's read-only view: it never changes the cluster, so only the
+        leader writes. Raises CreationFailed when a write failed (retry with backoff).
+        """
+        try:
+            raw = raw_scheduling(sts)
+        except ConfigError as err:
+            return self._invalid(sts, [str(err)], write)
+        if raw is None:
+            return Resolution(None)
+        errors, _ = validate_statefulset(sts)
+        if errors:
+            return self._invalid(sts, errors, write)
+        pods = self.pods_of(sts)
+        annotations = sts["metadata"].get("annotations") or {}
+        template_name = annotations.get(names.ANNOTATION_GROUP_TEMPLATE_NAME)
+        parent = objects.controller_of(sts)
+        if template_name and parent:
+            return self._delegated(sts, parent, template_name, pods, write)
+        if template_name and write:
+            self.recorder.event(sts, "Warning", names.EVENT_DELEGATION_IGNORED,
+                                f"annotation {names.ANNOTATION_GROUP_TEMPLATE_NAME} without a parent controller "
+                                "ownerReference is not delegation; the StatefulSet manages its own Workload")
+        return self._managed(sts, raw, pods, write)
+
+    def _invalid(self, sts: dict, errors: list[str], write: bool) -> Resolution:
+        why = "invalid scheduling configuration: " + "; ".join(errors)
+        if write:
+            self.on_creation_error()
+            self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED, why)
+        return Resolution(None, why)
+
+    def _managed(self, sts: dict, raw: Mapping[str, Any], pods: list[dict], write: bool) -> Resolution:
+        ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
+        ref = {"apiGroup": "apps", "kind": "StatefulSet", "name": name}
+        found = [w for w in self._list(self.flavor.path("workloads", ns))
+                 if (w.get("spec") or {}).get("controllerRef") == ref and not _stale(w, sts)]
+        if len(found) > 1:
+            return self._ambiguous(sts, "Workloads", found, write)
+        if not found:
+            if pods:
+                return Resolution(None, "no Workload, and the StatefulSet already has pods", True)
+            if not write:
+                return Resolution(None, "the Workload is not created yet", pending=True)
+            workload = self._create(sts, "workloads", objects.compile_workload(sts, resolve(raw), self.flavor),
+                                    names.EVENT_WORKLOAD_CREATED)
+        else:
+            workload = found[0]
+        templates = (workload.get("spec") or {}).get("podGroupTemplates") or []
+        if len(templates) != 1:
+            if write:
+                self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_IGNORED,
+                                    f"Workload {workload['metadata']['name']} has {len(templates)} podGroupTemplates; "
+                                    "a StatefulSet needs exactly 1")
+            return Resolution(None, "the Workload does not have exactly one template", bool(pods))
+        owns_workload = objects.is_managed(workload)
+        if owns_workload and write:
+            workload = self._sync_min_count(workload, "/spec/podGroupTemplates/0", templates[0],
+                                            objects.min_count(sts), "workloads")
+        template = workload["spec"]["podGroupTemplates"][0]
+        return self._podgroup(sts, workload, template, pods, owns_workload, False, None, write)
+
+    def _delegated(self, sts: dict, parent: Mapping[str, Any], template_name: str, pods: list[dict],
+                   write: bool) -> Resolution:
+        ns = sts["metadata"]["namespace"]
+        group = parent.get("apiVersion", "").rpartition("/")[0]  # "" for the core group
+        ref = {"apiGroup": group, "kind": parent.get("kind"), "name": parent.get("name")}
+        found = [w for w in self._list(self.flavor.path("workloads", ns))
+                 if (w.get("spec") or {}).get("controllerRef") == ref]
+        templates = [t for w in found for t in (w.get("spec") or {}).get("podGroupTemplates") or []
+                     if t.get("name") == template_name]
+        if len(found) != 1 or len(templates) != 1:
+            why = (f"parent {parent.get('kind')}/{parent.get('name')}: {len(found)} Workload(s) and "
+                   f"{len(templates)} template(s) named {template_name!r}; creating nothing")
+            if write:
+                self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_IGNORED, why)
+            return Resolution(None, why, bool(pods))
+        annotations = sts["metadata"].get("annotations") or {}
+        composite = (annotations.get(names.ANNOTATION_PARENT_COMPOSITE)
+                     or annotations.get(names.ANNOTATION_PARENT_COMPOSITE_ALT))
+        return self._podgroup(sts, found[0], templates[0], pods, False, True, composite, write)
+
+    def _podgroup(self, sts: dict, workload: Mapping[str, Any], template: Mapping[str, Any], pods: list[dict],
+                  owns_workload: bool, delegated: bool, composite: str | None, write: bool) -> Resolution:
+        ns, uid = sts["metadata"]["namespace"], sts["metadata"]["uid"]
+        ref = {"workloadName": workload["metadata"]["name"], "templateName": template["name"]}
+        found = [g for g in self._list(self.flavor.path("podgroups", ns))
+                 if (g.get("spec") or {}).get("workloadRef") == ref and not _stale(g, sts)]
+        if delegated:
+            # A parent's template may serve several StatefulSets: ours is the one we control.
+            found = [g for g in found if (objects.controller_of(g) or {}).get("uid") == uid]
+        if len(found) > 1:
+            return self._ambiguous(sts, "PodGroups", found, write)
+        if not found:
+            if pods:
+                return Resolution(None, "no PodGroup, and the StatefulSet already has pods", True)
+            if not write:
+                return Resolution(None, "the PodGroup is not created yet", pending=True)
+            body = objects.compile_podgroup(sts, workload, template, self.flavor, owns_workload, composite)
+            return Resolution(self._create(sts, "podgroups", body, names.EVENT_PODGROUP_CREATED), has_pods=bool(pods))
+        podgroup = found[0]
+        target = objects.gang_min_count(template)
+        if write and objects.is_managed(podgroup) and target is not None:
+            podgroup = self._sync_min_count(podgroup, "/spec", podgroup["spec"], target, "podgroups")
+        return Resolution(podgroup, has_pods=bool(pods))
+
+    # -- writes ----------------------------------------------------------------------------------
+    def _ambiguous(self, sts: dict, what: str, found: list[dict], write: bool) -> Resolution:
+        listed = ", ".join(sorted(o["metadata"]["name"] for o in found))
+        why = f"{len(found)} {what} match this StatefulSet ({listed}); creating and changing nothing"
+        if write:
+            self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_AMBIGUOUS, why)
+        return Resolution(None, why)
+
+    def _create(self, sts: dict, resource: str, body: dict, reason: str) -> dict:
+        ns = sts["metadata"]["namespace"]
+        try:
+            created = self.kube.create(self.flavor.path(resource, ns), body)
+        except KubeError as err:
+            self.on_creation_error()
+            self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED,
+                                f"creating {body['kind']} {body['metadata']['name']}: {err}")
+            raise CreationFailed(str(err)) from err
+        self.recorder.event(sts, "Normal", reason, f"Created {body['kind']} {created['metadata']['name']}")
+        return created
+
+    def _sync_min_count(self, obj: dict, at: str, fields: Mapping[str, Any], target: int, resource: str) -> dict:
+        patch = objects.min_count_patch(at, fields, target)
+        if patch is None:
+            return obj
+        meta = obj["metadata"]
+        try:
+            return self.kube.patch(self.flavor.path(resource, meta["namespace"], meta["name"]), patch, JSON_PATCH)
+        except KubeError as err:
+            raise CreationFailed(f"syncing minCount of {obj.get('kind')} {meta['name']}: {err}") from err
+
+    def release_pods(self, sts: Mapping[str, Any], podgroup: Mapping[str, Any]) -> int:
+        """Lift the sync gate from the StatefulSet's pods in ``podgroup`` (minCount is in sync)."""
+        released = 0
+        group = podgroup["metadata"]["name"]
+        for pod in self.pods_of(sts):
+            if objects.has_sync_gate(pod) and self.flavor.pod_group_of(pod) == group:
+                meta = pod["metadata"]
+                try:
+                    self.kube.patch(api_path("v1", "pods", meta["namespace"], meta["name"]),
+                                    objects.ungate_patch(pod), JSON_PATCH)
+                    released += 1
+                except KubeError as err:
+                    if err.status not in (404, 409, 422):
+                        raise
+        return released
+
+    def release_finalizer(self, podgroup: Mapping[str, Any]) -> bool:
+        """CRD flavor: drop podgroup-protection from a deleted PodGroup once no non-terminal pod
+        references it (upstream, kube-controller-manager does this for the built-in API)."""
+        meta = podgroup["metadata"]
+        finalizers = meta.get("finalizers") or []
+        if not meta.get("deletionTimestamp") or names.FINALIZER_PODGROUP_PROTECTION not in finalizers:
+            return False
+        pods = self._list(api_path("v1", "pods", meta["namespace"]))
+        if any(self.flavor.pod_group_of(p) == meta["name"] and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES
+               for p in pods):
+            return False
+        kept = [f for f in finalizers if f != names.FINALIZER_PODGROUP_PROTECTION]
+        patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
+                 {"op": "replace", "path": "/metadata/finalizers", "value": kept}]
+        self.kube.patch(self.flavor.path("podgroups", meta["namespace"], meta["name"]), patch, JSON_PATCH)
+        return True

@@ -1,0 +1,272 @@
+"""The running controller: watches feed a work queue of StatefulSet keys; workers reconcile them.
+
+Threads, each simple: one list+watch loop per resource (StatefulSets, Workloads, PodGroups), a
+pool of workers, a periodic resync, and the leader elector. Workers only run while this replica
+holds the Lease. A key is never processed by two workers at once; a failed key comes back after an
+exponential backoff (50 ms doubling to 60 s), so an API server that refuses Workloads is retried
+without a hot loop — and, because the pod webhook admits no pod of an opted-in StatefulSet until
+its PodGroup exists, no such pod runs outside its group meanwhile.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import heapq
+import logging
+import threading
+import time
+from typing import Any, Callable, Mapping
+
+from prometheus_client import CollectorRegistry, Counter
+
+from cluster import names
+from cluster.kube import KubeError, api_path
+
+from . import objects
+from .leader import LeaderElector
+from .objects import BUILTIN, CRD, Flavor
+from .reconciler import CreationFailed, Reconciler
+
+log = logging.getLogger(__name__)
+
+WORKLOAD_RESOURCES = {"workloads", "podgroups"}
+
+
+def discover_flavor(kube: Any) -> Flavor:
+    """Built-in ``scheduling.k8s.io/v1beta1`` when served, else phalanx's CRDs."""
+    served = kube.served_resources(BUILTIN.api_version) or set()
+    return BUILTIN if WORKLOAD_RESOURCES <= served else CRD
+
+
+class WorkQueue:
+    """Keys to reconcile: deduplicated, delayed adds, one worker per key, per-key backoff."""
+
+    def __init__(self, base_delay: float = 0.05, max_delay: float = 60.0):
+        self.base_delay, self.max_delay = base_delay, max_delay
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, str]] = []
+        self._due: dict[str, float] = {}
+        self._active: set[str] = set()
+        self._again: set[str] = set()
+        self._failures: dict[str, int] = {}
+        self._closed = False
+
+    def add(self, key: str, delay: float = 0.0) -> None:
+        with self._cond:
+            due = time.monotonic() + delay
+            if key in self._active:
+                self._again.add(key)
+            elif key not in self._due or due < self._due[key]:
+                self._due[key] = due
+                heapq.heappush(self._heap, (due, key))
+                self._cond.notify()
+
+    def get(self) -> str | None:
+        """The next due key (None once closed); the caller must call ``done`` or ``retry``."""
+        with self._cond:
+            while not self._closed:
+                now = time.monotonic()
+                while self._heap and self._due.get(self._heap[0][1]) != self._heap[0][0]:
+                    heapq.heappop(self._heap)  # superseded entry
+                if self._heap and self._heap[0][0] <= now:
+                    _, key = heapq.heappop(self._heap)
+                    del self._due[key]
+                    self._active.add(key)
+                    return key
+                self._cond.wait(self._heap[0][0] - now if self._heap else None)
+            return None
+
+    def done(self, key: str) -> None:
+        with self._cond:
+            self._failures.pop(key, None)
+            self._finish(key, 0.0)
+
+    def retry(self, key: str) -> float:
+        with self._cond:
+            n = self._failures.get(key, 0)
+            self._failures[key] = n + 1
+            delay = min(self.max_delay, self.base_delay * 2 ** n)
+            self._finish(key, delay)
+            return delay
+
+    def _finish(self, key: str, delay: float) -> None:
+        self._active.discard(key)
+        if key in self._again or delay:
+            self._again.discard(key)
+            self.add(key, delay)  # the condition's lock is re-entrant
+
+    def close(self) -> None:
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
+
+
+class Watcher(threading.Thread):
+    """List, then watch, one collection; every object seen goes to ``handle``. Relists on 410 Gone
+    and on any error (after a pause)."""
+
+    def __init__(self, kube: Any, path: str, handle: Callable[[str, dict], None], halt: threading.Event):
+        super().__init__(name=f"watch {path}", daemon=True)
+        self.kube, self.path, self.handle, self.halt = kube, path, handle, halt
+
+    def run(self) -> None:
+        while not self.halt.is_set():
+            try:
+                items, rv = self.kube.list_pages(self.path)
+                for obj in items:
+                    self.handle("ADDED", obj)
+                while not self.halt.is_set():
+                    for event in self.kube.watch(self.path, rv, timeout_seconds=60):
+                        if self.halt.is_set():
+                            return
+                        obj = event.get("object") or {}
+                        if event.get("type") == "ERROR":
+                            raise KubeError("WATCH", self.path, obj.get("code", 0), "")
+                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
+                        if event.get("type") != "BOOKMARK":
+                            self.handle(event["type"], obj)
+            except Exception as err:  # noqa: BLE001 — a watch must survive anything; relist
+                if not self.halt.is_set():
+                    log.info("watch %s: %s; relisting", self.path, err)
+                    self.halt.wait(1.0)
+
+
+class EventRecorder:
+    """Core/v1 Events on the StatefulSet; the same event is not repeated within ``quiet`` seconds."""
+
+    def __init__(self, kube: Any, instance: str, quiet: float = 300.0):
+        self.kube, self.instance, self.quiet = kube, instance, quiet
+        self._recent: dict[tuple[str, str, str], float] = {}
+        self._lock = threading.Lock()
+
+    def event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
+        meta = obj["metadata"]
+        key = (meta.get("uid", ""), reason, message)
+        now = time.monotonic()
+        with self._lock:
+            if now - self._recent.get(key, -self.quiet) < self.quiet:
+                return
+            self._recent[key] = now
+        stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+        body = {
+            "apiVersion": "v1", "kind": "Event",
+            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
+            "involvedObject": {"apiVersion": obj.get("apiVersion", objects.STS_API_VERSION),
+                               "kind": obj.get("kind", "StatefulSet"), "name": meta["name"],
+                               "namespace": meta["namespace"], "uid": meta.get("uid")},
+            "reason": reason, "message": message[:1024], "type": kind, "count": 1,
+            "firstTimestamp": stamp, "lastTimestamp": stamp,
+            "source": {"component": names.CONTROLLER_COMPONENT},
+            "reportingComponent": names.CONTROLLER_COMPONENT, "reportingInstance": self.instance,
+        }
+        try:
+            self.kube.create(api_path("v1", "events", meta["namespace"]), body)
+        except KubeError as err:
+            log.warning("event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], err)
+
+
+class Controller:
+    """Watches, queue, workers and leader election around one :class:`Reconciler`."""
+
+    def __init__(self, kube: Any, identity: str, lease_namespace: str = "kube-system", workers: int = 16,
+                 resync_period: float = 30.0, lease_duration: float = 15.0, renew_deadline: float = 10.0,
+                 retry_period: float = 2.0, flavor: Flavor | None = None,
+                 registry: CollectorRegistry | None = None, on_lost_leadership: Callable[[], None] | None = None):
+        self.kube = kube
+        self.flavor = flavor or discover_flavor(kube)
+        self.registry = registry or CollectorRegistry()
+        self.creation_errors = Counter(names.METRIC_STS_WORKLOAD_ERRORS.removesuffix("_total"),
+                                       "Workload or PodGroup creations for StatefulSets that failed",
+                                       registry=self.registry)
+        self.recorder = EventRecorder(kube, identity)
+        self.reconciler = Reconciler(kube, self.flavor, self.recorder, self.creation_errors.inc)
+        self.queue = WorkQueue()
+        self.workers, self.resync_period = workers, resync_period
+        self._halt = threading.Event()
+        self._known: set[str] = set()
+        self._threads: list[threading.Thread] = []
+        self.elector = LeaderElector(kube, lease_namespace, names.CONTROLLER_LEASE, identity, lease_duration,
+                                     renew_deadline, retry_period, on_started=self._start_workers,
+                                     on_lost=on_lost_leadership or self.stop)
+
+    # -- life cycle ----------------------------------------------------------------------------
+    def start(self) -> "Controller":
+        paths = [(api_path("apps/v1", "statefulsets"), self._on_statefulset),
+                 (f"/apis/{self.flavor.api_version}/workloads", self._on_scheduling_object),
+                 (f"/apis/{self.flavor.api_version}/podgroups", self._on_scheduling_object)]
+        for path, handle in paths:
+            self._spawn(Watcher(self.kube, path, handle, self._halt))
+        self._spawn(threading.Thread(target=self._resync_loop, name="resync", daemon=True))
+        self.elector.start()
+        return self
+
+    def stop(self, release_lease: bool = True) -> None:
+        """Stop every thread; ``release_lease=False`` leaves the Lease to expire (like a crash)."""
+        self._halt.set()
+        self.queue.close()
+        if threading.current_thread() is not self.elector:
+            self.elector.stop(release=release_lease)
+
+    def _spawn(self, thread: threading.Thread) -> None:
+        self._threads.append(thread)
+        thread.start()
+
+    def _start_workers(self) -> None:
+        for i in range(self.workers):
+            self._spawn(threading.Thread(target=self._work, name=f"worker-{i}", daemon=True))
+
+    # -- events in -----------------------------------------------------------------------------
+    def _on_statefulset(self, kind: str, sts: dict) -> None:
+        key = f"{sts['metadata']['namespace']}/{sts['metadata']['name']}"
+        if kind == "DELETED":
+            self._known.discard(key)
+            return
+        self._known.add(key)
+        self.queue.add(key)
+
+    def _on_scheduling_object(self, kind: str, obj: dict) -> None:
+        meta = obj["metadata"]
+        if not self.flavor.builtin and obj.get("kind") == "PodGroup" and meta.get("deletionTimestamp"):
+            self.queue.add(f"podgroup:{meta['namespace']}/{meta['name']}")
+        ctrl = objects.controller_of(obj)
+        if ctrl and ctrl.get("kind") == "StatefulSet":
+            self.queue.add(f"{meta['namespace']}/{ctrl['name']}")
+
+    def kick(self, namespace: str, name: str, delay: float = 0.0) -> None:
+        self.queue.add(f"{namespace}/{name}", delay)
+
+    def _resync_loop(self) -> None:
+        while not self._halt.wait(self.resync_period):
+            for key in list(self._known):
+                self.queue.add(key)
+
+    # -- work ----------------------------------------------------------------------------------
+    def _work(self) -> None:
+        while (key := self.queue.get()) is not None:
+            if not self.elector.is_leader():
+                self.queue.done(key)
+                continue
+            try:
+                self.reconcile(key)
+                self.queue.done(key)
+            except (CreationFailed, KubeError) as err:
+                delay = self.queue.retry(key)
+                log.warning("reconcile %s: %s (retry in %.2fs)", key, err, delay)
+            except Exception:  # noqa: BLE001 — a bug must not kill the worker
+                log.exception("reconcile %s", key)
+                self.queue.retry(key)
+
+    def reconcile(self, key: str) -> None:
+        if key.startswith("podgroup:"):
+            ns, name = key.removeprefix("podgroup:").split("/", 1)
+            podgroup = self.kube.get_or_none(self.flavor.path("podgroups", ns, name))
+            if podgroup is not None:
+                self.reconciler.release_finalizer(podgroup)
+            return
+        ns, name = key.split("/", 1)
+        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))
+        if sts is None or sts["metadata"].get("deletionTimestamp"):
+            return
+        found = self.reconciler.sync(sts)
+        if found.podgroup is not None:
+            self.reconciler.release_pods(sts, found.podgroup)
