@@ -23,7 +23,7 @@ from typing import Any, Callable
 from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
-from werkzeug.exceptions import HTTPException
+from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from cluster import names
 from cluster.convert import pod_group_name
@@ -56,7 +56,10 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
     metrics = ExtenderMetrics(registry)
 
     def body() -> Any:
-        raw = request.get_data(cache=False)
+        try:
+            raw = request.get_data(cache=False)
+        except RequestEntityTooLarge:
+            raise wire.WireError(f"request body too large (limit {MAX_BODY_BYTES} bytes)") from None
         if not raw:
             raise wire.WireError("empty request body")
         try:
