@@ -34,7 +34,8 @@ from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import ClusterCache, PodRecord
 from cluster.convert import pod_from_json, pod_group_name
-from solver import InvalidInput, Placement, Pod, PodGroup, Policy, SolveOptions, Snapshot, place
+from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Policy, SolveOptions, Snapshot,
+                    assert_placement_valid, place)
 from solver.model import PODS
 
 from .metrics import CycleMetrics
@@ -220,7 +221,7 @@ class WorkloadCycle:
         if isinstance(group, str):
             self.explanations[key] = group
             return no(group)
-        placement = self._cycle(group, candidates)
+        placement = self._resume(group, candidates) or self._cycle(group, candidates)
         if not placement.assignments:
             reason = placement.explanation.message() if placement.explanation else f"podgroup {key}: no placement"
             return no(reason)
@@ -245,6 +246,58 @@ class WorkloadCycle:
         if group.policy is Policy.GANG and len(group.members) < group.min_count:
             return f"podgroup {key}: waiting for members, {len(group.members)} of {group.min_count} exist"
         return group
+
+    def _resume(self, group: PodGroup, candidates: list[str]) -> Placement | None:
+        """After a restart (or a lost member), finish a gang from its placement record: the pending
+        members go to the recorded nodes when those still fit. A record whose nodes no longer fit
+        is abandoned (removed) and the members are planned afresh, in the bound members' domain."""
+        record = self.cache.podgroups.get(group.key)
+        raw = (record.annotations if record else {}).get(names.ANNOTATION_PLACEMENT)
+        if not raw or not group.bound or not group.pending:
+            return None
+        try:
+            recorded = json.loads(raw)["pods"]
+            assignments = {p.uid: recorded[p.name] for p in group.pending if p.name in recorded}
+        except (ValueError, KeyError, TypeError):
+            assignments = {}
+        snapshot = self.cache.snapshot(self.reservations(exclude_group=group.key))
+        try:
+            if not assignments or any(n not in candidates for n in assignments.values()):
+                raise PlacementInvalid("recorded nodes are not among the candidates")
+            assert_placement_valid(snapshot, group, assignments)
+        except PlacementInvalid as err:
+            self._event(group, "PlacementAbandoned", f"placement record no longer fits: {err}", "Warning")
+            try:
+                self.writer.annotate_podgroup(group.namespace, group.name, {names.ANNOTATION_PLACEMENT: None})
+            except WriteError as werr:
+                log.warning("could not remove the placement record of %s: %s", group.key, werr)
+            return None
+        return self._keep_plan(group, Placement(group.key, assignments, json.loads(raw).get("domain", ""),
+                                                path="record"), 0.0)
+
+    def _keep_plan(self, group: PodGroup, placement: Placement, elapsed: float) -> Placement:
+        """Hold ``placement`` as the group's plan: its capacity is reserved until the deadline."""
+        key = group.key
+        now = self.clock()
+        by_uid = {p.uid: p for p in group.pending}
+        self.plans[key] = Plan(
+            group=key,
+            assignments=dict(placement.assignments),
+            requests={uid: by_uid[uid].spec.requests for uid in placement.assignments},
+            domain=placement.domain,
+            created=now,
+            deadline=now + self.plan_ttl,
+            placement=placement,
+        )
+        self.explanations.pop(key, None)
+        self.metrics.plans.set(len(self.plans))
+        where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
+        note = (f"planned {len(placement.assignments)} pods on {len(set(placement.assignments.values()))} "
+                f"nodes{where} ({placement.path}, {elapsed * 1000:.1f} ms)")
+        self._event(group, "Planned", note)
+        self._emit("planned", group=key, domain=placement.domain, assignments=dict(placement.assignments),
+                   path=placement.path, ms=elapsed * 1000.0)
+        return placement
 
     def _cycle(self, group: PodGroup, candidates: list[str]) -> Placement:
         """One workload cycle for ``group``: snapshot, solve, plan or explain."""
@@ -272,26 +325,7 @@ class WorkloadCycle:
             self._emit("unschedulable", group=key, message=message)
             return placement
         self.metrics.attempts.labels(result="scheduled").inc()
-        now = self.clock()
-        by_uid = {p.uid: p for p in group.pending}
-        self.plans[key] = Plan(
-            group=key,
-            assignments=dict(placement.assignments),
-            requests={uid: by_uid[uid].spec.requests for uid in placement.assignments},
-            domain=placement.domain,
-            created=now,
-            deadline=now + self.plan_ttl,
-            placement=placement,
-        )
-        self.explanations.pop(key, None)
-        self.metrics.plans.set(len(self.plans))
-        where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
-        note = (f"planned {len(placement.assignments)} pods on {len(set(placement.assignments.values()))} "
-                f"nodes{where} ({placement.path}, {elapsed * 1000:.1f} ms)")
-        self._event(group, "Planned", note)
-        self._emit("planned", group=key, domain=placement.domain, assignments=dict(placement.assignments),
-                   path=placement.path, ms=elapsed * 1000.0)
-        return placement
+        return self._keep_plan(group, placement, elapsed)
 
     # -- prioritize --------------------------------------------------------------------------
     def prioritize(self, pod_json: Mapping[str, Any], candidates: list[str]) -> dict[str, int]:

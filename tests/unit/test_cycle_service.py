@@ -1,6 +1,7 @@
 """The workload-cycle service on the simulated cluster: plans, reservations, the bind barrier,
 status, and the rules of DESIGN section 4."""
 
+import json
 import threading
 
 import pytest
@@ -205,3 +206,40 @@ def test_prioritize_favours_the_planned_node(sim, cycle):
     node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
     scores = cycle.prioritize(pods[0], all_nodes(sim))
     assert scores[node0] == 10 and sum(scores.values()) == 10
+
+
+def crash_after_binding(sim, name, size, bind_count):
+    """A gang whose record was written and part of it bound when phalanx stopped."""
+    first = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0)
+    pods = make_gang(sim, name, size, gpu=1, key=RACK)
+    planned = {p["metadata"]["name"]: first.filter(p, all_nodes(sim)).nodes[0] for p in pods}
+    first.close()
+    sim.annotate_podgroup("default", name, {names.ANNOTATION_PLACEMENT: json.dumps(
+        {"domain": "r0", "pods": planned})})
+    for p in pods[:bind_count]:
+        sim.bind("default", p["metadata"]["name"], p["metadata"]["uid"], planned[p["metadata"]["name"]])
+    return pods, planned
+
+
+def test_restart_finishes_a_half_bound_gang_from_its_record(sim):
+    pods, planned = crash_after_binding(sim, "g", 3, bind_count=2)
+    second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0)
+    answer = second.filter(pods[2], all_nodes(sim))
+    assert answer.nodes == [planned["g-2"]]
+    second.bind("default", "g-2", pods[2]["metadata"]["uid"], planned["g-2"])  # others bound: no wait
+    assert sim.get("Pod", "default/g-2")["spec"]["nodeName"] == planned["g-2"]
+    second.close()
+
+
+def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_domain(sim):
+    pods, planned = crash_after_binding(sim, "g", 3, bind_count=2)
+    blocker = sim.create(pod("blocker", gpu=4))  # the API server binds without checking capacity
+    sim.bind("default", "blocker", blocker["metadata"]["uid"], planned["g-2"])
+    second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0)
+    answer = second.filter(pods[2], all_nodes(sim))
+    bound_rack = sim.get("Node", planned["g-0"])["metadata"]["labels"][RACK]
+    assert answer.nodes and answer.nodes[0] != planned["g-2"]
+    assert sim.get("Node", answer.nodes[0])["metadata"]["labels"][RACK] == bound_rack
+    assert names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/g")["metadata"]["annotations"]
+    assert any(e["reason"] == "PlacementAbandoned" for e in sim.events)
+    second.close()
