@@ -308,8 +308,8 @@ class _Search:
     # -- the whole search -------------------------------------------------------------------------
     def run(self) -> PreemptionPlan:
         group = self.group
-        if place(self.snapshot, group, SolveOptions(path="greedy")).assignments:
-            return self.finish([], "greedy", True)
+        if place(self.snapshot, group, self.check).assignments:
+            return self.finish([], self.options.path, True)
         if not self.units:
             return _cannot(group, f"no running pod has a priority below {group.priority}", self.stats)
         snap, everything = self.places(range(len(self.units)))
