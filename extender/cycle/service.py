@@ -512,10 +512,53 @@ class WorkloadCycle:
         except WriteError as err:
             log.debug("event %s on %s not recorded: %s", reason, key, err)
 
+    # -- on demand (gRPC PlaceGroup, the demo driver) ----------------------------------------
+    def place_group(self, key: str) -> Placement | str:
+        """Run a workload cycle for ``key`` now, on every node (no kube-scheduler pre-filter).
+        Returns the placement held as the plan, or the reason there is none."""
+        with self._lock:
+            self._expire()
+            plan = self.plans.get(key)
+            if plan is not None and plan.placement is not None:
+                return plan.placement
+            members = self.cache.members(key)
+            pending = [m.pod for m in members if not m.pod.node and not m.gated]
+            if not pending:
+                return f"podgroup {key}: no pending members"
+            group = self._group_view(key, pending[0])
+            if isinstance(group, str):
+                self.explanations[key] = group
+                return group
+            placement = self._resume(group, list(self.cache.nodes)) or self._cycle(group, list(self.cache.nodes))
+            if placement.assignments:
+                return placement
+            return placement.explanation.message() if placement.explanation else self.explanations.get(key, "")
+
     # -- introspection -----------------------------------------------------------------------
     def plan_of(self, key: str) -> Plan | None:
         with self._lock:
             return self.plans.get(key)
+
+    def group_state(self, key: str) -> str:
+        """One word for operators: waiting, planned, binding, scheduled, unschedulable, pending."""
+        with self._lock:
+            plan = self.plans.get(key)
+            if plan is not None:
+                return {"planned": "planned", "binding": "binding", "bound": "scheduled"}.get(plan.state, plan.state)
+            reason = self.explanations.get(key, "")
+        members = self.cache.members(key)
+        group = self.cache.podgroups.get(key)
+        if group is None:
+            return "unknown"
+        min_count = ((group.raw.get("spec") or {}).get("schedulingPolicy") or {}).get("gang", {}).get("minCount", 1)
+        bound = sum(1 for m in members if m.pod.node)
+        if members and bound >= min(min_count, len(members)) and bound == len(members):
+            return "scheduled"
+        if "waiting for members" in reason or len(members) < min_count:
+            return "waiting"
+        if reason:
+            return "unschedulable"
+        return "pending"
 
     def close(self) -> None:
         self._binder.shutdown(wait=False, cancel_futures=True)

@@ -243,3 +243,17 @@ def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_doma
     assert names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/g")["metadata"]["annotations"]
     assert any(e["reason"] == "PlacementAbandoned" for e in sim.events)
     second.close()
+
+
+def test_place_group_on_demand_and_states(sim, cycle):
+    sim.create(podgroup("g", 3))
+    sim.create(pod("g-0", "g"))
+    assert "waiting for members, 1 of 3 exist" in cycle.place_group("default/g")
+    assert cycle.group_state("default/g") == "waiting"
+    for i in (1, 2):
+        sim.create(pod(f"g-{i}", "g"))
+    placement = cycle.place_group("default/g")
+    assert len(placement.assignments) == 3 and cycle.group_state("default/g") == "planned"
+    make_gang(sim, "huge", 2, gpu=64)
+    assert "needs 128 nvidia.com/gpu" in cycle.place_group("default/huge")
+    assert cycle.group_state("default/huge") == "unschedulable"
