@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import numpy as np
+
 from .problem import DomainBound, Problem
 
 #: Domains listed in a message before the rest are summarised as a count.
@@ -74,12 +76,32 @@ def _shortfall(problem: Problem, bound: DomainBound, greedy_fits: int | None) ->
     needed = max(problem.needed, 1)
     fits = bound.placed_ub if greedy_fits is None else greedy_fits
     if len(bound.nodes) == 0:
-        detail = "no node can host a member"
+        detail = _no_host(problem, bound.domain)
     elif bound.binding:
         detail = f"needs {bound.need} {bound.binding}, {bound.have} free"
     else:
         detail = f"capacity is fragmented, at most {fits} of {needed} pods fit on its nodes"
     return DomainShortfall(label, fits, needed, detail)
+
+
+def _no_host(problem: Problem, d: int) -> str:
+    """Why not one node of the domain can take a single member: the most lacking resource."""
+
+    in_domain = problem.domain_ids == d
+    for shape in problem.shapes:
+        eligible = in_domain & shape.eligibility.mask
+        if not eligible.any():
+            return "no eligible node"
+        free = problem.snapshot.free[eligible]
+        worst = None
+        for j in np.nonzero(shape.vec)[0]:
+            most = int(free[:, j].max())
+            if most < shape.vec[j] and (worst is None or most / shape.vec[j] < worst[0]):
+                worst = (most / shape.vec[j], problem.snapshot.resources[j], int(shape.vec[j]), most)
+        if worst is not None:
+            _, resource, need, most = worst
+            return f"no node can host a member: a pod needs {need} {resource}, at most {most} free on one node"
+    return "no node can host a member"
 
 
 def explain(problem: Problem, bounds: list[DomainBound], greedy_fits: dict[int, int]) -> Explanation:

@@ -255,5 +255,5 @@ def test_place_group_on_demand_and_states(sim, cycle):
     placement = cycle.place_group("default/g")
     assert len(placement.assignments) == 3 and cycle.group_state("default/g") == "planned"
     make_gang(sim, "huge", 2, gpu=64)
-    assert "needs 128 nvidia.com/gpu" in cycle.place_group("default/huge")
+    assert "a pod needs 64 nvidia.com/gpu, at most 4 free on one node" in cycle.place_group("default/huge")
     assert cycle.group_state("default/huge") == "unschedulable"
