@@ -16,19 +16,20 @@ above; no ``all`` group is split. Racks are synthetic labels.
 
 from __future__ import annotations
 
+import dataclasses
 import time
 
 import numpy as np
 
 from cluster.names import LABEL_RACK
 from solver import (
+    PREEMPTION_OPTIONS,
     DisruptionBudget,
     DisruptionMode,
     Pod,
     PodSpec,
     PreemptionContext,
     Snapshot,
-    SolveOptions,
     VictimInfo,
     assert_placement_valid,
     plan_preemption,
@@ -144,8 +145,8 @@ def run(sizes, seeds, progress=print) -> list[dict]:
                 group = gpu_gang(f"hi-{case}", size, gpus, key, priority=PREEMPTOR_PRIORITY)
                 for planner, path in (("baseline", "greedy"), ("exact", "exact")):
                     started = time.perf_counter()
-                    plan = plan_preemption(snapshot, group, context, SolveOptions(path=path, seed=seed,
-                                                                                   deterministic_time=0.5))
+                    options = dataclasses.replace(PREEMPTION_OPTIONS, path=path, seed=seed)
+                    plan = plan_preemption(snapshot, group, context, options)
                     ms = (time.perf_counter() - started) * 1000.0
                     if plan.helps:
                         _check(snapshot, context, group, plan)

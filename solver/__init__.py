@@ -27,6 +27,7 @@ from .model import (
 from .objective import Objective, evaluate
 from .placement import BatchResult, Placement, SolveOptions, place, place_batch
 from .preemption import (
+    PREEMPTION_OPTIONS,
     DisruptionBudget,
     PodCandidate,
     PreemptionContext,
@@ -44,7 +45,7 @@ from .snapshot import Snapshot
 from .validate import assert_placement_valid
 
 __all__ = [
-    "PODS", "BatchResult", "DisruptionBudget", "DisruptionMode", "DomainShortfall", "Explanation",
+    "PODS", "PREEMPTION_OPTIONS", "BatchResult", "DisruptionBudget", "DisruptionMode", "DomainShortfall", "Explanation",
     "InvalidInput", "Node", "NodeAffinity", "Objective", "Placement", "PlacementInvalid", "Pod",
     "PodCandidate", "PodGroup", "PodSpec", "Policy", "PreemptionContext", "PreemptionCost",
     "PreemptionPlan", "PreemptionPolicy", "Requirement", "SolveOptions", "SolverError", "Snapshot",

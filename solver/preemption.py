@@ -57,7 +57,8 @@ from .validate import assert_placement_valid
 NO_VICTIM_PRIORITY = -(2**31) - 1
 
 #: Preemption defaults: the CP-SAT budget is per domain model and deterministic (reproducible).
-PREEMPTION_OPTIONS = SolveOptions(path="exact", deterministic_time=0.5, time_limit=5.0)
+#: The models find their best answer early; a larger budget mostly buys an unfinished proof.
+PREEMPTION_OPTIONS = SolveOptions(path="exact", deterministic_time=0.1, time_limit=5.0)
 
 
 # -- input ------------------------------------------------------------------------------------------
@@ -389,16 +390,16 @@ class _Search:
         best: tuple[PreemptionCost, list[int]] | None = None
         proven = True
         solved = pruned = 0
-        ranked = sorted(greedy, key=lambda d: (self.cost(greedy[d]), d))
+        # domains the greedy solved, cheapest first, then those where its packing missed
+        ranked = sorted((d for d in greedy if d >= 0), key=lambda d: (self.cost(greedy[d]), d))
+        ranked += [d for d in self.domain_units if d not in greedy]
         for d in ranked:
-            if d < 0:
-                continue
             ceiling = incumbent if best is None else min(incumbent, best[0])
             if self.lower_bound(d, ceiling) >= ceiling:
                 pruned += 1
                 continue
             try:
-                answer = self.solve_domain(d, greedy[d], weights, weights.scalar(ceiling))
+                answer = self.solve_domain(d, greedy.get(d, []), weights, weights.scalar(ceiling))
             except ModelTooLarge:
                 proven = False
                 continue
