@@ -1,0 +1,1 @@
+"""phalanx API contracts (protobuf/gRPC), by version."""
