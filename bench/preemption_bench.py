@@ -191,9 +191,12 @@ def summary(rows: list[dict]) -> dict:
         timing={},
     )
     for nodes in sorted({r["nodes"] for r in rows}):
-        for planner in ("baseline", "exact"):
-            ms = np.array([r["decision_ms"] for r in rows if r["nodes"] == nodes and r["planner"] == planner])
-            out["timing"][f"{nodes} {planner}"] = (float(np.median(ms)), float(np.percentile(ms, 99)))
+        for key in ("any", "-", LABEL_RACK):
+            for planner in ("baseline", "exact"):
+                ms = np.array([r["decision_ms"] for r in rows if r["nodes"] == nodes and r["planner"] == planner
+                               and key in ("any", r["key"])])
+                if len(ms):
+                    out["timing"][(nodes, key, planner)] = (float(np.median(ms)), float(np.percentile(ms, 99)))
     return out
 
 
@@ -201,12 +204,12 @@ def markdown(rows: list[dict]) -> str:
     s = summary(rows)
     reduction = 1 - s["differ_evicted_exact"] / s["differ_evicted_baseline"] if s["differ_evicted_baseline"] else 0.0
     out = [
-        "| nodes | planner | decision p50 ms | decision p99 ms |",
-        "|---|---|---|---|",
+        "| nodes | required key | planner | decision p50 ms | decision p99 ms |",
+        "|---|---|---|---|---|",
     ]
-    for label, (p50, p99) in s["timing"].items():
-        nodes, planner = label.split()
-        out.append(f"| {int(nodes):,} | {planner} | {p50:.1f} | {p99:.1f} |")
+    for (nodes, key, planner), (p50, p99) in s["timing"].items():
+        label = {"any": "all cases", "-": "none", LABEL_RACK: "rack"}[key]
+        out.append(f"| {nodes:,} | {label} | {planner} | {p50:.1f} | {p99:.1f} |")
     out += [
         "",
         f"{s['instances']} instances; exact worse than the baseline on {s['exact_worse']}, better on "
