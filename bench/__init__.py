@@ -9,6 +9,7 @@ from typing import Callable
 SUITES = {
     "solver": "bench.solver_bench",
     "preemption": "bench.preemption_bench",
+    "cache": "bench.cache_bench",
 }
 
 

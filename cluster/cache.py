@@ -104,6 +104,10 @@ class ClusterCache:
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_group: dict[str, set[str]] = {}
         self.usage: dict[str, dict[str, int]] = {}  # node -> requests of active bound pods
+        # the nodes as a solver snapshot, rebuilt only when a node's record changes, and the usage
+        # matrix aligned with it, kept incrementally, so a cycle's snapshot is one matrix copy
+        self._base: Snapshot | None = None
+        self._used = None
         self.skipped = 0  # malformed objects ignored
         self.version = 0  # bumps on every applied change
         self._listeners: list[Callable[[str, str, Any], None]] = []
@@ -139,6 +143,8 @@ class ClusterCache:
                 keep = {_key(o) for o in objects}
                 for key in [k for k in store if k not in keep]:
                     del store[key]
+                    if kind == "Node":
+                        self._base = None
             self.version += 1
         for obj in objects:
             self.apply(kind, "ADDED", obj)
@@ -166,10 +172,13 @@ class ClusterCache:
         if key == "None":
             raise InvalidInput(f"{kind}: metadata.name is missing")
         if deleted:
-            store.pop(key, None)
+            if store.pop(key, None) is not None and kind == "Node":
+                self._base = None
             return key
         if kind == "Node":
             record = node_from_json(obj)
+            if self.nodes.get(key) != record:  # heartbeats change nothing phalanx reads
+                self._base = None
         elif kind == "PodGroup":
             podgroup_from_json(obj)  # validate now, so a bad spec is skipped here, not mid-cycle
             meta = obj.get("metadata") or {}
@@ -219,6 +228,30 @@ class ClusterCache:
         slot[PODS] = slot.get(PODS, 0) + sign
         for r, amount in pod.spec.requests.items():
             slot[r] = slot.get(r, 0) + sign * amount
+        base = self._base
+        if base is not None:
+            i = base.index.get(pod.node)
+            if i is not None:
+                self._used[i, base.rindex[PODS]] += sign
+                for r, amount in pod.spec.requests.items():
+                    j = base.rindex.get(r)
+                    if j is not None:
+                        self._used[i, j] += sign * amount
+
+    def _base_snapshot(self) -> Snapshot:
+        if self._base is None:
+            base = Snapshot(list(self.nodes.values()))
+            used = base.used.copy()
+            for node, amounts in self.usage.items():
+                i = base.index.get(node)
+                if i is None:
+                    continue
+                for r, amount in amounts.items():
+                    j = base.rindex.get(r)
+                    if j is not None:
+                        used[i, j] += amount
+            self._base, self._used = base, used
+        return self._base
 
     # -- reading -----------------------------------------------------------------------------
     def members(self, group_key: str) -> list[PodRecord]:
@@ -243,16 +276,11 @@ class ClusterCache:
         """An immutable snapshot: nodes, usage of bound pods, plus ``reserved`` capacity.
         ``with_bound`` also lists the bound pods themselves (preemption needs them)."""
         with self._lock:
-            nodes = list(self.nodes.values())
-            usage = {n: dict(u) for n, u in self.usage.items() if n in self.nodes}
-            bound = [r.pod for r in self.pods.values() if r.pod.node in self.nodes and r.active] if with_bound else []
-        if with_bound:
-            return Snapshot(nodes, bound, reserved)
-        for node, amounts in (reserved or {}).items():
-            slot = usage.setdefault(node, {})
-            for r, amount in amounts.items():
-                slot[r] = slot.get(r, 0) + amount
-        return Snapshot(nodes, (), {n: u for n, u in usage.items() if n in self.nodes})
+            base = self._base_snapshot()
+            bound = [r.pod for r in self.pods.values() if r.pod.node in self.nodes and r.active] if with_bound else None
+            snapshot = base.with_used(self._used, bound)
+        reserved = {n: a for n, a in (reserved or {}).items() if n in snapshot.index}
+        return snapshot.with_usage(reserved) if reserved else snapshot
 
     def priority_of(self, class_name: str) -> int | None:
         with self._lock:

@@ -43,7 +43,7 @@ def _name(obj: JSON, kind: str) -> str:
 def _quantities(values: Any, where: str) -> dict[str, int]:
     if values is None:
         return {}
-    if not isinstance(values, Mapping):
+    if not isinstance(values, dict) and not isinstance(values, Mapping):  # dict first: fast
         raise InvalidInput(f"{where}: expected a map of quantities")
     return {str(r): parse_quantity(q, r) for r, q in values.items()}
 

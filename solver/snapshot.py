@@ -96,6 +96,18 @@ class Snapshot:
             self._charge(clone.used, node_name, amounts, pods=amounts.get(PODS, 0), what="usage")
         return clone
 
+    def with_used(self, used: np.ndarray, bound: Iterable[Pod] | None = None) -> "Snapshot":
+        """A new snapshot over the same nodes with the usage matrix ``used`` (nodes x
+        :attr:`resources`, as kept incrementally by a watch cache) and, optionally, the bound pods
+        behind it. Shares every static part; O(nodes x resources) instead of O(pods)."""
+        if used.shape != self.allocatable.shape:
+            raise InvalidInput(f"usage matrix has shape {used.shape}, expected {self.allocatable.shape}")
+        clone = self._clone()
+        clone.used = used.copy()
+        if bound is not None:
+            clone.bound = tuple(bound)
+        return clone
+
     def without_pods(self, uids: Iterable[str]) -> "Snapshot":
         """A new snapshot where the bound pods ``uids`` are gone (a preemption trial): their usage
         is released and they leave :attr:`bound`. Shares every static part, like :meth:`with_usage`."""
