@@ -18,7 +18,8 @@ ANNOTATION_PREFERRED_TOPOLOGY = "scheduling.phalanx.dev/preferred-topology"  # o
 MANAGED_BY_VALUE = "phalanx.dev/statefulset-controller"
 
 # -- upstream names ---------------------------------------------------------------------------------
-LABEL_MANAGED_BY = "scheduling.k8s.io/managed-by"
+# An annotation, as KEP-6277 has it: the value contains "/", which a label value may not.
+ANNOTATION_MANAGED_BY = "scheduling.k8s.io/managed-by"
 ANNOTATION_GROUP_TEMPLATE_NAME = "scheduling.k8s.io/group-template-name"
 ANNOTATION_PARENT_COMPOSITE = "scheduling.k8s.io/parent-compositepodgroup"
 ANNOTATION_PARENT_COMPOSITE_ALT = "scheduling.k8s.io/parent-composite-podgroup"  # read, never written

@@ -79,8 +79,8 @@ def controller_of(obj: Mapping[str, Any]) -> dict | None:
 
 
 def is_managed(obj: Mapping[str, Any]) -> bool:
-    """Created by phalanx (the managed-by label), as opposed to by a user or a parent controller."""
-    return ((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_MANAGED_BY) == names.MANAGED_BY_VALUE
+    """Created by phalanx (the managed-by annotation), as opposed to by a user or a parent controller."""
+    return ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_MANAGED_BY) == names.MANAGED_BY_VALUE
 
 
 def template_fields(config: SchedulingConfig, sts: Mapping[str, Any]) -> dict:
@@ -104,7 +104,7 @@ def compile_workload(sts: Mapping[str, Any], config: SchedulingConfig, flavor: F
         "metadata": {
             "name": naming.workload_name(meta["name"], meta["uid"]),
             "namespace": meta["namespace"],
-            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY_VALUE},
+            "annotations": {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
             "ownerReferences": [owner_ref(sts, STS_API_VERSION, "StatefulSet", controller=True)],
         },
         "spec": {
@@ -130,7 +130,7 @@ def compile_podgroup(sts: Mapping[str, Any], workload: Mapping[str, Any], templa
         "metadata": {
             "name": naming.podgroup_name(wmeta["name"], template["name"], wmeta["uid"], sts["metadata"]["uid"]),
             "namespace": wmeta.get("namespace") or sts["metadata"]["namespace"],
-            "labels": {names.LABEL_MANAGED_BY: names.MANAGED_BY_VALUE},
+            "annotations": {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
             "ownerReferences": owners,
             "finalizers": [names.FINALIZER_PODGROUP_PROTECTION],
         },

@@ -14,7 +14,8 @@ Life cycle of the two objects, per StatefulSet:
     two Workloads/PodGroups     -> ambiguous: nothing created or mutated, an event
     Workload with != 1 template -> ignored, an event
     not created by phalanx      -> used as-is: never mutated, owned or deleted
-    StatefulSet deleted         -> nothing to do: the garbage collector follows ownerReferences
+    StatefulSet deleted         -> the garbage collector follows ownerReferences; phalanx deletes
+                                   the pods of its deleted PodGroup (see ``finish_cascade``)
 
 Composition: a StatefulSet with a parent *controller* ownerReference and the
 ``scheduling.k8s.io/group-template-name`` annotation gets only a PodGroup, instantiated from the
@@ -240,6 +241,43 @@ class Reconciler:
                         raise
         return released
 
+    def _live_members(self, podgroup: Mapping[str, Any]) -> list[dict]:
+        meta = podgroup["metadata"]
+        return [p for p in self._list(api_path("v1", "pods", meta["namespace"]))
+                if self.flavor.pod_group_of(p) == meta["name"]
+                and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES]
+
+    def finish_cascade(self, podgroup: Mapping[str, Any]) -> int:
+        """Delete the pods of a deleted PodGroup phalanx created whose StatefulSet is gone.
+
+        The garbage collector keeps a dependent while any owner still exists, and the
+        podgroup-protection finalizer keeps the PodGroup while a pod references it: after the
+        StatefulSet is deleted, its pods (owners: StatefulSet, PodGroup) and its PodGroup would
+        wait for each other forever. phalanx does the step the collector cannot.
+        """
+        meta = podgroup["metadata"]
+        if not meta.get("deletionTimestamp") or not objects.is_managed(podgroup):
+            return 0
+        deleted = 0
+        for pod in self._live_members(podgroup):
+            owner = objects.controller_of(pod)
+            if pod["metadata"].get("deletionTimestamp") or (owner and self._owner_alive(pod, owner)):
+                continue
+            path = api_path("v1", "pods", meta["namespace"], pod["metadata"]["name"])
+            try:
+                self.kube.delete(path, {"preconditions": {"uid": pod["metadata"]["uid"]}})
+                deleted += 1
+            except KubeError as err:
+                if err.status not in (404, 409):
+                    raise
+        return deleted
+
+    def _owner_alive(self, pod: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
+        if owner.get("kind") != "StatefulSet":
+            return True  # not ours to judge
+        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", pod["metadata"]["namespace"], owner["name"]))
+        return sts is not None and sts["metadata"]["uid"] == owner.get("uid") and not sts["metadata"].get("deletionTimestamp")
+
     def release_finalizer(self, podgroup: Mapping[str, Any]) -> bool:
         """CRD flavor: drop podgroup-protection from a deleted PodGroup once no non-terminal pod
         references it (upstream, kube-controller-manager does this for the built-in API)."""
@@ -247,9 +285,7 @@ class Reconciler:
         finalizers = meta.get("finalizers") or []
         if not meta.get("deletionTimestamp") or names.FINALIZER_PODGROUP_PROTECTION not in finalizers:
             return False
-        pods = self._list(api_path("v1", "pods", meta["namespace"]))
-        if any(self.flavor.pod_group_of(p) == meta["name"] and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES
-               for p in pods):
+        if self._live_members(podgroup):
             return False
         kept = [f for f in finalizers if f != names.FINALIZER_PODGROUP_PROTECTION]
         patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},

@@ -226,7 +226,7 @@ class Controller:
 
     def _on_scheduling_object(self, kind: str, obj: dict) -> None:
         meta = obj["metadata"]
-        if not self.flavor.builtin and obj.get("kind") == "PodGroup" and meta.get("deletionTimestamp"):
+        if obj.get("kind") == "PodGroup" and meta.get("deletionTimestamp"):
             self.queue.add(f"podgroup:{meta['namespace']}/{meta['name']}")
         ctrl = objects.controller_of(obj)
         if ctrl and ctrl.get("kind") == "StatefulSet":
@@ -260,8 +260,11 @@ class Controller:
         if key.startswith("podgroup:"):
             ns, name = key.removeprefix("podgroup:").split("/", 1)
             podgroup = self.kube.get_or_none(self.flavor.path("podgroups", ns, name))
-            if podgroup is not None:
-                self.reconciler.release_finalizer(podgroup)
+            if podgroup is None:
+                return
+            if self.reconciler.finish_cascade(podgroup) or (
+                    not self.flavor.builtin and not self.reconciler.release_finalizer(podgroup)):
+                self.queue.add(key, 0.5)  # look again while the PodGroup still exists
             return
         ns, name = key.split("/", 1)
         sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))

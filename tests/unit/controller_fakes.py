@@ -101,6 +101,12 @@ class FakeKube:
         coll[(ns, name)] = obj
         return copy.deepcopy(obj)
 
+    def delete(self, path: str, body: Any = None) -> None:
+        self.calls.append(("DELETE", path))
+        _, ns, name = _split(path)
+        if self._coll(path).pop((ns, name), None) is None:
+            raise KubeError("DELETE", path, 404, "{}")
+
     def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         assert method == "PUT"
         _, ns, name = _split(path)

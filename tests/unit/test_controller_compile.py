@@ -143,7 +143,7 @@ def test_workload_shape_owner_and_managed_by():
     workload, _ = _compiled(sts)
     assert workload["apiVersion"] == "scheduling.k8s.io/v1beta1"
     assert workload["spec"]["controllerRef"] == {"apiGroup": "apps", "kind": "StatefulSet", "name": "db"}
-    assert workload["metadata"]["labels"] == {names.LABEL_MANAGED_BY: names.MANAGED_BY_VALUE}
+    assert workload["metadata"]["annotations"] == {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE}
     assert workload["metadata"]["ownerReferences"] == [{
         "apiVersion": "apps/v1", "kind": "StatefulSet", "name": "db", "uid": "uid-db",
         "controller": True, "blockOwnerDeletion": True}]

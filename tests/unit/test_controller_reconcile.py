@@ -214,7 +214,7 @@ def test_user_podgroup_is_never_mutated(kube, reconciler):
     sts = add_sts(kube, replicas=3)
     reconciler.sync(sts)
     (group,) = kube.objects("podgroups")
-    group["metadata"]["labels"] = {}  # now it looks user-made
+    group["metadata"]["annotations"] = {}  # now it looks user-made
     sts["spec"]["replicas"] = 5
     reconciler.sync(sts)
     assert min_counts(kube) == (5, 3)
@@ -331,6 +331,28 @@ def test_crd_finalizer_is_removed_only_when_no_live_pod_references_the_group(kub
     assert reconciler.release_finalizer(group)
     (stored,) = kube.objects("podgroups", names.CRD_GROUP)
     assert stored["metadata"]["finalizers"] == []
+
+
+def test_deleted_podgroup_of_a_deleted_statefulset_takes_its_pods_along(kube, reconciler):
+    sts = add_sts(kube)
+    group = reconciler.sync(sts).podgroup
+    stamped_pod(kube, sts, group, 0)
+    other = kube.add(STS, statefulset(name="other", scheduling=GANG))
+    kube.add(PODS, sts_pod(other, 0))  # not a member: untouched
+    group["metadata"]["deletionTimestamp"] = "2026-01-01T00:00:00Z"
+    assert reconciler.finish_cascade(group) == 0  # the StatefulSet still exists: its pods stay
+    del kube.store["apis/apps/v1/statefulsets"][("ns", "db")]
+    assert reconciler.finish_cascade(group) == 1
+    assert [p["metadata"]["name"] for p in kube.list_pages(PODS)[0]] == ["other-0"]
+
+
+def test_finish_cascade_leaves_podgroups_phalanx_did_not_create(kube, reconciler):
+    sts = add_sts(kube)
+    group = reconciler.sync(sts).podgroup
+    stamped_pod(kube, sts, group, 0)
+    del kube.store["apis/apps/v1/statefulsets"][("ns", "db")]
+    group["metadata"].update(deletionTimestamp="2026-01-01T00:00:00Z", annotations={})
+    assert reconciler.finish_cascade(group) == 0
 
 
 # -- the work queue ----------------------------------------------------------------------------------
