@@ -393,24 +393,23 @@ class WorkloadCycle:
         lead = False
         with self._lock:
             plan.arrived.add(uid)
-            self._arrival.notify_all()
             self.metrics.barrier_waiting.inc()
             try:
+                # only an arrival can complete the gang, so only the arriving call checks (O(N));
+                # waiters sleep until the plan's state changes: no thundering herd at 1,000 pods
+                if plan.state == "planned" and self._complete(plan):
+                    plan.state, lead = "binding", True
                 while plan.state == "planned":
-                    missing = [u for u in plan.assignments if u not in plan.arrived and not self._bound_node(u)]
-                    if not missing:
-                        plan.state, lead = "binding", True
-                        break
                     left = deadline - time.monotonic()
                     if left <= 0:
                         self.metrics.barrier.labels(outcome="timeout").inc()
-                        why = (f"barrier timed out: {len(plan.assignments) - len(missing)} of "
-                               f"{len(plan.assignments)} members reached bind")
+                        arrived = sum(1 for u in plan.assignments if u in plan.arrived or self._bound_node(u))
+                        why = f"barrier timed out: {arrived} of {len(plan.assignments)} members reached bind"
                         if self.plans.get(plan.group) is plan:
                             self._release(plan.group, why)
                         self._event_key(plan.group, "BarrierTimeout", why, "Warning")
                         raise BindError(f"phalanx: podgroup {plan.group}: {why}; nothing was bound")
-                    self._arrival.wait(timeout=min(left, 1.0))
+                    self._arrival.wait(timeout=left)
                     plan.deadline = max(plan.deadline, self.clock() + 1.0)  # no expiry while waiting
             finally:
                 self.metrics.barrier_waiting.dec()
@@ -421,6 +420,9 @@ class WorkloadCycle:
                 self._arrival.wait(timeout=1.0)
             if plan.state != "bound" or uid in plan.failed_uids:
                 raise BindError(f"phalanx: podgroup {plan.group}: {plan.error or 'binding failed'}")
+
+    def _complete(self, plan: Plan) -> bool:
+        return all(u in plan.arrived or self._bound_node(u) for u in plan.assignments)
 
     def _bind_all(self, plan: Plan) -> None:
         """The gang is complete at the barrier: write the placement record, then bind everyone."""

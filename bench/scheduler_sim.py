@@ -1,0 +1,155 @@
+"""A simulated kube-scheduler that drives phalanx over the real extender HTTP protocol.
+
+It is a simulation of kube-scheduler's loop, only as deep as the demo and the benchmarks need:
+pending pods (no node, no scheduling gates) are taken highest priority first, then oldest; an
+in-tree-style filter keeps the nodes with room (requests vs free capacity including pods it has
+assumed), and then the extender is asked exactly as kube-scheduler asks it (``nodeCacheCapable``
+mode: ``NodeNames``): ``filter``, ``prioritize`` when more than one node is left, and ``bind``
+in a background thread per pod, as kube-scheduler's binding cycle does. A pod the extender
+rejects waits for the next round (kube-scheduler retries extender rejections on any event).
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from cluster.cache import ClusterCache
+from cluster.convert import pod_from_json
+from cluster.sim import SimCluster
+
+
+@dataclass
+class RoundStats:
+    attempted: int = 0
+    bound: int = 0
+    rejected: int = 0
+    bind_errors: list[str] = field(default_factory=list)
+
+
+class ExtenderClient:
+    """Keep-alive HTTP client for the extender, one connection per thread."""
+
+    def __init__(self, port: int, host: str = "127.0.0.1", timeout: float = 120.0):
+        self.host, self.port, self.timeout = host, port, timeout
+        self._local = threading.local()
+
+    def post(self, verb: str, body: dict) -> object:
+        payload = json.dumps(body).encode()
+        for attempt in range(2):
+            conn = getattr(self._local, "conn", None)
+            if conn is None:
+                conn = http.client.HTTPConnection(self.host, self.port, timeout=self.timeout)
+                self._local.conn = conn
+            try:
+                conn.request("POST", f"/scheduler/{verb}", payload, {"Content-Type": "application/json"})
+                resp = conn.getresponse()
+                data = resp.read()
+            except (ConnectionError, http.client.HTTPException, OSError):
+                conn.close()
+                self._local.conn = None
+                if attempt:
+                    raise
+                continue
+            if resp.status != 200:
+                raise RuntimeError(f"extender {verb}: HTTP {resp.status}: {data[:200]!r}")
+            return json.loads(data)
+        raise RuntimeError("unreachable")
+
+
+class SimulatedScheduler:
+    def __init__(self, sim: SimCluster, port: int, bind_threads: int = 1100):
+        self.sim = sim
+        self.cache: ClusterCache = sim.cache
+        self.client = ExtenderClient(port)
+        self._binder = ThreadPoolExecutor(max_workers=bind_threads, thread_name_prefix="sim-bind")
+        self._inflight: set[str] = set()
+        self._lock = threading.Lock()
+        self.filter_ms: list[float] = []
+
+    def close(self) -> None:
+        self._binder.shutdown(wait=True)
+
+    def pending(self) -> list[dict]:
+        pods = [p for p in self.sim.list("Pod")
+                if not p["spec"].get("nodeName") and not p["spec"].get("schedulingGates")
+                and p["metadata"]["uid"] not in self._inflight
+                and (p.get("status") or {}).get("phase", "Pending") == "Pending"]
+        return sorted(pods, key=lambda p: (-(p["spec"].get("priority") or 0), p["metadata"]["creationTimestamp"],
+                                           p["metadata"]["name"]))
+
+    def run_round(self, wait: bool = True) -> RoundStats:
+        """One pass over the pending pods; with ``wait``, until their bind calls returned."""
+        stats = RoundStats()
+        snapshot = self.cache.snapshot()
+        free = snapshot.free.astype(np.int64).copy()
+        names = [n.name for n in snapshot.nodes]
+        futures = []
+        for pod_json in self.pending():
+            stats.attempted += 1
+            pod = pod_from_json(pod_json)
+            vec, unknown = snapshot.request_vector(pod.spec.requests)
+            if unknown:
+                stats.rejected += 1
+                continue
+            fits = snapshot.eligibility(pod.spec).mask & np.all(free >= vec, axis=1)
+            candidates = [names[i] for i in np.nonzero(fits)[0]]
+            if not candidates:
+                stats.rejected += 1
+                continue
+            args = {"Pod": pod_json, "Nodes": None, "NodeNames": candidates}
+            started = time.perf_counter()
+            result = self.client.post("filter", args)
+            self.filter_ms.append((time.perf_counter() - started) * 1000)
+            feasible = result.get("NodeNames") or []
+            if not feasible:
+                stats.rejected += 1
+                continue
+            node = feasible[0]
+            if len(feasible) > 1:
+                scores = self.client.post("prioritize", {**args, "NodeNames": feasible})
+                node = max(scores, key=lambda h: (h["Score"], -feasible.index(h["Host"])))["Host"]
+            i = snapshot.index[node]
+            free[i] -= vec  # assume, as kube-scheduler's cache does, until the binding lands
+            uid = pod_json["metadata"]["uid"]
+            with self._lock:
+                self._inflight.add(uid)
+            futures.append(self._binder.submit(self._bind, pod_json, node, stats))
+        if wait:
+            for f in futures:
+                f.result()
+        return stats
+
+    def _bind(self, pod_json: dict, node: str, stats: RoundStats) -> None:
+        meta = pod_json["metadata"]
+        try:
+            reply = self.client.post("bind", {"PodName": meta["name"], "PodNamespace": meta["namespace"],
+                                              "PodUID": meta["uid"], "Node": node})
+            if reply.get("Error"):
+                stats.bind_errors.append(reply["Error"])
+            else:
+                stats.bound += 1
+        except Exception as err:  # noqa: BLE001 - a failed bind is requeued, as kube-scheduler does
+            stats.bind_errors.append(str(err))
+        finally:
+            with self._lock:
+                self._inflight.discard(meta["uid"])
+
+    def run_until_settled(self, max_rounds: int = 50) -> RoundStats:
+        """Rounds until a round binds nothing new; totals over all rounds."""
+        total = RoundStats()
+        for _ in range(max_rounds):
+            stats = self.run_round()
+            total.attempted += stats.attempted
+            total.bound += stats.bound
+            total.rejected += stats.rejected
+            total.bind_errors += stats.bind_errors
+            if stats.bound == 0:
+                break
+        return total
