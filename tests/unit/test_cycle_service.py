@@ -7,28 +7,11 @@ import threading
 import pytest
 
 from cluster import names
-from cluster.sim import SimCluster
 from extender.cycle import BindError, WorkloadCycle
 
-from .k8s_objects import node, pod, podgroup
+from .k8s_objects import pod, podgroup
 
 RACK = names.LABEL_RACK
-
-
-@pytest.fixture
-def sim():
-    s = SimCluster()
-    for r in range(2):
-        for i in range(2):
-            s.create(node(f"n-{r}-{i}", rack=f"r{r}", gpus=4))
-    return s
-
-
-@pytest.fixture
-def cycle(sim):
-    service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0)
-    yield service
-    service.close()
 
 
 def all_nodes(sim):

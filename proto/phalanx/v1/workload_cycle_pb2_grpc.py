@@ -97,7 +97,8 @@ class WorkloadCycleServicer:
 
     def WatchEvents(self, request, context):
         """Events of the workload cycle as they happen. A client that reads too slowly loses the oldest
-        events of its stream (never slowing scheduling); Event.dropped says how many so far.
+        events of its stream (never slowing scheduling); Event.dropped says how many so far. The
+        initial metadata is sent once the stream is subscribed: events after it are not missed.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -1,0 +1,54 @@
+"""Serve the WorkloadCycle gRPC service and the standard gRPC health service in this process."""
+
+from __future__ import annotations
+
+import logging
+from concurrent.futures import ThreadPoolExecutor
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+from extender.cycle import WorkloadCycle
+from proto.phalanx.v1 import workload_cycle_pb2 as pb
+from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
+
+from .events import EventHub
+from .servicer import WorkloadCycleServicer
+
+log = logging.getLogger("phalanx.grpc")
+
+SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkloadCycle"].full_name  # phalanx.v1.WorkloadCycle
+
+
+class GrpcServer:
+    """A started gRPC server: its bound port, and stop()."""
+
+    def __init__(self, server: grpc.Server, port: int, hub: EventHub, health_servicer: health.HealthServicer
+                 ) -> None:
+        self.server, self.port, self.hub, self.health = server, port, hub, health_servicer
+
+    def stop(self, grace: float = 1.0) -> None:
+        self.health.enter_graceful_shutdown()  # health checks say NOT_SERVING from now on
+        self.hub.close()  # ends the WatchEvents streams
+        self.server.stop(grace).wait()
+
+
+def start_grpc_server(cycle: WorkloadCycle, addr: str, workers: int = 32, max_watchers: int = 16,
+                      queue_size: int = 1024) -> GrpcServer:
+    """Serve ``cycle`` on ``addr`` (HOST:PORT; port 0 picks a free one). Each WatchEvents stream
+    holds a worker thread, so at most ``max_watchers`` (fewer than ``workers``) are allowed at
+    once and unary calls always find a thread. Raises RuntimeError when ``addr`` cannot be bound."""
+    if not 0 < max_watchers < workers:
+        raise ValueError(f"need 0 < max_watchers ({max_watchers}) < workers ({workers})")
+    hub = EventHub(queue_size, max_watchers)
+    cycle.subscribe(hub.publish)
+    server = grpc.server(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phalanx-grpc"))
+    pb_grpc.add_WorkloadCycleServicer_to_server(WorkloadCycleServicer(cycle, hub), server)
+    health_servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
+    port = server.add_insecure_port(addr)
+    server.start()
+    for service in ("", SERVICE_NAME):
+        health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
+    log.info("gRPC %s serving on %s (port %d)", SERVICE_NAME, addr, port)
+    return GrpcServer(server, port, hub, health_servicer)

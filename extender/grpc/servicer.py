@@ -1,0 +1,222 @@
+"""The phalanx.v1.WorkloadCycle gRPC service over a running :class:`WorkloadCycle`.
+
+Every RPC runs on a gRPC worker thread beside kube-scheduler's HTTP calls; it reads the cycle and
+its cache through their own locks and never raises into gRPC: a malformed name is
+INVALID_ARGUMENT, a group (or plan) that does not exist is NOT_FOUND, anything unexpected is
+logged and answered INTERNAL.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import re
+from typing import Any, Callable, Iterator, Mapping
+
+import grpc
+
+from cluster import names
+from extender.cycle import Plan, WorkloadCycle
+from proto.phalanx.v1 import workload_cycle_pb2 as pb
+from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
+from solver import InvalidInput, Placement
+
+from .events import CycleEvent, EventHub, EventStream, TooManyStreams
+
+log = logging.getLogger("phalanx.grpc")
+
+# Kubernetes names: a namespace is a DNS label, a PodGroup name a DNS subdomain.
+_DNS_LABEL = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
+_DNS_SUBDOMAIN = re.compile(r"(?=.{1,253}$)[a-z0-9]([-a-z0-9.]*[a-z0-9])?")
+
+CATEGORIES = {
+    "planned": pb.Event.CATEGORY_PLAN,
+    "plan_released": pb.Event.CATEGORY_PLAN,
+    "bound": pb.Event.CATEGORY_BIND,
+    "bind_failed": pb.Event.CATEGORY_BIND,
+    "unschedulable": pb.Event.CATEGORY_STATUS,
+}
+
+
+class Refusal(Exception):
+    """An RPC answered with a non-OK status."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _answered(method: Callable) -> Callable:
+    @functools.wraps(method)
+    def rpc(self: "WorkloadCycleServicer", request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            return method(self, request, context)
+        except Refusal as err:
+            context.abort(err.code, err.message)
+        except Exception as err:  # noqa: BLE001 - a request must never take the server down
+            log.exception("%s failed", method.__name__)
+            context.abort(grpc.StatusCode.INTERNAL, f"phalanx: {method.__name__} failed: {err}")
+    return rpc
+
+
+def checked_namespace(namespace: str) -> str:
+    if not _DNS_LABEL.fullmatch(namespace):
+        raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"namespace must be a DNS label, got {namespace!r}")
+    return namespace
+
+
+def group_key(namespace: str, name: str) -> str:
+    """``namespace/name`` of a well-formed group name; Refusal(INVALID_ARGUMENT) otherwise."""
+    checked_namespace(namespace)
+    if not _DNS_SUBDOMAIN.fullmatch(name):
+        raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"name must be a DNS subdomain, got {name!r}")
+    return f"{namespace}/{name}"
+
+
+def objective_message(placement: Placement) -> pb.Objective | None:
+    o = placement.objective
+    if o is None:
+        return None
+    return pb.Objective(unplaced=o.unplaced, spread=list(o.spread), nodes=o.nodes, stranded=o.stranded,
+                        domain_free=o.domain_free)
+
+
+class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
+    def __init__(self, cycle: WorkloadCycle, hub: EventHub) -> None:
+        self.cycle = cycle
+        self.cache = cycle.cache
+        self.hub = hub
+
+    # -- RPCs ----------------------------------------------------------------------------------
+    @_answered
+    def PlaceGroup(self, request: pb.PlaceGroupRequest, context: grpc.ServicerContext) -> pb.PlaceGroupReply:
+        key = self._existing(request.namespace, request.name)
+        answer = self.cycle.place_group(key)
+        if isinstance(answer, str):
+            return pb.PlaceGroupReply(placed=False, explanation=answer)
+        return pb.PlaceGroupReply(placed=True, placement=self._placement(answer.assignments, answer.domain, answer))
+
+    @_answered
+    def GetPlan(self, request: pb.GetPlanRequest, context: grpc.ServicerContext) -> pb.Plan:
+        key = self._existing(request.namespace, request.name)
+        plan = self.cycle.plan_of(key)
+        if plan is None:
+            raise Refusal(grpc.StatusCode.NOT_FOUND,
+                          f"podgroup {key} holds no plan (state: {self.cycle.group_state(key)})")
+        return self._plan(request.namespace, request.name, plan)
+
+    @_answered
+    def ExplainGroup(self, request: pb.ExplainGroupRequest, context: grpc.ServicerContext) -> pb.ExplainGroupReply:
+        key = group_key(request.namespace, request.name)
+        members = self.cache.members(key)
+        if key not in self.cache.podgroups and not members:
+            raise Refusal(grpc.StatusCode.NOT_FOUND, f"podgroup {key} does not exist and no pod names it")
+        summary = self._summary(key, members)
+        return pb.ExplainGroupReply(namespace=request.namespace, name=request.name, state=summary.state,
+                                    explanation=summary.explanation, members_existing=summary.members_existing,
+                                    members_bound=summary.members_bound, min_count=summary.min_count)
+
+    @_answered
+    def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsReply:
+        if request.namespace:
+            checked_namespace(request.namespace)
+        keys = sorted(key for key, record in dict(self.cache.podgroups).items()
+                      if not request.namespace or record.namespace == request.namespace)
+        return pb.ListGroupsReply(groups=[self._summary(key, self.cache.members(key)) for key in keys])
+
+    @_answered
+    def WatchEvents(self, request: pb.WatchEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.Event]:
+        if request.name and not request.namespace:
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "name needs namespace")
+        if request.name:
+            key = group_key(request.namespace, request.name)
+            accept: Callable[[CycleEvent], bool] = lambda e: e.group == key
+        else:
+            prefix = f"{checked_namespace(request.namespace)}/" if request.namespace else ""
+            accept = lambda e: e.group.startswith(prefix)
+        try:
+            stream = self.hub.open(accept)
+        except TooManyStreams as err:
+            raise Refusal(grpc.StatusCode.RESOURCE_EXHAUSTED, str(err)) from None
+        context.add_callback(stream.close)  # the client went away (or the server stops)
+        context.send_initial_metadata(())  # tells the client the stream is subscribed
+        return self._events(stream, context)
+
+    # -- answers -------------------------------------------------------------------------------
+    def _existing(self, namespace: str, name: str) -> str:
+        key = group_key(namespace, name)
+        if key not in self.cache.podgroups:
+            raise Refusal(grpc.StatusCode.NOT_FOUND, f"podgroup {key} does not exist")
+        return key
+
+    def _pod_name(self, uid: str) -> str:
+        record = self.cache.pods.get(uid)
+        return record.pod.name if record else uid
+
+    def _placement(self, assignments: Mapping[str, str], domain: str, solved: Placement | None) -> pb.Placement:
+        message = pb.Placement(assignments={self._pod_name(uid): node for uid, node in assignments.items()},
+                               domain=domain)
+        if solved is not None:
+            message.path, message.optimal = solved.path, solved.optimal
+            if solved.gap is not None:
+                message.gap = solved.gap
+            objective = objective_message(solved)
+            if objective is not None:
+                message.objective.CopyFrom(objective)
+        return message
+
+    def _plan(self, namespace: str, name: str, plan: Plan) -> pb.Plan:
+        return pb.Plan(namespace=namespace, name=name, state=plan.state,
+                       placement=self._placement(plan.assignments, plan.domain, plan.placement),
+                       members_at_barrier=len(plan.arrived),
+                       expires_in_seconds=max(0.0, plan.deadline - self.cycle.clock()))
+
+    def _summary(self, key: str, members: list) -> pb.GroupSummary:
+        namespace, name = key.split("/", 1)
+        summary = pb.GroupSummary(namespace=namespace, name=name, state=self.cycle.group_state(key),
+                                  members_existing=len(members),
+                                  members_bound=sum(1 for m in members if m.pod.node),
+                                  explanation=self.cycle.explanations.get(key, ""))
+        try:
+            group = self.cache.podgroup(key, members)
+        except InvalidInput as err:
+            summary.explanation = summary.explanation or f"phalanx: {err}"
+            return summary
+        if group is not None:
+            summary.policy, summary.min_count, summary.topology_key = (group.policy.value, group.min_count,
+                                                                       group.topology_key)
+        summary.domain = self._domain(key)
+        return summary
+
+    def _domain(self, key: str) -> str:
+        """The held plan's domain, else the one in the placement record on the PodGroup."""
+        plan = self.cycle.plan_of(key)
+        if plan is not None:
+            return plan.domain
+        record = self.cache.podgroups.get(key)
+        raw = record.annotations.get(names.ANNOTATION_PLACEMENT) if record else None
+        try:
+            return str(json.loads(raw).get("domain", "")) if raw else ""
+        except (ValueError, AttributeError):
+            return ""
+
+    def _events(self, stream: EventStream, context: grpc.ServicerContext) -> Iterator[pb.Event]:
+        try:
+            while not stream.closed and context.is_active():
+                event = stream.next(timeout=1.0)
+                if event is not None:
+                    yield self._event(event, stream.dropped)
+        finally:
+            self.hub.detach(stream)
+
+    def _event(self, event: CycleEvent, dropped: int) -> pb.Event:
+        data = dict(event.data)
+        if isinstance(data.get("assignments"), Mapping):
+            data["assignments"] = {self._pod_name(uid): node for uid, node in data["assignments"].items()}
+        category = CATEGORIES.get(event.kind) or (
+            pb.Event.CATEGORY_PREEMPT if "preempt" in event.kind or "evict" in event.kind else pb.Event.CATEGORY_STATUS)
+        message = pb.Event(group=event.group, category=category, kind=event.kind,
+                           payload_json=json.dumps(data, sort_keys=True, default=str), dropped=dropped)
+        message.time.FromNanoseconds(event.time_ns)
+        return message
