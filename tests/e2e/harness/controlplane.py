@@ -19,7 +19,7 @@ import yaml
 
 from .binaries import Binaries
 from .pki import Pki, make_pki
-from .process import Component, free_port
+from .process import Component, free_port, free_ports
 from .rest import Rest
 
 FeatureGates = Mapping[str, bool] | str | None
@@ -93,6 +93,7 @@ class ControlPlane:
         self.pki: Pki | None = None
         self.server = ""
         self.rest: Rest | None = None
+        self.fake_kubelet = None  # set by the test fixture that starts harness.kubelet.FakeKubelet
         self._schedulers = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -123,7 +124,7 @@ class ControlPlane:
     # --- etcd ----------------------------------------------------------------------------------
 
     def _start_etcd(self) -> str:
-        client, peer = free_port(), free_port()
+        client, peer = free_ports(2)
         client_url, peer_url = f"http://127.0.0.1:{client}", f"http://127.0.0.1:{peer}"
         etcd = self._spawn("etcd", [
             str(self.binaries.path("etcd")),
