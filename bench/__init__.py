@@ -10,6 +10,8 @@ SUITES = {
     "solver": "bench.solver_bench",
     "preemption": "bench.preemption_bench",
     "cache": "bench.cache_bench",
+    "controller": "bench.controller_bench",
+    "extender": "bench.extender_bench",
 }
 
 

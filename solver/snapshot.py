@@ -23,7 +23,6 @@ from .model import PODS, Node, Pod, PodSpec, TaintEffect
 #: Reasons a node is excluded for a pod before capacity is considered, in the order checked.
 EXCLUSION_REASONS = ("unschedulable", "taint", "selector", "affinity")
 #: Caches that depend only on nodes and labels, never on usage: what-if copies share them.
-STATIC_CACHES = ("domains", "elig", "labels", "unsched")
 
 
 def constraint_signature(spec: PodSpec) -> tuple:
@@ -65,7 +64,8 @@ class Snapshot:
             self._charge(self.used, pod.node, pod.spec.requests, pods=1, what=f"pod {pod.key}")
         for node_name, amounts in (reserved or {}).items():
             self._charge(self.used, node_name, amounts, pods=amounts.get(PODS, 0), what="reservation")
-        self._caches: dict = {}
+        self._caches: dict = {}  # depends on usage: per snapshot
+        self._static: dict = {}  # depends on nodes only: shared by every what-if copy
 
     # -- construction helpers -------------------------------------------------------------
     def _charge(self, used: np.ndarray, node: str, amounts: Mapping[str, int], pods: int, what: str) -> None:
@@ -85,7 +85,7 @@ class Snapshot:
         clone = object.__new__(Snapshot)
         clone.__dict__.update(self.__dict__)
         clone.used = self.used.copy()
-        clone._caches = {k: v for k, v in self._caches.items() if k[0] in STATIC_CACHES}
+        clone._caches = {}
         return clone
 
     def with_usage(self, extra: Mapping[str, Mapping[str, int]]) -> "Snapshot":
@@ -106,6 +106,20 @@ class Snapshot:
         clone.used = used.copy()
         if bound is not None:
             clone.bound = tuple(bound)
+        return clone
+
+    def only_nodes(self, allowed: Iterable[str]) -> "Snapshot":
+        """A new snapshot in which every node outside ``allowed`` has no free capacity (e.g.
+        kube-scheduler's own filters excluded it). Shares every static part."""
+        keep = np.zeros(len(self.nodes), dtype=bool)
+        for name in allowed:
+            i = self.index.get(name)
+            if i is not None:
+                keep[i] = True
+        if keep.all():
+            return self
+        clone = self._clone()
+        clone.used[~keep] = np.maximum(clone.used[~keep], clone.allocatable[~keep])
         return clone
 
     def without_pods(self, uids: Iterable[str]) -> "Snapshot":
@@ -161,17 +175,17 @@ class Snapshot:
     def label_values(self, key: str) -> np.ndarray:
         """The value of label ``key`` per node (object array; None where absent)."""
         cache_key = ("labels", key)
-        cached = self._caches.get(cache_key)
+        cached = self._static.get(cache_key)
         if cached is None:
             cached = np.array([n.labels.get(key) for n in self.nodes], dtype=object)
-            self._caches[cache_key] = cached
+            self._static[cache_key] = cached
         return cached
 
     def domains(self, key: str) -> tuple[tuple[str, ...], np.ndarray]:
         """Topology domains of ``key``: the sorted values and the domain id per node (-1 where the
         node lacks the label). An empty key means one domain holding every node."""
         cache_key = ("domains", key)
-        cached = self._caches.get(cache_key)
+        cached = self._static.get(cache_key)
         if cached is None:
             if not key:
                 cached = (("",), np.zeros(len(self.nodes), dtype=np.int64))
@@ -181,7 +195,7 @@ class Snapshot:
                 pos = {v: i for i, v in enumerate(values)}
                 ids = np.array([pos.get(v, -1) if v is not None else -1 for v in raw], dtype=np.int64)
                 cached = (values, ids)
-            self._caches[cache_key] = cached
+            self._static[cache_key] = cached
         return cached
 
     # -- eligibility ----------------------------------------------------------------------
@@ -189,7 +203,7 @@ class Snapshot:
         """Which nodes a pod may run on, ignoring capacity, and why the others may not."""
         sig = constraint_signature(spec)
         cache_key = ("elig", sig)
-        cached = self._caches.get(cache_key)
+        cached = self._static.get(cache_key)
         if cached is not None:
             return cached
         n = len(self.nodes)
@@ -210,14 +224,14 @@ class Snapshot:
         if spec.affinity.terms:
             exclude("affinity", ~self._affinity_mask(spec))
         cached = Eligibility(mask=mask, excluded=excluded)
-        self._caches[cache_key] = cached
+        self._static[cache_key] = cached
         return cached
 
     def _unschedulable_mask(self) -> np.ndarray:
-        cached = self._caches.get(("unsched",))
+        cached = self._static.get(("unsched",))
         if cached is None:
             cached = np.array([n.unschedulable for n in self.nodes], dtype=bool)
-            self._caches[("unsched",)] = cached
+            self._static[("unsched",)] = cached
         return cached
 
     def _taint_mask(self, spec: PodSpec) -> np.ndarray:
