@@ -24,6 +24,7 @@ from cluster.cache import ClusterCache
 from cluster.kube import Kube
 from cluster.sim import SimCluster
 from extender.cycle import WorkloadCycle
+from extender.grpc import GrpcServer, start_grpc_server
 from extender.http import create_app
 from solver import SolveOptions
 
@@ -40,6 +41,7 @@ class ServeOptions:
     barrier_timeout: float = 30.0
     plan_ttl: float = 60.0
     solver_path: str = "exact"
+    grpc_addr: str = "127.0.0.1:50051"  # the WorkloadCycle gRPC service; "" or "off": none
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -64,25 +66,31 @@ def http_server(app, options: ServeOptions) -> wsgi.Server:
 
 
 class Phalanx:
-    """The running service: backend + cache + cycle + HTTP server."""
+    """The running service: backend + cache + cycle + HTTP server (+ gRPC server)."""
 
     def __init__(self, cycle: WorkloadCycle, server: wsgi.Server, ready: Callable[[], tuple[bool, str]],
-                 stop_backend: Callable[[], None] = lambda: None) -> None:
+                 stop_backend: Callable[[], None] = lambda: None, grpc_addr: str = "") -> None:
         self.cycle, self.server, self.ready = cycle, server, ready
         self._stop_backend = stop_backend
         self._thread: threading.Thread | None = None
+        self.grpc_addr = "" if grpc_addr == "off" else grpc_addr
+        self.grpc: GrpcServer | None = None
 
     @property
     def port(self) -> int:
         return self.server.bind_addr[1]
 
     def start(self) -> "Phalanx":
+        if self.grpc_addr:  # first: an address that cannot be bound fails before anything serves
+            self.grpc = start_grpc_server(self.cycle, self.grpc_addr)
         self.server.prepare()
         self._thread = threading.Thread(target=self.server.serve, name="phalanx-http", daemon=True)
         self._thread.start()
         return self
 
     def stop(self) -> None:
+        if self.grpc is not None:
+            self.grpc.stop()
         self.server.stop()
         self._stop_backend()
         self.cycle.close()
@@ -103,7 +111,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl)
         ready, stop_backend = backend.ready, backend.stop
     app = create_app(cycle, ready)
-    return Phalanx(cycle, http_server(app, options), ready, stop_backend)
+    return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr)
 
 
 def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | None = None) -> int:
@@ -116,6 +124,8 @@ def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | 
     scheme = "https" if options.tls_cert else "http"
     print(f"phalanx serving the extender on {scheme}://{options.http_addr}/scheduler "
           f"({'simulated cluster ' + sim_file if sim_file else 'API server'})", flush=True)
+    if phalanx.grpc is not None:
+        print(f"phalanx serving gRPC phalanx.v1.WorkloadCycle on {phalanx.grpc_addr}", flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

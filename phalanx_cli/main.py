@@ -28,8 +28,14 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit("phalanx serve: give exactly one of --kubeconfig PATH or --sim FILE")
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
-                           plan_ttl=args.plan_ttl, solver_path=args.solver)
+                           plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr)
     return serve(options, kubeconfig=args.kubeconfig, sim_file=args.sim)
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
+    return explain(args.group, args.grpc_addr, sys.stdout)
 
 
 def _controller(args: argparse.Namespace) -> int:
@@ -68,7 +74,14 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a gang waits at bind for all members (default 30; keep below httpTimeout)")
     serve.add_argument("--plan-ttl", type=float, default=60.0, help="seconds a plan holds its reservation (default 60)")
     serve.add_argument("--solver", choices=["exact", "greedy"], default="exact", help="solver path (default exact)")
+    serve.add_argument("--grpc-addr", default="127.0.0.1:50051",
+                       help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
     serve.set_defaults(func=_serve)
+
+    explain = sub.add_parser("explain", help="print a PodGroup's state, explanation and plan from a running serve")
+    explain.add_argument("group", metavar="NAMESPACE/NAME", help="the PodGroup (NAME alone means default/NAME)")
+    explain.add_argument("--grpc-addr", default="127.0.0.1:50051", help="the serve's gRPC address")
+    explain.set_defaults(func=_explain)
 
     demo = sub.add_parser("demo", help="place the KEP-6277 user stories and LWS-shaped groups on a generated cluster")
     demo.set_defaults(func=_demo)

@@ -41,12 +41,14 @@ def start_grpc_server(cycle: WorkloadCycle, addr: str, workers: int = 32, max_wa
     if not 0 < max_watchers < workers:
         raise ValueError(f"need 0 < max_watchers ({max_watchers}) < workers ({workers})")
     hub = EventHub(queue_size, max_watchers)
-    cycle.subscribe(hub.publish)
-    server = grpc.server(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phalanx-grpc"))
+    # no SO_REUSEPORT: a second serve on the same port must fail, not silently share its calls
+    server = grpc.server(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phalanx-grpc"),
+                         options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_WorkloadCycleServicer_to_server(WorkloadCycleServicer(cycle, hub), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port(addr)
+    cycle.subscribe(hub.publish)
     server.start()
     for service in ("", SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)

@@ -9,6 +9,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster import names
 from extender.grpc import SERVICE_NAME, EventHub, start_grpc_server
+from extender.server import ServeOptions, build
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
@@ -175,6 +176,11 @@ def test_too_many_watchers_are_refused(cycle):
         running.stop(grace=0)
 
 
+def test_an_address_in_use_is_an_error_not_a_shared_port(cycle, server):
+    with pytest.raises(RuntimeError, match="Failed to bind"):
+        start_grpc_server(cycle, f"127.0.0.1:{server.port}")
+
+
 def test_health_service_says_serving(channel):
     health = health_pb2_grpc.HealthStub(channel)
     for service in ("", SERVICE_NAME):
@@ -217,3 +223,19 @@ def test_an_unexpected_failure_is_internal_and_the_server_keeps_serving(sim, cyc
     assert code is grpc.StatusCode.INTERNAL and "boom" in details
     assert [g.name for g in stub.ListGroups(pb.ListGroupsRequest()).groups] == ["g"]
 
+
+def test_phalanx_serve_runs_the_grpc_server_in_process(sim):
+    make_gang(sim, "g", 2)
+    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=8), sim=sim).start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{phalanx.grpc.port}") as ch:
+            assert pb_grpc.WorkloadCycleStub(ch).PlaceGroup(pb.PlaceGroupRequest(**ref("g"))).placed
+    finally:
+        phalanx.stop()
+
+
+@pytest.mark.parametrize("off", ["", "off"])
+def test_phalanx_serve_without_grpc(sim, off):
+    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr=off, http_threads=8), sim=sim).start()
+    assert phalanx.grpc is None
+    phalanx.stop()
