@@ -11,6 +11,7 @@ SUITES = {
     "preemption": "bench.preemption_bench",
     "cache": "bench.cache_bench",
     "controller": "bench.controller_bench",
+    "controller": "bench.controller_bench",
     "extender": "bench.extender_bench",
 }
 

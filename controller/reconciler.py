@@ -27,7 +27,7 @@ is not delegation: the StatefulSet-managed path runs, with an event.
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
 from cluster import names
@@ -55,6 +55,7 @@ class Resolution:
     why: str = ""
     has_pods: bool = False
     pending: bool = False  # the leader is expected to create what is missing
+    pods: list = field(default_factory=list)  # the StatefulSet's pods as listed during the sync
 
 
 class CreationFailed(RuntimeError):
@@ -107,12 +108,16 @@ class Reconciler:
         template_name = annotations.get(names.ANNOTATION_GROUP_TEMPLATE_NAME)
         parent = objects.controller_of(sts)
         if template_name and parent:
-            return self._delegated(sts, parent, template_name, pods, write)
+            found = self._delegated(sts, parent, template_name, pods, write)
+            found.pods = pods
+            return found
         if template_name and write:
             self.recorder.event(sts, "Warning", names.EVENT_DELEGATION_IGNORED,
                                 f"annotation {names.ANNOTATION_GROUP_TEMPLATE_NAME} without a parent controller "
                                 "ownerReference is not delegation; the StatefulSet manages its own Workload")
-        return self._managed(sts, raw, pods, write)
+        found = self._managed(sts, raw, pods, write)
+        found.pods = pods
+        return found
 
     def _invalid(self, sts: dict, errors: list[str], write: bool) -> Resolution:
         why = "invalid scheduling configuration: " + "; ".join(errors)
@@ -135,6 +140,9 @@ class Reconciler:
                 return Resolution(None, "the Workload is not created yet", pending=True)
             workload = self._create(sts, "workloads", objects.compile_workload(sts, resolve(raw), self.flavor),
                                     names.EVENT_WORKLOAD_CREATED)
+            template = workload["spec"]["podGroupTemplates"][0]
+            body = objects.compile_podgroup(sts, workload, template, self.flavor, True)
+            return Resolution(self._create(sts, "podgroups", body, names.EVENT_PODGROUP_CREATED))
         else:
             workload = found[0]
         templates = (workload.get("spec") or {}).get("podGroupTemplates") or []
@@ -225,11 +233,12 @@ class Reconciler:
         except KubeError as err:
             raise CreationFailed(f"syncing minCount of {obj.get('kind')} {meta['name']}: {err}") from err
 
-    def release_pods(self, sts: Mapping[str, Any], podgroup: Mapping[str, Any]) -> int:
-        """Lift the sync gate from the StatefulSet's pods in ``podgroup`` (minCount is in sync)."""
+    def release_pods(self, sts: Mapping[str, Any], podgroup: Mapping[str, Any], pods: list[dict] | None = None) -> int:
+        """Lift the sync gate from the StatefulSet's pods in ``podgroup`` (minCount is in sync);
+        ``pods``: the StatefulSet's pods when just listed."""
         released = 0
         group = podgroup["metadata"]["name"]
-        for pod in self.pods_of(sts):
+        for pod in self.pods_of(sts) if pods is None else pods:
             if objects.has_sync_gate(pod) and self.flavor.pod_group_of(pod) == group:
                 meta = pod["metadata"]
                 try:

@@ -13,6 +13,7 @@ from __future__ import annotations
 import datetime as dt
 import heapq
 import logging
+import queue
 import threading
 import time
 from typing import Any, Callable, Mapping
@@ -132,12 +133,24 @@ class Watcher(threading.Thread):
 
 
 class EventRecorder:
-    """Core/v1 Events on the StatefulSet; the same event is not repeated within ``quiet`` seconds."""
+    """Core/v1 Events on the StatefulSet, posted by a background thread (off the reconcile path);
+    the same event is not repeated within ``quiet`` seconds."""
 
     def __init__(self, kube: Any, instance: str, quiet: float = 300.0):
         self.kube, self.instance, self.quiet = kube, instance, quiet
         self._recent: dict[tuple[str, str, str], float] = {}
         self._lock = threading.Lock()
+        self._outbox: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        threading.Thread(target=self._post_loop, name="events", daemon=True).start()
+
+    def _post_loop(self) -> None:
+        while True:
+            body = self._outbox.get()
+            try:
+                self.kube.create(api_path("v1", "events", body["metadata"]["namespace"]), body)
+            except KubeError as err:
+                log.warning("event %s on %s/%s: %s", body["reason"], body["metadata"]["namespace"],
+                            body["involvedObject"]["name"], err)
 
     def event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         meta = obj["metadata"]
@@ -159,10 +172,7 @@ class EventRecorder:
             "source": {"component": names.CONTROLLER_COMPONENT},
             "reportingComponent": names.CONTROLLER_COMPONENT, "reportingInstance": self.instance,
         }
-        try:
-            self.kube.create(api_path("v1", "events", meta["namespace"]), body)
-        except KubeError as err:
-            log.warning("event %s on %s/%s: %s", reason, meta["namespace"], meta["name"], err)
+        self._outbox.put(body)
 
 
 class Controller:
@@ -183,7 +193,7 @@ class Controller:
         self.queue = WorkQueue()
         self.workers, self.resync_period = workers, resync_period
         self._halt = threading.Event()
-        self._known: set[str] = set()
+        self._known: dict[str, dict] = {}  # key -> the StatefulSet as last watched
         self._threads: list[threading.Thread] = []
         self.elector = LeaderElector(kube, lease_namespace, names.CONTROLLER_LEASE, identity, lease_duration,
                                      renew_deadline, retry_period, on_started=self._start_workers,
@@ -219,9 +229,9 @@ class Controller:
     def _on_statefulset(self, kind: str, sts: dict) -> None:
         key = f"{sts['metadata']['namespace']}/{sts['metadata']['name']}"
         if kind == "DELETED":
-            self._known.discard(key)
+            self._known.pop(key, None)
             return
-        self._known.add(key)
+        self._known[key] = sts
         self.queue.add(key)
 
     def _on_scheduling_object(self, kind: str, obj: dict) -> None:
@@ -267,9 +277,9 @@ class Controller:
                 self.queue.add(key, 0.5)  # look again while the PodGroup still exists
             return
         ns, name = key.split("/", 1)
-        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))
+        sts = self._known.get(key) or self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))
         if sts is None or sts["metadata"].get("deletionTimestamp"):
             return
         found = self.reconciler.sync(sts)
         if found.podgroup is not None:
-            self.reconciler.release_pods(sts, found.podgroup)
+            self.reconciler.release_pods(sts, found.podgroup, found.pods)
