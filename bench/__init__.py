@@ -11,7 +11,6 @@ SUITES = {
     "preemption": "bench.preemption_bench",
     "cache": "bench.cache_bench",
     "controller": "bench.controller_bench",
-    "controller": "bench.controller_bench",
     "extender": "bench.extender_bench",
 }
 
