@@ -22,11 +22,11 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from solver import InvalidInput, Node, Pod, PodGroup, Snapshot
+from solver import InvalidInput, Node, Pod, PodGroup, PreemptionContext, Snapshot
 from solver.model import PODS
 
 from . import names
-from .convert import node_from_json, pod_from_json, podgroup_from_json
+from .convert import disruption_budget, node_from_json, pod_from_json, podgroup_from_json
 
 log = logging.getLogger("phalanx.cache")
 
@@ -45,6 +45,7 @@ class PodRecord:
     gated: bool = False  # has scheduling gates: not yet schedulable
     terminating: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
+    disrupted: bool = False  # carries the DisruptionTarget condition (evicted or preempted)
 
     @property
     def active(self) -> bool:
@@ -83,6 +84,8 @@ def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
         gated=bool((obj.get("spec") or {}).get("schedulingGates")),
         terminating=bool(meta.get("deletionTimestamp")),
         labels=dict(meta.get("labels") or {}),
+        disrupted=any(c.get("type") == names.CONDITION_DISRUPTION_TARGET and c.get("status") == "True"
+                      for c in (obj.get("status") or {}).get("conditions") or ()),
     )
 
 
@@ -270,7 +273,28 @@ class ClusterCache:
             return None
         records = members if members is not None else self.members(group_key)
         pods = tuple(r.pod for r in records if not r.gated)
-        return podgroup_from_json(record.raw, pods)
+        return podgroup_from_json(record.raw, pods, self.priority_classes)
+
+    def preemption_context(self) -> PreemptionContext:
+        """Who may be evicted and at what cost: each bound pod's unit (its PodGroup's priority and
+        disruption mode) and the PodDisruptionBudgets with the pods they protect."""
+        with self._lock:
+            groups = []
+            for key in {r.pod.group for r in self.pods.values() if r.pod.node and r.pod.group}:
+                try:
+                    group = self.podgroup(key)
+                except InvalidInput:
+                    continue
+                if group is not None:
+                    groups.append(group)
+            pods = [(r.pod.uid, r.pod.namespace, r.labels) for r in self.pods.values() if r.pod.node and r.active]
+            budgets = []
+            for pdb in self.pdbs.values():
+                try:
+                    budgets.append(disruption_budget(pdb, pods))
+                except InvalidInput as err:
+                    log.warning("ignoring %s", err)
+        return PreemptionContext.from_groups(groups, budgets)
 
     def snapshot(self, reserved: Mapping[str, Mapping[str, int]] | None = None, with_bound: bool = False) -> Snapshot:
         """An immutable snapshot: nodes, usage of bound pods, plus ``reserved`` capacity.

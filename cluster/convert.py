@@ -12,6 +12,7 @@ from datetime import datetime
 from typing import Any, Mapping
 
 from solver import (
+    DisruptionBudget,
     DisruptionMode,
     InvalidInput,
     Node,
@@ -157,8 +158,10 @@ def preferred_keys(meta: JSON) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = ()) -> PodGroup:
-    """A PodGroup (built-in or CRD flavor, same v1beta1 schema) with its member pods."""
+def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
+                       priority_classes: Mapping[str, int] | None = None) -> PodGroup:
+    """A PodGroup (built-in or CRD flavor, same v1beta1 schema) with its member pods. The priority
+    is ``spec.priority``, else the value of ``spec.priorityClassName``, else the members' highest."""
     name = _name(obj, "podgroup")
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
@@ -178,6 +181,8 @@ def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = ()) -> PodGroup:
     key = str(topology[0].get("key", "")) if topology else ""
     mode = DisruptionMode.ALL if "all" in (spec.get("disruptionMode") or {}) else DisruptionMode.SINGLE
     priority = spec.get("priority")
+    if priority is None and spec.get("priorityClassName"):
+        priority = (priority_classes or {}).get(str(spec["priorityClassName"]))
     if priority is None:
         priority = max((p.spec.priority for p in members), default=0)
     preferred = tuple(k for k in preferred_keys(meta) if k != key)
@@ -192,7 +197,42 @@ def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = ()) -> PodGroup:
         disruption_mode=mode,
         priority=int(priority),
         created=_timestamp(meta.get("creationTimestamp")),
+        preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
     )
+
+
+def selector_matches(selector: JSON | None, labels: Mapping[str, str]) -> bool:
+    """A metav1.LabelSelector against labels. An empty selector matches everything; a missing
+    one (None) matches nothing, as for PodDisruptionBudgets."""
+    if selector is None:
+        return False
+    for key, value in (selector.get("matchLabels") or {}).items():
+        if labels.get(key) != value:
+            return False
+    for expr in selector.get("matchExpressions") or ():
+        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
+        if op == "In" and labels.get(key) not in values:
+            return False
+        if op == "NotIn" and key in labels and labels[key] in values:
+            return False
+        if op == "Exists" and key not in labels:
+            return False
+        if op == "DoesNotExist" and key in labels:
+            return False
+    return True
+
+
+def disruption_budget(pdb: JSON, pods: list[tuple[str, str, Mapping[str, str]]]) -> DisruptionBudget:
+    """A PodDisruptionBudget as the preemption planner sees it: the uids it protects (from
+    ``pods`` as (uid, namespace, labels)) and how many disruptions it still allows."""
+    meta = pdb.get("metadata") or {}
+    namespace = meta.get("namespace") or "default"
+    selector = (pdb.get("spec") or {}).get("selector")
+    covered = frozenset(uid for uid, ns, labels in pods if ns == namespace and selector_matches(selector, labels))
+    allowed = (pdb.get("status") or {}).get("disruptionsAllowed", 0)
+    if isinstance(allowed, bool) or not isinstance(allowed, int):
+        raise InvalidInput(f"poddisruptionbudget {namespace}/{meta.get('name')}: status.disruptionsAllowed must be an integer")
+    return DisruptionBudget(f"{namespace}/{meta.get('name')}", covered, max(0, allowed))
 
 
 def _timestamp(text: Any) -> float:

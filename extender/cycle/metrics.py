@@ -28,4 +28,8 @@ class CycleMetrics:
                                "Bind barrier outcomes", ["outcome"], registry=r)
         self.barrier_waiting = Gauge(names.METRIC_BARRIER_WAITING, "Bind calls waiting at the barrier now",
                                      registry=r)
+        self.preemption_attempts = Counter(names.METRIC_PREEMPTION_ATTEMPTS.removesuffix("_total"),
+                                           "Group preemption attempts by result", ["result"], registry=r)
+        self.preemption_victims = Histogram(names.METRIC_PREEMPTION_VICTIMS, "Pods evicted per group preemption",
+                                            buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024), registry=r)
         self.plans = Gauge(names.METRIC_PLANS, "Plans currently held (reserving capacity)", registry=r)

@@ -35,10 +35,11 @@ from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import ClusterCache, PodRecord
 from cluster.convert import pod_from_json, pod_group_name
 from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Policy, SolveOptions,
-                    assert_placement_valid, place)
+                    assert_placement_valid, place, rank_candidates)
 from solver.model import PODS
 
 from .metrics import CycleMetrics
+from .preemption import GroupPreemption
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -111,6 +112,7 @@ class WorkloadCycle:
         self._arrival = threading.Condition(self._lock)
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
         self._listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
+        self.preemption = GroupPreemption(self)
 
     # -- events for the dashboard / gRPC stream ----------------------------------------------
     def subscribe(self, listener: Callable[[str, Mapping[str, Any]], None]) -> None:
@@ -158,6 +160,11 @@ class WorkloadCycle:
                 slot = total.setdefault(node, {})
                 for r, amount in amounts.items():
                     slot[r] = slot.get(r, 0) + amount
+        for held in self.preemption.reservations(exclude_group):
+            for node, amounts in held.items():
+                slot = total.setdefault(node, {})
+                for r, amount in amounts.items():
+                    slot[r] = slot.get(r, 0) + amount
         return total
 
     def _bound_node(self, uid: str) -> str:
@@ -181,7 +188,7 @@ class WorkloadCycle:
 
     def _filter_plain(self, pod: Pod, candidates: list[str]) -> FilterAnswer:
         """A pod without a group: only keep it off capacity reserved for planned groups."""
-        if not self.plans:
+        if not self.plans and not self.preemption.nominations:
             return FilterAnswer(list(candidates))  # fast path: nothing reserved
         reserved = self.reservations()
         touched = [n for n in candidates if n in reserved]
@@ -218,14 +225,16 @@ class WorkloadCycle:
         elif plan is not None:
             self._release(key, f"re-plan: new member {pod.key}")
 
+        waiting = self.preemption.waiting(key)
+        if waiting:
+            return no(waiting)
         group = self._group_view(key, pod)
         if isinstance(group, str):
             self.explanations[key] = group
             return no(group)
         placement = self._resume(group, candidates) or self._cycle(group, candidates)
         if not placement.assignments:
-            reason = placement.explanation.message() if placement.explanation else f"podgroup {key}: no placement"
-            return no(reason)
+            return no(self.explanations.get(key) or f"podgroup {key}: no placement")
         node = placement.assignments.get(pod.uid)
         if node is None or node not in candidates:
             return no(f"phalanx: podgroup {key} planned without {pod.key}")
@@ -280,6 +289,7 @@ class WorkloadCycle:
         key = group.key
         now = self.clock()
         by_uid = {p.uid: p for p in group.pending}
+        self.preemption.release(key)
         self.plans[key] = Plan(
             group=key,
             assignments=dict(placement.assignments),
@@ -319,6 +329,9 @@ class WorkloadCycle:
         if not placement.assignments:
             self.metrics.attempts.labels(result="unschedulable").inc()
             message = placement.explanation.message() if placement.explanation else "no placement"
+            preempting = self.preemption.try_preempt(group)
+            if preempting:
+                message = f"{message}; {preempting}"
             self.explanations[key] = message
             self._set_status(group, False, names.REASON_UNSCHEDULABLE, message)
             self._event(group, "FailedScheduling", message, "Warning")
@@ -343,22 +356,23 @@ class WorkloadCycle:
                            ) -> dict[str, Mapping[str, Any]]:
         """kube-scheduler's per-pod preemption for a pod without a group: a victim in a
         ``disruptionMode: all`` group costs its whole group, so candidates that would break such a
-        group are dropped whenever a candidate that breaks none exists (breaking is the last
-        resort; the rest of a broken group is then evicted by phalanx)."""
-        breaking = {node for node, victims in candidates.items()
-                    if any(self._all_group_of(p.get("UID", "")) for p in victims.get("Pods") or ())}
-        if breaking and len(breaking) < len(candidates):
-            return {n: v for n, v in candidates.items() if n not in breaking}
-        return dict(candidates)
-
-    def _all_group_of(self, uid: str) -> str:
-        record = self.cache.pods.get(uid)
-        if record is None or not record.pod.group:
-            return ""
-        group = self.cache.podgroups.get(record.pod.group)
-        if group is None or "all" not in ((group.raw.get("spec") or {}).get("disruptionMode") or {}):
-            return ""
-        return record.pod.group
+        group are dropped whenever a cheaper candidate exists (breaking one is the last resort; the
+        rest of a broken group is then evicted by phalanx, see GroupPreemption). Victims stay those
+        on the candidate node, as kube-scheduler requires."""
+        proposed = {node: [p.get("UID", "") for p in v.get("Pods") or ()] for node, v in candidates.items()}
+        with self._lock:
+            snapshot = self.cache.snapshot(with_bound=True)
+            known = {p.uid for p in snapshot.bound}
+            usable = {n: uids for n, uids in proposed.items()
+                      if n in snapshot.index and all(u in known for u in uids)}
+            try:
+                ranked = rank_candidates(usable, snapshot, self.cache.preemption_context())
+            except InvalidInput as err:
+                log.info("preempt: keeping kube-scheduler's candidates: %s", err)
+                return dict(candidates)
+        kept = {c.node for c in ranked}
+        # nodes phalanx cannot judge (pods it has not seen yet) are passed through unchanged
+        return {n: v for n, v in candidates.items() if n in kept or n not in usable}
 
     # -- bind --------------------------------------------------------------------------------
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:

@@ -22,7 +22,7 @@ BARRIER = 8.0
 
 @pytest.fixture(scope="module")
 def phalanx(control_plane):
-    service = build(ServeOptions(http_addr="127.0.0.1:0", http_threads=256, barrier_timeout=BARRIER,
+    service = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=256, barrier_timeout=BARRIER,
                                  plan_ttl=30.0), kubeconfig=str(control_plane.admin_kubeconfig)).start()
     yield service
     service.stop()

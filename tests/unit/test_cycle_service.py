@@ -3,6 +3,7 @@ status, and the rules of DESIGN section 4."""
 
 import json
 import threading
+import time
 
 import pytest
 
@@ -45,6 +46,14 @@ def bind_all(cycle, sim, pods):
     for t in threads:
         t.join()
     return planned, errors
+
+
+def wait_until(probe, seconds=5.0):
+    """Evictions run on phalanx's own threads: wait (bounded) for their effect."""
+    deadline = time.monotonic() + seconds
+    while not probe():
+        assert time.monotonic() < deadline, "condition not reached in time"
+        time.sleep(0.05)
 
 
 def condition(sim, name):
@@ -240,3 +249,44 @@ def test_place_group_on_demand_and_states(sim, cycle):
     make_gang(sim, "huge", 2, gpu=64)
     assert "a pod needs 64 nvidia.com/gpu, at most 4 free on one node" in cycle.place_group("default/huge")
     assert cycle.group_state("default/huge") == "unschedulable"
+
+
+def test_group_preemption_evicts_a_whole_all_group_and_holds_the_room(sim, cycle):
+    low = podgroup("low", 4, mode="all", priority=10)
+    sim.create(low)
+    victims = [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)]
+    bind_all(cycle, sim, victims)  # the low gang fills the cluster
+    sim.create(podgroup("high", 2, priority=1000))
+    high = [sim.create(pod(f"high-{i}", "high", gpu=4)) for i in range(2)]
+    answer = cycle.filter(high[0], all_nodes(sim))
+    assert answer.nodes == []
+    assert "preempting 4 pods in 1 units (podgroup default/low (4 pods))" in next(iter(answer.unresolvable.values()))
+    wait_until(lambda: not any(p["metadata"]["name"].startswith("low") for p in sim.list("Pod")))
+    # the whole unit went (not just the 2 pods whose room was needed), each marked DisruptionTarget
+    assert not any(p["metadata"]["name"].startswith("low") for p in sim.list("Pod"))
+    _, errors = bind_all(cycle, sim, high)
+    assert errors == []
+    assert any(e["reason"] == "Preempted" and "podgroup default/high" in e["note"] for e in sim.events)
+
+
+def test_preemption_policy_never_and_equal_priority_do_not_preempt(sim, cycle):
+    sim.create(podgroup("low", 4, priority=10))
+    bind_all(cycle, sim, [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)])
+    never = podgroup("never", 1, priority=1000)
+    never["spec"]["preemptionPolicy"] = "Never"
+    sim.create(never)
+    p = sim.create(pod("never-0", "never", gpu=4))
+    answer = cycle.filter(p, all_nodes(sim))
+    assert answer.nodes == [] and "preempting" not in next(iter(answer.unresolvable.values()))
+    sim.create(podgroup("peer", 1, priority=10))
+    q = sim.create(pod("peer-0", "peer", gpu=4))
+    assert "preempting" not in next(iter(cycle.filter(q, all_nodes(sim)).unresolvable.values()))
+    assert len([x for x in sim.list("Pod") if x["spec"].get("nodeName")]) == 4
+
+
+def test_a_broken_all_unit_loses_its_other_members(sim, cycle):
+    sim.create(podgroup("unit", 3, mode="all"))
+    members = [sim.create(pod(f"unit-{i}", "unit", gpu=1)) for i in range(3)]
+    bind_all(cycle, sim, members)
+    sim.evict("default", "unit-0", members[0]["metadata"]["uid"], "evicted by an operator", respect_pdb=False)
+    wait_until(lambda: not any(p["metadata"]["name"].startswith("unit") for p in sim.list("Pod")))
