@@ -161,7 +161,7 @@ def preferred_keys(meta: JSON) -> tuple[str, ...]:
 def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
                        priority_classes: Mapping[str, int] | None = None) -> PodGroup:
     """A PodGroup (built-in or CRD flavor, same v1beta1 schema) with its member pods. The priority
-    is ``spec.priority``, else the value of ``spec.priorityClassName``, else the members' highest."""
+    is the value of ``spec.priorityClassName``, else ``spec.priority``, else the members' highest."""
     name = _name(obj, "podgroup")
     meta = obj.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
@@ -180,9 +180,11 @@ def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
         raise InvalidInput(f"{where}: at most one topology constraint is supported, got {len(topology)}")
     key = str(topology[0].get("key", "")) if topology else ""
     mode = DisruptionMode.ALL if "all" in (spec.get("disruptionMode") or {}) else DisruptionMode.SINGLE
-    priority = spec.get("priority")
-    if priority is None and spec.get("priorityClassName"):
-        priority = (priority_classes or {}).get(str(spec["priorityClassName"]))
+    # the class wins when it resolves: the API server defaults spec.priority to 0 even when a
+    # priorityClassName is set, as pods' spec.priority is only filled in by admission
+    priority = (priority_classes or {}).get(str(spec.get("priorityClassName") or ""))
+    if priority is None:
+        priority = spec.get("priority")
     if priority is None:
         priority = max((p.spec.priority for p in members), default=0)
     preferred = tuple(k for k in preferred_keys(meta) if k != key)

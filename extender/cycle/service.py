@@ -352,6 +352,26 @@ class WorkloadCycle:
         return {n: 0 for n in candidates}
 
     # -- preempt (pods without a group) ------------------------------------------------------
+    def preempt_for_group(self, pod_json: Mapping[str, Any]) -> None:
+        """kube-scheduler's PostFilter for a group member: its own filters left no node, so the
+        extender's filter was never asked. Group preemption is phalanx's job, not per-pod: run the
+        group's cycle on every node and, when it does not fit, plan and start a group preemption.
+        The answer to kube-scheduler is always "no per-pod preemption"."""
+        try:
+            pod = pod_from_json(pod_json)
+        except InvalidInput:
+            return
+        key = f"{pod.namespace}/{pod_group_name(pod_json)}"
+        with self._lock:
+            self._expire()
+            if key in self.plans or self.preemption.waiting(key):
+                return
+            group = self._group_view(key, pod)
+            if isinstance(group, str):
+                self.explanations[key] = group
+                return
+            self._cycle(group, list(self.cache.nodes))
+
     def preempt_candidates(self, pod_json: Mapping[str, Any], candidates: Mapping[str, Mapping[str, Any]]
                            ) -> dict[str, Mapping[str, Any]]:
         """kube-scheduler's per-pod preemption for a pod without a group: a victim in a

@@ -107,7 +107,8 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
     def do_preempt(data: Any) -> dict:
         args = wire.PreemptionArgs(data)
         if pod_group_name(args.pod):
-            return wire.preemption_result({})  # group preemption is phalanx's own job
+            cycle.preempt_for_group(args.pod)  # group preemption is phalanx's own job
+            return wire.preemption_result({})
         return wire.preemption_result(cycle.preempt_candidates(args.pod, args.meta_victims))
 
     for name, handler in zip(VERBS, (do_filter, do_prioritize, do_bind, do_preempt)):

@@ -148,3 +148,30 @@ def nodes(rest: Rest) -> Iterator[NodePool]:
     pool = NodePool(rest)
     yield pool
     pool.cleanup()
+
+
+PHALANX_SCHEDULER_CONFIG = Path(__file__).resolve().parents[2] / "scheduler-config" / "kube-scheduler-config.yaml"
+PHALANX_BARRIER_SECONDS = 8.0
+
+
+@pytest.fixture(scope="module")
+def phalanx(control_plane: ControlPlane) -> Iterator[Any]:
+    """phalanx serving the extender in this process, watching the API server as admin."""
+    from extender.server import ServeOptions, build
+
+    service = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=256,
+                                 barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
+                    kubeconfig=str(control_plane.admin_kubeconfig)).start()
+    yield service
+    service.stop()
+
+
+@pytest.fixture(scope="module")
+def phalanx_scheduler(phalanx: Any, start_scheduler: Any) -> Scheduler:
+    """kube-scheduler with the shipped extender configuration, pointed at this module's phalanx
+    (GenericWorkload stays off in the scheduler: phalanx owns the group logic)."""
+    import yaml
+
+    config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
+    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
+    return start_scheduler(config)

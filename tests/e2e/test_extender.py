@@ -1,38 +1,14 @@
 """phalanx as the extender of the real kube-scheduler v1.37, against the real API server.
 
-kube-scheduler runs with the shipped scheduler-config/kube-scheduler-config.yaml (only the port
-changed) and GenericWorkload off: phalanx owns the group logic. phalanx runs in this process,
-watching the API server through the admin kubeconfig.
+The fixtures ``phalanx`` and ``phalanx_scheduler`` (conftest.py) run phalanx in this process and
+kube-scheduler with the shipped scheduler-config/kube-scheduler-config.yaml.
 """
 
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
-import pytest
-import yaml
 from harness import GPU, RACK, assert_none_bound, create, pod, podgroup, wait_all_bound, wait_for
-
-from extender.server import ServeOptions, build
-
-CONFIG = Path(__file__).resolve().parents[2] / "scheduler-config" / "kube-scheduler-config.yaml"
-BARRIER = 8.0
-
-
-@pytest.fixture(scope="module")
-def phalanx(control_plane):
-    service = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=256, barrier_timeout=BARRIER,
-                                 plan_ttl=30.0), kubeconfig=str(control_plane.admin_kubeconfig)).start()
-    yield service
-    service.stop()
-
-
-@pytest.fixture(scope="module")
-def scheduler(phalanx, start_scheduler):
-    config = yaml.safe_load(CONFIG.read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-    return start_scheduler(config)
 
 
 def gang_pods(rest, namespace, name, count, gpu=1, cpu="1"):
@@ -46,7 +22,7 @@ def bound_nodes(rest, namespace, prefix):
             if p["metadata"]["name"].startswith(prefix + "-")}
 
 
-def test_story1_gang_of_five_waits_whole_then_binds_whole(rest, namespace, nodes, scheduler):
+def test_story1_gang_of_five_waits_whole_then_binds_whole(rest, namespace, nodes, phalanx_scheduler):
     nodes.add("s1-a", gpu=2, rack="ra")
     nodes.add("s1-b", gpu=2, rack="ra")
     create(rest, podgroup("db", min_count=5), namespace)
@@ -65,7 +41,7 @@ def test_story1_gang_of_five_waits_whole_then_binds_whole(rest, namespace, nodes
     assert cond["status"] == "True"
 
 
-def test_story3_trainers_land_in_one_rack_or_not_at_all(rest, namespace, nodes, scheduler):
+def test_story3_trainers_land_in_one_rack_or_not_at_all(rest, namespace, nodes, phalanx_scheduler):
     for rack in ("r1", "r2"):
         for i in range(3):
             nodes.add(f"s3-{rack}-{i}", gpu=2, rack=rack)  # 6 GPUs per rack
@@ -79,14 +55,14 @@ def test_story3_trainers_land_in_one_rack_or_not_at_all(rest, namespace, nodes, 
     assert racks == {"r2"}
 
 
-def test_pods_without_groups_schedule_normally_beside_gangs(rest, namespace, nodes, scheduler):
+def test_pods_without_groups_schedule_normally_beside_gangs(rest, namespace, nodes, phalanx_scheduler):
     nodes.add("plain-a", gpu=0, cpu="4")
     create(rest, pod("loner", None, {"cpu": "1"}), namespace)
     wait_for(lambda: rest.get(f"/api/v1/namespaces/{namespace}/pods/loner")["spec"].get("nodeName"),
              timeout=30, message="loner bound")
 
 
-def test_two_gangs_that_fit_alone_but_not_together(rest, namespace, nodes, scheduler):
+def test_two_gangs_that_fit_alone_but_not_together(rest, namespace, nodes, phalanx_scheduler):
     for i in range(2):
         nodes.add(f"two-{i}", gpu=2, rack="rt")
     for name in ("left", "right"):
@@ -106,7 +82,7 @@ def test_two_gangs_that_fit_alone_but_not_together(rest, namespace, nodes, sched
     assert counts == [0, 4]  # one whole, the other waits whole: no deadlock, no half gangs
 
 
-def test_barrier_timeout_binds_nothing_then_retries(rest, namespace, nodes, scheduler):
+def test_barrier_timeout_binds_nothing_then_retries(rest, namespace, nodes, phalanx_scheduler):
     for i in range(2):
         nodes.add(f"bt-{i}", gpu=4, rack="rb")
     create(rest, podgroup("bt", min_count=3), namespace)
