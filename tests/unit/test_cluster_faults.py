@@ -1,0 +1,132 @@
+"""The cache and the API-server backend under bad input and faults: malformed objects are skipped
+and counted, 410 Gone forces a re-list, errors back off, staleness turns readiness false, and a
+re-list brings everything back. The API server here is a scripted fake; tests/e2e/test_faults.py
+does the same against the real one."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from cluster.apiserver import ApiServerBackend
+from cluster.cache import ClusterCache
+from cluster.kube import KubeError
+
+from .k8s_objects import node, pod
+
+
+def test_malformed_objects_are_skipped_counted_and_lose_nothing():
+    cache = ClusterCache()
+    assert cache.apply("Node", "ADDED", node("good"))
+    bad_quantity = node("good")
+    bad_quantity["status"]["allocatable"]["cpu"] = "many"
+    assert not cache.apply("Node", "MODIFIED", bad_quantity)
+    assert cache.nodes["good"].allocatable["cpu"] == 64000  # the previous record is kept
+    assert not cache.apply("Pod", "ADDED", {"metadata": {"name": "no-uid"}})
+    assert not cache.apply("Node", "ADDED", {"metadata": {}})
+    assert not cache.apply("PodGroup", "ADDED", {"metadata": {"name": "pg"},
+                                                 "spec": {"schedulingPolicy": {"gang": {"minCount": "x"}}}})
+    assert not cache.apply("Gadget", "ADDED", {"metadata": {"name": "g"}})
+    assert not cache.apply("Pod", "ADDED", "not an object")
+    assert cache.skipped == 6 and list(cache.nodes) == ["good"]
+
+
+class FakeKube:
+    """Scripted list/watch: ``lists`` and ``watches`` are consumed per call; an exception in the
+    script is raised, a list of events is streamed."""
+
+    def __init__(self):
+        self.lock = threading.Lock()
+        self.lists: dict[str, list] = {}
+        self.watches: dict[str, list] = {}
+        self.list_calls: dict[str, int] = {}
+
+    def served_resources(self, group_version):
+        return {"podgroups", "workloads"}
+
+    def list_pages(self, path):
+        with self.lock:
+            self.list_calls[path] = self.list_calls.get(path, 0) + 1
+            script = self.lists.get(path) or [([], "1")]
+            step = script.pop(0) if len(script) > 1 else script[0]
+        if isinstance(step, Exception):
+            raise step
+        return step
+
+    def watch(self, path, resource_version, timeout_seconds=240):
+        with self.lock:
+            script = self.watches.get(path) or []
+            step = script.pop(0) if script else None
+        if step is None:
+            time.sleep(0.05)
+            return
+        if isinstance(step, Exception):
+            raise step
+        yield from step
+
+
+def wait(probe, seconds=5.0):
+    deadline = time.monotonic() + seconds
+    while not probe():
+        assert time.monotonic() < deadline
+        time.sleep(0.02)
+
+
+def test_410_gone_relists_and_errors_back_off_then_recover():
+    kube = FakeKube()
+    pods = "/api/v1/pods"
+    first, second = pod("a"), pod("b")
+    first["metadata"]["uid"], second["metadata"]["uid"] = "uid-a", "uid-b"
+    kube.lists[pods] = [([first], "5"), ([second], "9")]
+    kube.watches[pods] = [
+        [{"type": "ERROR", "object": {"kind": "Status", "code": 410, "message": "too old resource version"}}],
+        KubeError("WATCH", pods, 500, "boom"),
+    ]
+    cache = ClusterCache()
+    backend = ApiServerBackend(kube, cache, stale_after=60)
+    backend.start()
+    try:
+        wait(lambda: kube.list_calls.get(pods, 0) >= 2)  # the 410 forced a re-list
+        wait(lambda: set(r.pod.name for r in cache.pods.values()) == {"b"})  # re-list replaced the records
+        assert backend.relists >= 7  # 6 kinds once, pods twice
+    finally:
+        backend.stop()
+
+
+def test_readiness_turns_false_when_watches_go_stale_and_true_again():
+    kube = FakeKube()
+    cache = ClusterCache()
+    backend = ApiServerBackend(kube, cache, stale_after=0.3)
+    backend.start()
+    try:
+        assert backend.wait_synced(5)
+        for kind in backend.fresh_at:
+            backend.fresh_at[kind] = time.monotonic()
+        assert backend.ready()[0]
+        for kind in backend.fresh_at:
+            backend.fresh_at[kind] -= 10
+        ok, why = backend.ready()
+        assert not ok and "stale" in why
+        for kind in backend.fresh_at:
+            backend.fresh_at[kind] = time.monotonic()
+        assert backend.ready()[0]
+    finally:
+        backend.stop()
+
+
+def test_cache_keeps_serving_while_the_api_server_is_down():
+    kube = FakeKube()
+    pods = "/api/v1/pods"
+    down = KubeError("LIST", pods, 0, "transport error: connection refused")
+    kube.lists["/api/v1/nodes"] = [([node("n1")], "3")]
+    kube.watches["/api/v1/nodes"] = [down] * 50
+    cache = ClusterCache()
+    backend = ApiServerBackend(kube, cache, stale_after=0.2)
+    backend.start()
+    try:
+        wait(lambda: "n1" in cache.nodes)
+        time.sleep(0.4)
+        assert "n1" in cache.nodes  # still served from the cache
+        assert not backend.ready()[0]
+    finally:
+        backend.stop()
