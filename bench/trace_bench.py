@@ -41,10 +41,11 @@ FULL = dict(acme_jobs=(0, None), pollux_workloads=8, sizes=(500, 2_000, 5_000, 1
             gangs=(4, 64, 256, 1_000), seeds=3)
 SCALING_FILL = 0.6
 RACK_GPUS = 800
-GANG_POLICIES = ("permit-barrier", "upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx-exact")
+GANG_POLICIES = ("permit-barrier", "upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx-exact",
+                 "phalanx-exact-no-preemption")
 #: Policies that place whole gangs only, for which the per-round knapsack is an upper bound
 #: (phalanx exact's preemption could in principle beat it; it is reported all the same).
-ROUND_BOUNDED = ("upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx-exact")
+ROUND_BOUNDED = ("upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx-exact", "phalanx-exact-no-preemption")
 BASELINES = ("pod-by-pod", "permit-barrier", "upstream-1.37", "kueue-tas")
 
 

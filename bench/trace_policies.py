@@ -11,7 +11,8 @@ after a cluster event).
 * ``permit-barrier`` — coscheduling-style: pods reserve one by one (tightest node; after the first
   pod the rest must share its required-key domain, as a pod affinity would say) and wait at a
   barrier; the gang binds when all have reserved, else after 60 s the reservations are released
-  and the gang retries in a later round.
+  and the gang retries at once from its queue position (coscheduling sorts by priority, then group
+  creation; its optional denied-group backoff is not modelled).
 * ``upstream-1.37`` — :func:`bench.baselines.upstream_style`: one trial placement per domain.
 * ``kueue-tas`` — Kueue-TAS-style best fit: per node the count of pods that fit, summed per domain
   of the required level; the tightest domain whose count holds the gang wins; inside it nodes are
@@ -19,7 +20,8 @@ after a cluster event).
 * ``phalanx-greedy`` — :func:`solver.place` on the greedy path, gang by gang.
 * ``phalanx-exact`` — :func:`solver.place_batch` (CP-SAT) over the whole queue each round, then
   group preemption (:func:`solver.plan_preemption`, whole gangs as units) for high-priority gangs
-  that still wait. Only this policy preempts.
+  that still wait. Only this policy preempts; ``phalanx-exact-no-preemption`` is the same without
+  preemption, to separate the two effects.
 
 Every gang placement made by a gang policy except the Permit barrier's pod-by-pod reservations is
 checked by :func:`solver.assert_placement_valid` before it is charged.
@@ -185,10 +187,11 @@ def kueue_tas(snapshot, group) -> dict[str, str]:
 
 
 class PhalanxExact:
-    name = "phalanx-exact"
     gang = True
 
-    def __init__(self, options: SolveOptions = SolveOptions()) -> None:
+    def __init__(self, preempt: bool = True, options: SolveOptions = SolveOptions()) -> None:
+        self.name = "phalanx-exact" if preempt else "phalanx-exact-no-preemption"
+        self.preempt = preempt
         self.options = options
         self.gaps: list[float] = []
 
@@ -213,7 +216,7 @@ class PhalanxExact:
             if placement.gap is not None:
                 self.gaps.append(placement.gap)
         for gang in waiting:
-            if gang.job.priority > 0:
+            if self.preempt and gang.job.priority > 0:
                 self._preempt(sim, gang)
 
     def _preempt(self, sim: Simulation, gang: GangState) -> None:
@@ -236,4 +239,5 @@ class PhalanxExact:
 
 
 def all_policies():
-    return [PodByPod(), PermitBarrier(), upstream_policy(), kueue_policy(), greedy_policy(), PhalanxExact()]
+    return [PodByPod(), PermitBarrier(), upstream_policy(), kueue_policy(), greedy_policy(), PhalanxExact(),
+            PhalanxExact(preempt=False)]

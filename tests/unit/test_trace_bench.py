@@ -19,7 +19,7 @@ SLICES = {
     "pollux": lambda: pollux(DATA, 2, window=(0, 30)),
     "tiresias": lambda: tiresias(DATA, window=(0, 25)),
 }
-ALL_OR_NOTHING = ("upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx-exact")
+ALL_OR_NOTHING = ("upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx-exact", "phalanx-exact-no-preemption")
 
 
 def _outcome(sim: Simulation) -> list[tuple]:
