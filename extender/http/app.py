@@ -28,6 +28,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 from cluster import names
 from cluster.convert import pod_group_name
 from extender.cycle import BindError, WorkloadCycle
+from extender.dashboard import dashboard_blueprint
 
 from . import wire
 
@@ -134,4 +135,5 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
         text = generate_latest(registry) + b"".join(generate_latest(r) for r in extra_registries)
         return Response(text, mimetype=CONTENT_TYPE_LATEST)
 
+    app.register_blueprint(dashboard_blueprint(cycle))  # the dashboard at / and its JSON API
     return app

@@ -1,0 +1,256 @@
+"""The dashboard's JSON documents, built from the cache, the cycle's plans and the history.
+
+Nothing here runs a workload cycle or holds the cache's or the cycle's lock for long: dictionaries
+are copied whole (one C-level copy under the GIL) and then read at leisure; the only call that takes
+the cycle's lock is :meth:`WorkloadCycle.group_state`, which holds it for a few dictionary reads.
+
+Topology is zones -> racks -> nodes from the ``topology.kubernetes.io/zone`` and ``.../rack`` labels.
+Every node shows its *main resource*: its first extended resource (``nvidia.com/gpu``) when it has
+one, else CPU. Above ``detail_limit`` nodes the topology is aggregated per rack (totals and the
+groups using it), and one rack's nodes are served on demand, so 10,000 nodes stay one small page.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections import Counter
+from typing import Any, Iterable, Mapping
+
+from prometheus_client import CollectorRegistry
+
+from cluster import names
+from cluster.cache import ClusterCache, PodRecord
+from extender.cycle import WorkloadCycle
+from solver import Node
+
+from .history import GroupHistory
+
+NO_ZONE, NO_RACK = "(no zone)", "(no rack)"
+OTHER = ""  # pods without a PodGroup
+DETAIL_LIMIT = 2000
+STATE_WORDS = {"waiting": "waiting for members"}
+CPU = "cpu"
+
+
+def main_resource(node: Node) -> str:
+    return next((r for r in sorted(node.allocatable) if "/" in r), CPU)
+
+
+def _amount(resource: str, value: int) -> float:
+    """Base units to what an operator counts: cores for CPU, devices for the rest."""
+    return value / 1000 if resource == CPU else value
+
+
+# -- topology ----------------------------------------------------------------------------------
+def _node_view(node: Node, pods: Iterable[PodRecord], reserved: int) -> dict:
+    resource = main_resource(node)
+    groups: Counter[str] = Counter()
+    count = 0
+    for record in pods:
+        if record.active:
+            count += 1
+            groups[record.pod.group or OTHER] += record.pod.spec.requests.get(resource, 0)
+    used = sum(groups.values())
+    return {"name": node.name, "resource": resource, "total": _amount(resource, node.allocatable.get(resource, 0)),
+            "used": _amount(resource, used), "reserved": _amount(resource, reserved), "pods": count,
+            "groups": [[g, _amount(resource, a)] for g, a in groups.most_common() if a or g],
+            "unschedulable": node.unschedulable}
+
+
+def _reserved_main(cycle: WorkloadCycle, nodes: Mapping[str, Node], cache: ClusterCache) -> dict[str, int]:
+    """Main resource held by plans not bound yet, per node (read without the cycle's lock)."""
+    out: Counter[str] = Counter()
+    for plan in list(cycle.plans.values()):
+        if plan.state not in ("planned", "binding"):
+            continue
+        for uid, node_name in list(plan.assignments.items()):
+            node = nodes.get(node_name)
+            record = cache.pods.get(uid)
+            if node is not None and not (record and record.pod.node):
+                out[node_name] += plan.requests.get(uid, {}).get(main_resource(node), 0)
+    return out
+
+
+def _racks(cache: ClusterCache, cycle: WorkloadCycle) -> tuple[dict[tuple[str, str], list[dict]], int]:
+    nodes = dict(cache.nodes)
+    by_node = dict(cache.pods_by_node)
+    pods = cache.pods
+    reserved = _reserved_main(cycle, nodes, cache)
+    racks: dict[tuple[str, str], list[dict]] = {}
+    for name in sorted(nodes):
+        node = nodes[name]
+        records = [r for r in (pods.get(u) for u in list(by_node.get(name, ()))) if r is not None]
+        where = (node.labels.get(names.LABEL_ZONE, NO_ZONE), node.labels.get(names.LABEL_RACK, NO_RACK))
+        racks.setdefault(where, []).append(_node_view(node, records, reserved.get(name, 0)))
+    return racks, len(nodes)
+
+
+def _rack_view(zone: str, rack: str, nodes: list[dict], detail: bool) -> dict:
+    resource = Counter(n["resource"] for n in nodes).most_common(1)[0][0]
+    mine = [n for n in nodes if n["resource"] == resource]
+    groups: Counter[str] = Counter()
+    for n in mine:
+        for g, amount in n["groups"]:
+            groups[g] += amount
+    view = {"zone": zone, "name": rack, "resource": resource, "node_count": len(nodes),
+            "total": sum(n["total"] for n in mine), "used": sum(n["used"] for n in mine),
+            "reserved": sum(n["reserved"] for n in mine), "pods": sum(n["pods"] for n in nodes),
+            "groups": [[g, a] for g, a in groups.most_common(12)]}
+    if detail:
+        view["nodes"] = nodes
+    return view
+
+
+def topology(cache: ClusterCache, cycle: WorkloadCycle, detail_limit: int = DETAIL_LIMIT) -> dict:
+    racks, node_count = _racks(cache, cycle)
+    detail = node_count <= detail_limit
+    zones: dict[str, list[dict]] = {}
+    for (zone, rack), nodes in sorted(racks.items()):
+        zones.setdefault(zone, []).append(_rack_view(zone, rack, nodes, detail))
+    totals: dict[str, dict[str, float]] = {}
+    for rack_views in zones.values():
+        for r in rack_views:
+            t = totals.setdefault(r["resource"], {"total": 0, "used": 0, "reserved": 0})
+            for k in t:
+                t[k] += r[k]
+    return {"nodes": node_count, "aggregated": not detail, "detail_limit": detail_limit, "totals": totals,
+            "zones": [{"name": z, "racks": rs} for z, rs in zones.items()]}
+
+
+def rack(cache: ClusterCache, cycle: WorkloadCycle, zone: str, rack_name: str) -> dict | None:
+    racks, _ = _racks(cache, cycle)
+    nodes = racks.get((zone, rack_name))
+    return _rack_view(zone, rack_name, nodes, True) if nodes else None
+
+
+# -- podgroups ---------------------------------------------------------------------------------
+def _owner(members: list[PodRecord], raw: Mapping[str, Any]) -> dict:
+    kinds = Counter((m.owner_kind, m.owner_name) for m in members if m.owner_kind)
+    if kinds:
+        (kind, name), _ = kinds.most_common(1)[0]
+        return {"kind": kind, "name": name}
+    ref = next((o for o in (raw.get("metadata") or {}).get("ownerReferences") or () if o.get("controller")), None)
+    return {"kind": str(ref.get("kind", "")), "name": str(ref.get("name", ""))} if ref else {"kind": "", "name": ""}
+
+
+def _recorded_domain(raw: Mapping[str, Any]) -> str:
+    text = ((raw.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_PLACEMENT)
+    try:
+        return str(json.loads(text).get("domain", "")) if text else ""
+    except (ValueError, AttributeError):
+        return ""
+
+
+def state_of(cycle: WorkloadCycle, key: str) -> str:
+    if key in cycle.preemption.nominations:
+        return "preempting"
+    state = cycle.group_state(key)
+    return STATE_WORDS.get(state, state)
+
+
+def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, key: str,
+              raw: Mapping[str, Any], now: float) -> dict:
+    spec = raw.get("spec") or {}
+    meta = raw.get("metadata") or {}
+    policy_spec = spec.get("schedulingPolicy") or {}
+    gang = "gang" in policy_spec
+    members = cache.members(key)
+    topology_keys = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    facts = history.facts(key)
+    first_seen = facts.first_seen if facts else history.started
+    placement = facts.placement if facts else None
+    bound_at = facts.bound_at if facts else None
+    return {
+        "key": key, "namespace": meta.get("namespace", "default"), "name": meta.get("name", ""),
+        "owner": _owner(members, raw),
+        "policy": "gang" if gang else "basic",
+        "min_count": int((policy_spec.get("gang") or {}).get("minCount", 1)) if gang else 1,
+        "priority": spec.get("priority", spec.get("priorityClassName", 0)),
+        "disruption_mode": "all" if "all" in (spec.get("disruptionMode") or {}) else "single",
+        "members": len(members), "bound": sum(1 for m in members if m.pod.node),
+        "topology_key": str(topology_keys[0].get("key", "")) if topology_keys else "",
+        "domain": _recorded_domain(raw) or (placement or {}).get("domain", ""),
+        "state": state_of(cycle, key),
+        "age_s": round(now - first_seen, 1),
+        "time_to_place_s": round(bound_at - first_seen, 2) if bound_at else None,
+        "preempted_by": facts.preempted_by if facts else "",
+    }
+
+
+def podgroups(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory) -> dict:
+    now = time.time()
+    rows = [group_row(cache, cycle, history, key, record.raw, now)
+            for key, record in sorted(dict(cache.podgroups).items())]
+    return {"podgroups": rows, "states": dict(Counter(r["state"] for r in rows))}
+
+
+def podgroup(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, key: str) -> dict | None:
+    record = cache.podgroups.get(key)
+    if record is None:
+        return None
+    row = group_row(cache, cycle, history, key, record.raw, time.time())
+    explanation = cycle.explanations.get(key, "")
+    facts = history.facts(key)
+    plan = cycle.plans.get(key)
+    row.update(
+        explanation=explanation,
+        shortfalls=_shortfalls(explanation),
+        placement=(facts.placement if facts else None),
+        plan_state=plan.state if plan else "",
+        victims=(facts.victims if facts else []),
+        timeline=history.timeline(key),
+        pods=[{"name": m.pod.name, "node": m.pod.node, "phase": m.phase, "gated": m.gated,
+               "requests": {r: _amount(r, v) for r, v in m.pod.spec.requests.items()}}
+              for m in cache.members(key)],
+        conditions=(record.raw.get("status") or {}).get("conditions") or [],
+    )
+    return row
+
+
+def _shortfalls(explanation: str) -> list[str]:
+    """The solver's message split into its parts: per-domain shortfalls, nearest miss first."""
+    body = explanation.split(": ", 1)[1] if explanation.startswith("podgroup ") else explanation
+    return [part.strip() for part in body.split("; ") if part.strip()]
+
+
+# -- solver and extender -----------------------------------------------------------------------
+def _samples(registry: CollectorRegistry) -> list[tuple[str, dict, float]]:
+    return [(s.name, dict(s.labels), s.value) for family in registry.collect() for s in family.samples]
+
+
+def _by_label(samples: list, name: str, label: str) -> dict[str, float]:
+    out: Counter[str] = Counter()
+    for sample_name, labels, value in samples:
+        if sample_name == name:
+            out[labels.get(label, "")] += value
+    return dict(out)
+
+
+def _histogram(samples: list, name: str) -> dict:
+    cumulative = sorted(((float(labels["le"]), value) for n, labels, value in samples if n == f"{name}_bucket"),
+                        key=lambda b: b[0])
+    buckets, previous = [], 0.0
+    for le, value in cumulative:
+        buckets.append({"le": le if le != float("inf") else None, "count": value - previous})  # JSON has no inf
+        previous = value
+    total = next((v for n, _, v in samples if n == f"{name}_sum"), 0.0)
+    return {"buckets": buckets, "count": previous, "sum": total}
+
+
+def metrics(registry: CollectorRegistry, history: GroupHistory) -> dict:
+    samples = _samples(registry)
+    return {
+        "attempts": _by_label(samples, names.METRIC_PODGROUP_ATTEMPTS, "result"),
+        "attempt_latency": _histogram(samples, names.METRIC_PODGROUP_ATTEMPT_DURATION),
+        "solver": history.solver_summary(),
+        "barrier": _by_label(samples, names.METRIC_BARRIER_OUTCOMES, "outcome"),
+        "barrier_waiting": sum(_by_label(samples, names.METRIC_BARRIER_WAITING, "").values()),
+        "plans_held": sum(_by_label(samples, names.METRIC_PLANS, "").values()),
+        "plans_released": _by_label(samples, names.METRIC_PLANS_RELEASED, "reason"),
+        "preemption_attempts": _by_label(samples, names.METRIC_PREEMPTION_ATTEMPTS, "result"),
+        "preemption_victims": _histogram(samples, names.METRIC_PREEMPTION_VICTIMS)["sum"],
+        "requests": _by_label(samples, names.METRIC_EXTENDER_REQUESTS, "verb"),
+        "request_errors": sum(v for n, labels, v in samples
+                              if n == names.METRIC_EXTENDER_REQUESTS and labels.get("code") != "200"),
+    }
