@@ -11,6 +11,10 @@ A second part, the *scaling study*, times one placement call per policy on the s
 of :mod:`bench.generate` (500 to 20,000 nodes, racks of 100 nodes, 60% filled, gangs of 1-GPU
 pods, 4 to 1,000 pods; the rack as required key when the gang fits in a rack's GPUs, else the zone).
 
+Wall time on the 2-core development machine: quick about 25 s; full about 4 CPU-minutes (3 to
+5.5 min wall), most of it the Permit barrier on the full Acme trace (its 60 s timeouts make tens of
+thousands of rounds).
+
 Output beside ``--json`` (default ``bench/results/trace[-quick].json``): the JSON, a markdown table
 (same stem, ``.md``) and, when matplotlib is installed, PNG plots (allocation over time, JCT CDF,
 decision time vs cluster size). The targets are evaluated from the measured numbers and reported
