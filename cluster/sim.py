@@ -243,8 +243,8 @@ class SimCluster:
             if owner.get("uid") != sts["metadata"]["uid"]:
                 continue
             ordinal = pod["metadata"]["name"].rsplit("-", 1)[-1]
-            if ordinal.isdigit() and int(ordinal) >= replicas:
-                self.delete("Pod", self._key(pod))
+            if ordinal.isdigit() and int(ordinal) >= replicas and ("Pod", self._key(pod)) in self.objects:
+                self.delete("Pod", self._key(pod))  # (a nested reconcile may have deleted it already)
 
     @staticmethod
     def _sts_pod(sts: Mapping[str, Any], template: Mapping[str, Any], ordinal: int) -> dict:
