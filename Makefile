@@ -24,8 +24,13 @@ e2e: install
 demo: install
 	$(VENV)/bin/phalanx demo
 
+# quick versions of the simulated-cluster suites (a few minutes); `phalanx bench controller` needs
+# the e2e control plane (see README)
+BENCH_QUICK := solver preemption cache extender trace
 bench: install
-	$(VENV)/bin/phalanx bench solver --quick --json bench/results/solver-quick.json
+	for suite in $(BENCH_QUICK); do \
+	  $(VENV)/bin/phalanx bench $$suite --quick --json bench/results/$$suite-quick.json || exit 1; \
+	done
 
 clean:
 	rm -rf $(VENV) build *.egg-info
