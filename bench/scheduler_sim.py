@@ -7,12 +7,20 @@ assumed), and then the extender is asked exactly as kube-scheduler asks it (``no
 mode: ``NodeNames``): ``filter``, ``prioritize`` when more than one node is left, and ``bind``
 in a background thread per pod, as kube-scheduler's binding cycle does. A pod the extender
 rejects waits for the next round (kube-scheduler retries extender rejections on any event).
+
+Two options make it closer to a long-running kube-scheduler, for the demo's background loop
+(:meth:`run_forever`): ``post_filter`` — a group pod no node fits goes to the extender's ``preempt``
+verb, as kube-scheduler's PostFilter does (phalanx plans group preemption there); ``backoff`` —
+a rejected group waits before its members are tried again (initial seconds, doubling up to 10 s,
+per PodGroup, as a gang is requeued as one), so an infeasible gang costs one cycle per backoff,
+not one per member per round.
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -21,8 +29,11 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from cluster.cache import ClusterCache
-from cluster.convert import pod_from_json
+from cluster.convert import pod_from_json, pod_group_name
 from cluster.sim import SimCluster
+
+log = logging.getLogger("phalanx.scheduler_sim")
+MAX_BACKOFF = 10.0
 
 
 @dataclass
@@ -64,8 +75,12 @@ class ExtenderClient:
 
 
 class SimulatedScheduler:
-    def __init__(self, sim: SimCluster, port: int, bind_threads: int = 1100):
+    def __init__(self, sim: SimCluster, port: int, bind_threads: int = 1100, post_filter: bool = False,
+                 backoff: float = 0.0):
         self.sim = sim
+        self.post_filter = post_filter
+        self.backoff = backoff
+        self._backoff: dict[str, tuple[float, float]] = {}  # group (or pod uid) -> (retry at, delay)
         self.cache: ClusterCache = sim.cache
         self.client = ExtenderClient(port)
         self._binder = ThreadPoolExecutor(max_workers=bind_threads, thread_name_prefix="sim-bind")
@@ -91,7 +106,11 @@ class SimulatedScheduler:
         free = snapshot.free.astype(np.int64).copy()
         names = [n.name for n in snapshot.nodes]
         futures = []
+        now = time.monotonic()
         for pod_json in self.pending():
+            unit = self._unit(pod_json)
+            if self._backoff.get(unit, (0.0, 0.0))[0] > now:
+                continue
             stats.attempted += 1
             pod = pod_from_json(pod_json)
             vec, unknown = snapshot.request_vector(pod.spec.requests)
@@ -102,6 +121,9 @@ class SimulatedScheduler:
             candidates = [names[i] for i in np.nonzero(fits)[0]]
             if not candidates:
                 stats.rejected += 1
+                if self.post_filter and pod_group_name(pod_json):
+                    self.client.post("preempt", {"Pod": pod_json, "NodeNameToMetaVictims": {}})
+                self._back_off(unit, now)
                 continue
             args = {"Pod": pod_json, "Nodes": None, "NodeNames": candidates}
             started = time.perf_counter()
@@ -110,7 +132,9 @@ class SimulatedScheduler:
             feasible = result.get("NodeNames") or []
             if not feasible:
                 stats.rejected += 1
+                self._back_off(unit, now)
                 continue
+            self._backoff.pop(unit, None)
             node = feasible[0]
             if len(feasible) > 1:
                 scores = self.client.post("prioritize", {**args, "NodeNames": feasible})
@@ -125,6 +149,26 @@ class SimulatedScheduler:
             for f in futures:
                 f.result()
         return stats
+
+    @staticmethod
+    def _unit(pod_json: dict) -> str:
+        group = pod_group_name(pod_json)
+        return f"{pod_json['metadata'].get('namespace', 'default')}/{group}" if group else pod_json["metadata"]["uid"]
+
+    def _back_off(self, unit: str, now: float) -> None:
+        if self.backoff:
+            delay = min(MAX_BACKOFF, self._backoff.get(unit, (0.0, self.backoff / 2))[1] * 2)
+            self._backoff[unit] = (now + delay, delay)
+
+    def run_forever(self, stop: threading.Event, interval: float = 0.25) -> None:
+        """kube-scheduler's loop, for the demo: rounds that do not wait for their binds (the
+        barrier holds those in their own threads), every ``interval`` seconds until ``stop``."""
+        while not stop.is_set():
+            try:
+                self.run_round(wait=False)
+            except Exception:  # noqa: BLE001 - a scheduler keeps scheduling; say what went wrong
+                log.exception("simulated scheduling round failed")
+            stop.wait(interval)
 
     def _bind(self, pod_json: dict, node: str, stats: RoundStats) -> None:
         meta = pod_json["metadata"]

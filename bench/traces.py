@@ -200,9 +200,8 @@ def _scaled(name: str, cluster: Cluster, jobs: list[Job], notes: str, window: Wi
                  f"arrivals x{factor:.3g} for {OFFERED_LOAD:.0%}")
 
 
-def acme(data: pathlib.Path, window: Window = ALL) -> Trace:
-    cluster = pai_cluster(data)
-    cores_per_gpu = 96 // 8
+def acme_jobs(data: pathlib.Path, cores_per_gpu: int = 96 // 8) -> list[Job]:
+    """The Acme Kalos gangs as the trace has them (arrival, duration, shape), in file order."""
     jobs = []
     with open(data / "acme-kalos" / "converted_kalos_trace.csv") as f:
         for r in csv.DictReader(f):
@@ -212,7 +211,12 @@ def acme(data: pathlib.Path, window: Window = ALL) -> Trace:
                                                     + float(r["iteration_networking_time"]))
             jobs.append(Job(f"acme-{int(r['job_id']):03d}", float(r["arrival_time"]), duration,
                             int(r["gpu_workers"]), gpus, int(cpu * 1000)))
-    return _scaled("acme-kalos", cluster, jobs, "Acme Kalos gangs on PAI-2020 8-GPU nodes", window)
+    return jobs
+
+
+def acme(data: pathlib.Path, window: Window = ALL) -> Trace:
+    cluster = pai_cluster(data)
+    return _scaled("acme-kalos", cluster, acme_jobs(data), "Acme Kalos gangs on PAI-2020 8-GPU nodes", window)
 
 
 def pollux(data: pathlib.Path, workload: int = 1, window: Window = ALL) -> Trace:

@@ -16,9 +16,13 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _demo(args: argparse.Namespace) -> int:
-    from .demo import run_solver_demo
+    if args.solver_only:
+        from .solver_demo import run_solver_demo
 
-    return run_solver_demo()
+        return run_solver_demo()
+    from .demo import run_demo
+
+    return run_demo(port=args.port, duration=args.duration, headless=args.headless)
 
 
 def _serve(args: argparse.Namespace) -> int:
@@ -83,7 +87,13 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument("--grpc-addr", default="127.0.0.1:50051", help="the serve's gRPC address")
     explain.set_defaults(func=_explain)
 
-    demo = sub.add_parser("demo", help="place the KEP-6277 user stories and LWS-shaped groups on a generated cluster")
+    demo = sub.add_parser("demo", help="phalanx, a simulated kube-scheduler and the dashboard on a simulated cluster: "
+                                       "KEP-6277 stories, LWS groups, a gang that cannot fit, preemption, a trace")
+    demo.add_argument("--port", type=int, default=8080, help="dashboard and extender HTTP port (default 8080; 0: any)")
+    demo.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: until Ctrl-C)")
+    demo.add_argument("--headless", action="store_true", help="no browser hint (for scripts and CI)")
+    demo.add_argument("--solver-only", action="store_true",
+                      help="the solver alone on a generated cluster, printed (no service, no dashboard)")
     demo.set_defaults(func=_demo)
 
     ctl = sub.add_parser("controller", help="run the StatefulSet controller (KEP-6277) and its admission webhooks")

@@ -1,5 +1,6 @@
-"""``phalanx demo``: the KEP-6277 user stories and LeaderWorkerSet-shaped groups, placed by the
-solver on a generated 64-node, 8-rack GPU cluster (2 zones), with the reasons for what does not fit.
+"""``phalanx demo --solver-only``: the KEP-6277 user stories and LeaderWorkerSet-shaped groups,
+placed by the solver alone on a generated 64-node, 8-rack GPU cluster (2 zones), with the reasons
+for what does not fit.
 
 The cluster is generated (synthetic racks and zones) and partly busy; the groups are placed in one
 batch call, highest priority first, each charged before the next, exactly as the workload cycle

@@ -13,6 +13,7 @@ groups using it), and one rack's nodes are served on demand, so 10,000 nodes sta
 from __future__ import annotations
 
 import json
+import re
 import time
 from collections import Counter
 from typing import Any, Iterable, Mapping
@@ -31,6 +32,11 @@ OTHER = ""  # pods without a PodGroup
 DETAIL_LIMIT = 2000
 STATE_WORDS = {"waiting": "waiting for members"}
 CPU = "cpu"
+
+
+def natural(name: str) -> list:
+    """Sort key that puts node-2 before node-10."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
 
 
 def main_resource(node: Node) -> str:
@@ -78,7 +84,7 @@ def _racks(cache: ClusterCache, cycle: WorkloadCycle) -> tuple[dict[tuple[str, s
     pods = cache.pods
     reserved = _reserved_main(cycle, nodes, cache)
     racks: dict[tuple[str, str], list[dict]] = {}
-    for name in sorted(nodes):
+    for name in sorted(nodes, key=natural):
         node = nodes[name]
         records = [r for r in (pods.get(u) for u in list(by_node.get(name, ()))) if r is not None]
         where = (node.labels.get(names.LABEL_ZONE, NO_ZONE), node.labels.get(names.LABEL_RACK, NO_RACK))
@@ -106,7 +112,7 @@ def topology(cache: ClusterCache, cycle: WorkloadCycle, detail_limit: int = DETA
     racks, node_count = _racks(cache, cycle)
     detail = node_count <= detail_limit
     zones: dict[str, list[dict]] = {}
-    for (zone, rack), nodes in sorted(racks.items()):
+    for (zone, rack), nodes in sorted(racks.items(), key=lambda item: (natural(item[0][0]), natural(item[0][1]))):
         zones.setdefault(zone, []).append(_rack_view(zone, rack, nodes, detail))
     totals: dict[str, dict[str, float]] = {}
     for rack_views in zones.values():

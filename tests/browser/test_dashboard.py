@@ -1,0 +1,152 @@
+"""The dashboard in a real browser (Chromium through Playwright) against ``phalanx demo`` running as
+a subprocess on an ephemeral port: every rack renders, a rack click shows its nodes, the infeasible
+gang's page shows the solver's explanation, and the page updates live while the demo runs.
+
+Needs Debian's Chromium (``apt-get install -y chromium``, at /usr/bin/chromium or $PHALANX_CHROMIUM)
+and the ``playwright`` Python package; a missing one fails the tests with the command to install it.
+With ``PHALANX_SCREENSHOTS=DIR`` the main views are saved there as PNG (docs/ holds the README's).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import re
+import shutil
+import subprocess
+import sys
+import urllib.request
+from typing import Iterator
+
+import pytest
+
+CHROMIUM = os.environ.get("PHALANX_CHROMIUM", "/usr/bin/chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+                 "--disable-sync", "--no-first-run"]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+DEMO_SECONDS = 600  # an upper bound only: the fixture stops the demo when the tests are done
+WAIT_MS = 60_000  # how long a view may take to show what the demo creates
+
+
+def _require_browser():
+    try:
+        from playwright.sync_api import sync_playwright
+    except ImportError:
+        pytest.fail("the browser tests need the playwright package: .venv/bin/pip install playwright "
+                    "(it is in the dev extras: make install)", pytrace=False)
+    if not (os.path.exists(CHROMIUM) or shutil.which(CHROMIUM)):
+        pytest.fail(f"the browser tests need Chromium at {CHROMIUM}: apt-get update && apt-get install -y chromium "
+                    "(or set PHALANX_CHROMIUM to a Chromium binary); Playwright's own download is not used",
+                    pytrace=False)
+    return sync_playwright
+
+
+@pytest.fixture(scope="module")
+def demo() -> Iterator[str]:
+    """``phalanx demo --port 0 --headless`` in a subprocess; yields the dashboard URL once the
+    scenarios are done (the trace keeps streaming while the tests run)."""
+    proc = subprocess.Popen([sys.executable, "-m", "phalanx_cli.main", "demo", "--port", "0", "--headless",
+                             "--duration", str(DEMO_SECONDS)], cwd=ROOT, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    lines, url = [], ""
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            found = re.search(r"dashboard: (http://\S+)", line)
+            url = found.group(1) if found else url
+            if line.startswith("scenarios done"):
+                break
+        if not url or proc.poll() is not None:
+            pytest.fail("phalanx demo did not start:\n" + "".join(lines), pytrace=False)
+        yield url
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+
+
+@pytest.fixture(scope="module")
+def browser():
+    sync_playwright = _require_browser()
+    with sync_playwright() as p:
+        chromium = p.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
+@pytest.fixture
+def page(browser, demo):
+    context = browser.new_context(viewport={"width": 1400, "height": 1000})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    page.goto(demo)
+    yield page
+    context.close()
+
+
+def screenshot(page, name: str) -> None:
+    folder = os.environ.get("PHALANX_SCREENSHOTS")
+    if folder:
+        pathlib.Path(folder).mkdir(parents=True, exist_ok=True)
+        page.screenshot(path=str(pathlib.Path(folder) / f"{name}.png"))
+
+
+def api(url: str, path: str) -> dict:
+    with urllib.request.urlopen(url.rstrip("/") + path) as reply:
+        return json.load(reply)
+
+
+def test_the_topology_view_renders_every_rack(page, demo):
+    topo = api(demo, "/api/v1/topology")
+    expected = {f"{z['name']}/{r['name']}" for z in topo["zones"] for r in z["racks"]}
+    assert len(expected) == 2 * 8 + 1  # 16 GPU racks and the CPU-only rack
+    page.wait_for_selector(".rack")
+    shown = set(page.eval_on_selector_all(".rack", "els => els.map(e => e.dataset.rack)"))
+    assert shown == expected
+    assert page.locator(".rack .cell").count() == topo["nodes"]
+    page.wait_for_selector("#groups tbody tr")
+    screenshot(page, "dashboard")
+
+
+def test_clicking_a_rack_shows_its_nodes(page):
+    page.click('.rack[data-rack="zone-0/z0-r0"]')
+    detail = page.locator("#rack-detail")
+    detail.wait_for(state="visible")
+    page.wait_for_selector("#rack-detail .node")
+    names = page.eval_on_selector_all("#rack-detail .node", "els => els.map(e => e.dataset.node)")
+    assert names == [f"node-z0-r0-{i}" for i in range(16)]  # in natural order
+    assert "demo/urgent" in detail.inner_text()  # the preemptor holds this rack
+    detail.scroll_into_view_if_needed()
+    screenshot(page, "dashboard-rack")
+
+
+def test_the_infeasible_gangs_page_shows_its_explanation(page, demo):
+    page.click('a[href="#/group/demo/too-big"]')
+    page.wait_for_selector("#explanation-text")
+    text = page.inner_text("#group-explanation")
+    assert "needs 160 nvidia.com/gpu, 128 free" in text
+    assert "nearest miss" in text
+    assert "unschedulable" in page.inner_text("#group-title")
+    assert page.locator("#group-timeline li").count() >= 1
+    screenshot(page, "dashboard-infeasible-group")
+
+
+def test_the_preemptors_page_names_its_victims(page, demo):
+    page.goto(demo + "#/group/demo/urgent")
+    page.wait_for_selector("#group-preemption a")
+    assert "demo/shards" in page.inner_text("#group-preemption")
+    screenshot(page, "dashboard-preemption")
+
+
+def test_live_updates_arrive_without_reloading(page):
+    page.wait_for_function("Number(document.getElementById('event-seq').textContent) > 0")
+    first = int(page.inner_text("#event-seq"))
+    marker = page.evaluate("() => { window.__notReloaded = true; return true; }")
+    assert marker
+    # the trace keeps streaming jobs: new events must reach the open page by polling alone
+    page.wait_for_function(f"Number(document.getElementById('event-seq').textContent) > {first}")
+    assert page.evaluate("() => window.__notReloaded === true")
+    assert "live" in page.inner_text("#live-text")
