@@ -78,8 +78,17 @@ def _reserved_main(cycle: WorkloadCycle, nodes: Mapping[str, Node], cache: Clust
     return out
 
 
-def _racks(cache: ClusterCache, cycle: WorkloadCycle) -> tuple[dict[tuple[str, str], list[dict]], int]:
+def _place(node: Node) -> tuple[str, str]:
+    return node.labels.get(names.LABEL_ZONE, NO_ZONE), node.labels.get(names.LABEL_RACK, NO_RACK)
+
+
+def _racks(cache: ClusterCache, cycle: WorkloadCycle, only: tuple[str, str] | None = None
+           ) -> tuple[dict[tuple[str, str], list[dict]], int]:
+    """Node views per (zone, rack); ``only`` restricts them to one rack (the drill-down)."""
     nodes = dict(cache.nodes)
+    count = len(nodes)
+    if only is not None:
+        nodes = {name: node for name, node in nodes.items() if _place(node) == only}
     by_node = dict(cache.pods_by_node)
     pods = cache.pods
     reserved = _reserved_main(cycle, nodes, cache)
@@ -87,9 +96,8 @@ def _racks(cache: ClusterCache, cycle: WorkloadCycle) -> tuple[dict[tuple[str, s
     for name in sorted(nodes, key=natural):
         node = nodes[name]
         records = [r for r in (pods.get(u) for u in list(by_node.get(name, ()))) if r is not None]
-        where = (node.labels.get(names.LABEL_ZONE, NO_ZONE), node.labels.get(names.LABEL_RACK, NO_RACK))
-        racks.setdefault(where, []).append(_node_view(node, records, reserved.get(name, 0)))
-    return racks, len(nodes)
+        racks.setdefault(_place(node), []).append(_node_view(node, records, reserved.get(name, 0)))
+    return racks, count
 
 
 def _rack_view(zone: str, rack: str, nodes: list[dict], detail: bool) -> dict:
@@ -125,7 +133,7 @@ def topology(cache: ClusterCache, cycle: WorkloadCycle, detail_limit: int = DETA
 
 
 def rack(cache: ClusterCache, cycle: WorkloadCycle, zone: str, rack_name: str) -> dict | None:
-    racks, _ = _racks(cache, cycle)
+    racks, _ = _racks(cache, cycle, only=(zone, rack_name))
     nodes = racks.get((zone, rack_name))
     return _rack_view(zone, rack_name, nodes, True) if nodes else None
 
