@@ -113,6 +113,7 @@ class ClusterCache:
         self._used = None
         self.skipped = 0  # malformed objects ignored
         self.version = 0  # bumps on every applied change
+        self.capacity_version = 0  # bumps when room may have appeared: a node added/changed, a bound pod gone
         self._listeners: list[Callable[[str, str, Any], None]] = []
 
     # -- feeding ------------------------------------------------------------------------------
@@ -162,10 +163,15 @@ class ClusterCache:
             uid = str((obj.get("metadata") or {}).get("uid") or "")
             if not uid:
                 raise InvalidInput(f"pod {_safe_key(obj)}: metadata.uid is missing")
+            record = None if deleted else _pod_record(obj)  # convert first: a bad object changes nothing
+            previous = self.pods.get(uid)
             self._remove_pod(uid)
-            if deleted:
+            if previous is not None and previous.pod.node and previous.active and not (
+                record is not None and record.pod.node and record.active
+            ):
+                self.capacity_version += 1  # a bound pod went away or finished: room was freed
+            if record is None:
                 return uid
-            record = _pod_record(obj)
             self._add_pod(record)
             return record
         if kind not in KINDS:
@@ -182,6 +188,7 @@ class ClusterCache:
             record = node_from_json(obj)
             if self.nodes.get(key) != record:  # heartbeats change nothing phalanx reads
                 self._base = None
+                self.capacity_version += 1
         elif kind == "PodGroup":
             podgroup_from_json(obj)  # validate now, so a bad spec is skipped here, not mid-cycle
             meta = obj.get("metadata") or {}

@@ -40,6 +40,7 @@ from solver.model import PODS
 
 from .metrics import CycleMetrics
 from .preemption import GroupPreemption
+from .queue import PodGroupQueue
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -113,6 +114,7 @@ class WorkloadCycle:
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
         self._listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
         self.preemption = GroupPreemption(self)
+        self.queue = PodGroupQueue(clock)
 
     # -- events for the dashboard / gRPC stream ----------------------------------------------
     def subscribe(self, listener: Callable[[str, Mapping[str, Any]], None]) -> None:
@@ -232,6 +234,9 @@ class WorkloadCycle:
         if isinstance(group, str):
             self.explanations[key] = group
             return no(group)
+        backing_off = self.queue.backing_off(key, self.cache.capacity_version)
+        if backing_off:
+            return no(backing_off)  # nothing freed since the last attempt failed: do not re-solve
         placement = self._resume(group, candidates) or self._cycle(group, candidates)
         if not placement.assignments:
             return no(self.explanations.get(key) or f"podgroup {key}: no placement")
@@ -290,6 +295,7 @@ class WorkloadCycle:
         now = self.clock()
         by_uid = {p.uid: p for p in group.pending}
         self.preemption.release(key)
+        self.queue.succeeded(key)
         self.plans[key] = Plan(
             group=key,
             assignments=dict(placement.assignments),
@@ -313,6 +319,7 @@ class WorkloadCycle:
         """One workload cycle for ``group``: snapshot, solve, plan or explain."""
         started = time.perf_counter()
         key = group.key
+        capacity_version = self.cache.capacity_version  # before the snapshot: a later change retries
         snapshot = self.cache.snapshot(self.reservations(exclude_group=key))
         # kube-scheduler's candidates already passed its own filters for this pod; members of a
         # group share a template, so they bound where the group may go (plus bound members' nodes)
@@ -333,6 +340,8 @@ class WorkloadCycle:
             if preempting:
                 message = f"{message}; {preempting}"
             self.explanations[key] = message
+            if not preempting:  # while victims terminate, the nomination makes the group wait
+                self.queue.failed_attempt(key, capacity_version, message)
             self._set_status(group, False, names.REASON_UNSCHEDULABLE, message)
             self._event(group, "FailedScheduling", message, "Warning")
             self._emit("unschedulable", group=key, message=message)

@@ -10,6 +10,7 @@ import pytest
 from cluster import names
 from extender.cycle import BindError, WorkloadCycle
 
+from .k8s_objects import node as k8s_node
 from .k8s_objects import pod, podgroup
 
 RACK = names.LABEL_RACK
@@ -290,3 +291,27 @@ def test_a_broken_all_unit_loses_its_other_members(sim, cycle):
     bind_all(cycle, sim, members)
     sim.evict("default", "unit-0", members[0]["metadata"]["uid"], "evicted by an operator", respect_pdb=False)
     wait_until(lambda: not any(p["metadata"]["name"].startswith("unit") for p in sim.list("Pod")))
+
+
+def test_an_infeasible_gang_backs_off_until_capacity_is_freed(sim, cycle):
+    pods = make_gang(sim, "big", 5, gpu=4)  # needs 20 GPUs, 16 exist
+    first = cycle.filter(pods[0], all_nodes(sim))
+    attempts = cycle.metrics.attempts.labels(result="unschedulable")._value.get()
+    for p in pods[1:]:
+        assert cycle.filter(p, all_nodes(sim)).unresolvable == first.unresolvable  # answered from memory
+    assert cycle.metrics.attempts.labels(result="unschedulable")._value.get() == attempts  # no re-solve
+    sim.create(k8s_node("n-9", rack="r0", gpus=4))  # room appears: retried at once
+    assert len(cycle.filter(pods[0], all_nodes(sim)).nodes) == 1
+
+
+def test_queue_orders_eligible_groups_by_priority_then_age():
+    from extender.cycle.queue import PodGroupQueue
+    from solver import PodGroup, Pod
+
+    def group(name, priority, created, members, min_count):
+        pods = tuple(Pod(f"{name}-{i}", f"{name}-{i}") for i in range(members))
+        return PodGroup("d", name, pods, min_count=min_count, priority=priority, created=created)
+
+    groups = [group("old-low", 1, 1.0, 2, 2), group("new-high", 9, 5.0, 2, 2), group("old-high", 9, 2.0, 2, 2),
+              group("incomplete", 99, 0.0, 1, 3)]
+    assert [g.name for g in PodGroupQueue.order(groups)] == ["old-high", "new-high", "old-low"]
