@@ -579,6 +579,21 @@ class WorkloadCycle:
                 return placement
             return placement.explanation.message() if placement.explanation else self.explanations.get(key, "")
 
+    def place_eligible(self) -> dict[str, Placement | str]:
+        """One pass of the queue: every eligible group with pending members, highest priority then
+        oldest, gets a cycle now (so a high-priority gang plans before a lower one takes its room,
+        whatever order kube-scheduler sends pods in). Returns each group's placement or reason."""
+        with self._lock:
+            groups = []
+            for key in list(self.cache.podgroups):
+                try:
+                    group = self.cache.podgroup(key)
+                except InvalidInput:
+                    continue
+                if group is not None:
+                    groups.append(group)
+            return {g.key: self.place_group(g.key) for g in self.queue.order(groups)}
+
     # -- introspection -----------------------------------------------------------------------
     def plan_of(self, key: str) -> Plan | None:
         with self._lock:

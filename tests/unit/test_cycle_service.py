@@ -315,3 +315,17 @@ def test_queue_orders_eligible_groups_by_priority_then_age():
     groups = [group("old-low", 1, 1.0, 2, 2), group("new-high", 9, 5.0, 2, 2), group("old-high", 9, 2.0, 2, 2),
               group("incomplete", 99, 0.0, 1, 3)]
     assert [g.name for g in PodGroupQueue.order(groups)] == ["old-high", "new-high", "old-low"]
+
+
+def test_place_eligible_plans_the_higher_priority_gang_first(sim, cycle):
+    sim.create(podgroup("low", 4, priority=1))
+    for i in range(4):
+        sim.create(pod(f"low-{i}", "low", gpu=4))
+    sim.create(podgroup("high", 4, priority=100))
+    for i in range(4):
+        sim.create(pod(f"high-{i}", "high", gpu=4))
+    sim.create(podgroup("waiting", 3))
+    sim.create(pod("waiting-0", "waiting"))
+    results = cycle.place_eligible()
+    assert list(results) == ["default/high", "default/low"]  # "waiting" is not eligible yet
+    assert results["default/high"].assignments and isinstance(results["default/low"], str)
