@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install test e2e demo bench clean
+.PHONY: install test e2e demo bench clean browser-deps
 
 install: $(STAMP)
 
@@ -14,15 +14,22 @@ $(STAMP): pyproject.toml
 	$(PY) -m pip install --quiet -e '.[dev]'
 	touch $(STAMP)
 
-test: install
+test: install browser-deps
 	$(PY) -m pytest tests/unit -q
+	$(PY) -m pytest tests/browser -q
+
+# Debian's Chromium at /usr/bin/chromium drives the browser tests (Playwright's own browser
+# download is not used)
+browser-deps:
+	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
 
 e2e: install
 	bash hack/build-k8s.sh
 	$(PY) -m pytest tests/e2e -q
 
+# interactive (Ctrl-C stops it); scripts: make demo DEMO_ARGS="--duration 20 --headless"
 demo: install
-	$(VENV)/bin/phalanx demo
+	$(VENV)/bin/phalanx demo $(DEMO_ARGS)
 
 # quick versions of the simulated-cluster suites (a few minutes); `phalanx bench controller` needs
 # the e2e control plane (see README)

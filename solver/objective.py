@@ -50,10 +50,13 @@ class Objective:
 
 def main_resource(pods: tuple[Pod, ...] | list[Pod]) -> str:
     """The resource whose placement matters most for this group (see the module docstring)."""
-    totals: dict[str, int] = {}
+    per_shape: dict[tuple, list] = {}
     for pod in pods:
-        for r, amount in pod.spec.requests.items():
-            totals[r] = totals.get(r, 0) + amount
+        per_shape.setdefault(pod.spec.shape_key, [pod.spec, 0])[1] += 1
+    totals: dict[str, int] = {}
+    for spec, count in per_shape.values():
+        for r, amount in spec.requests.items():
+            totals[r] = totals.get(r, 0) + amount * count
     extended = sorted((-amount, r) for r, amount in totals.items() if r not in STANDARD_RESOURCES and amount > 0)
     if extended:
         return extended[0][1]

@@ -16,7 +16,7 @@ import numpy as np
 from .errors import InvalidInput
 from .model import PODS, Pod, PodGroup
 from .objective import Objective, Weights, main_resource, preferred_paths
-from .snapshot import Eligibility, Snapshot, constraint_signature
+from .snapshot import Eligibility, Snapshot
 
 
 @dataclass
@@ -33,9 +33,9 @@ class Shape:
 
 
 def _ordinal_key(pod: Pod) -> tuple:
-    """Sort StatefulSet-style names by ordinal (db-2 before db-10), others by name."""
-    base, _, tail = pod.name.rpartition("-")
-    return (base, int(tail), pod.name) if tail.isdigit() else (pod.name, -1, pod.name)
+    """Shorter names first, then by name: StatefulSet ordinals in order (db-2 before db-10) at
+    the cost of two C-level comparisons per pod."""
+    return (len(pod.name), pod.name)
 
 
 @dataclass(frozen=True)
@@ -65,8 +65,7 @@ class Problem:
         self.main_j = snap.rindex.get(self.main_name)
         buckets: dict[tuple, list[Pod]] = {}
         for pod in pending:
-            sig = (tuple(sorted(pod.spec.requests.items())), constraint_signature(pod.spec))
-            buckets.setdefault(sig, []).append(pod)
+            buckets.setdefault(pod.spec.shape_key, []).append(pod)
         shapes = []
         for pods in buckets.values():
             spec = pods[0].spec

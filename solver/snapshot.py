@@ -27,7 +27,7 @@ EXCLUSION_REASONS = ("unschedulable", "taint", "selector", "affinity")
 
 def constraint_signature(spec: PodSpec) -> tuple:
     """Everything about a pod that decides node eligibility (not capacity)."""
-    return (tuple(sorted(spec.node_selector.items())), spec.affinity, spec.tolerations)
+    return spec.eligibility_key
 
 
 @dataclass(frozen=True)
