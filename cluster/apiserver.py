@@ -175,6 +175,10 @@ class ApiServerBackend:
         path = api_path(self.scheduling_gv, "podgroups", namespace, name)
         self._write("PATCH", path, {"metadata": {"annotations": dict(annotations)}}, MERGE_PATCH)
 
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        self._write("PATCH", api_path("v1", "pods", namespace, name), {"metadata": {"annotations": dict(annotations)}},
+                    MERGE_PATCH)
+
     def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
         namespace = regarding.get("namespace") or "default"
         body = {

@@ -32,5 +32,8 @@ class ClusterWriter(Protocol):
     def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         """Merge-patch PodGroup annotations (None removes one)."""
 
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Merge-patch pod annotations (None removes one)."""
+
     def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
         """Record an events.k8s.io/v1 Event about ``regarding`` (kind, namespace, name, uid)."""

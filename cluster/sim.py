@@ -188,15 +188,10 @@ class SimCluster:
             copy.deepcopy(dict(status))))
 
     def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        def apply(obj: dict) -> None:
-            current = obj["metadata"].setdefault("annotations", {})
-            for k, v in annotations.items():
-                if v is None:
-                    current.pop(k, None)
-                else:
-                    current[k] = v
+        self.update("PodGroup", f"{namespace}/{name}", lambda obj: _annotate(obj, annotations))
 
-        self.update("PodGroup", f"{namespace}/{name}", apply)
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        self.update("Pod", f"{namespace}/{name}", lambda obj: _annotate(obj, annotations))
 
     def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
         with self._lock:
@@ -255,6 +250,15 @@ class SimCluster:
                                       "controller": True}])
         return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
                 "spec": copy.deepcopy(template.get("spec") or {"containers": []})}
+
+
+def _annotate(obj: dict, annotations: Mapping[str, str | None]) -> None:
+    current = obj["metadata"].setdefault("annotations", {})
+    for k, v in annotations.items():
+        if v is None:
+            current.pop(k, None)
+        else:
+            current[k] = v
 
 
 def _ready(pod: Mapping[str, Any]) -> bool:

@@ -115,6 +115,11 @@ class WorkloadCycle:
         self._listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
         self.preemption = GroupPreemption(self)
         self.queue = PodGroupQueue(clock)
+        self._capacity_seen = cache.capacity_version
+        self._wake = threading.Event()
+        self._closed = False
+        cache.subscribe(self._on_cache_change)
+        threading.Thread(target=self._requeue_loop, name="phalanx-requeue", daemon=True).start()
 
     # -- events for the dashboard / gRPC stream ----------------------------------------------
     def subscribe(self, listener: Callable[[str, Mapping[str, Any]], None]) -> None:
@@ -557,6 +562,50 @@ class WorkloadCycle:
         except WriteError as err:
             log.debug("event %s on %s not recorded: %s", reason, key, err)
 
+    # -- requeue on capacity changes ---------------------------------------------------------
+    def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
+        if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
+            self._wake.set()
+
+    def _requeue_loop(self) -> None:
+        """kube-scheduler retries a pod the extender rejected on its next cluster event, which may
+        arrive before phalanx's cache has seen that event: the retry then fails again and nothing
+        else wakes the pod. So when room appears, phalanx checks the groups backing off and, for
+        each that now fits, touches one pending member (annotation ``scheduling.phalanx.dev/retry``):
+        that pod update makes kube-scheduler retry it, and its binding wakes the rest."""
+        while not self._closed:
+            self._wake.wait()
+            self._wake.clear()
+            time.sleep(0.2)  # let a burst of events land first
+            try:
+                self._requeue_fitting()
+            except Exception:  # noqa: BLE001 - the loop must survive a bad group
+                log.exception("requeue pass failed")
+
+    def _requeue_fitting(self) -> None:
+        nudges = []
+        with self._lock:
+            self._capacity_seen = self.cache.capacity_version
+            for key in list(self.queue.failed):
+                pending = [m.pod for m in self.cache.members(key) if not m.pod.node and not m.gated]
+                group = self._group_view(key, pending[0]) if pending else "no pending members"
+                if isinstance(group, str):
+                    self.queue.succeeded(key)
+                    continue
+                snapshot = self.cache.snapshot(self.reservations(exclude_group=key))
+                try:
+                    fits = bool(place(snapshot, group, self.options).assignments)
+                except InvalidInput:
+                    fits = False
+                if fits:
+                    self.queue.succeeded(key)
+                    nudges.append(pending[0])
+        for pod in nudges:
+            try:
+                self.writer.annotate_pod(pod.namespace, pod.name, {names.ANNOTATION_RETRY: _now_rfc3339()})
+            except WriteError as err:
+                log.info("could not nudge %s: %s", pod.key, err)
+
     # -- on demand (gRPC PlaceGroup, the demo driver) ----------------------------------------
     def place_group(self, key: str) -> Placement | str:
         """Run a workload cycle for ``key`` now, on every node (no kube-scheduler pre-filter).
@@ -621,4 +670,6 @@ class WorkloadCycle:
         return "pending"
 
     def close(self) -> None:
+        self._closed = True
+        self._wake.set()
         self._binder.shutdown(wait=False, cancel_futures=True)

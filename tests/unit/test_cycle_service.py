@@ -329,3 +329,11 @@ def test_place_eligible_plans_the_higher_priority_gang_first(sim, cycle):
     results = cycle.place_eligible()
     assert list(results) == ["default/high", "default/low"]  # "waiting" is not eligible yet
     assert results["default/high"].assignments and isinstance(results["default/low"], str)
+
+
+def test_a_backed_off_gang_that_fits_again_gets_a_member_touched_for_kube_scheduler(sim, cycle):
+    pods = make_gang(sim, "big", 5, gpu=4)
+    cycle.filter(pods[0], all_nodes(sim))  # infeasible: backs off
+    sim.create(k8s_node("n-9", rack="r0", gpus=4))  # room appears while kube-scheduler is not looking
+    wait_until(lambda: names.ANNOTATION_RETRY in (sim.get("Pod", "default/big-0")["metadata"].get("annotations") or {}))
+    assert not cycle.queue.failed
