@@ -116,6 +116,8 @@ class WorkloadCycle:
         self.preemption = GroupPreemption(self)
         self.queue = PodGroupQueue(clock)
         self._capacity_seen = cache.capacity_version
+        self._changed_nodes: set[str] = set()
+        self._changed_lock = threading.Lock()
         self._wake = threading.Event()
         self._closed = False
         cache.subscribe(self._on_cache_change)
@@ -564,8 +566,30 @@ class WorkloadCycle:
 
     # -- requeue on capacity changes ---------------------------------------------------------
     def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
+        # runs on whichever thread applied the event (possibly holding a backend lock): only note
+        # the work and wake the requeue thread, never take the cycle's lock here
+        if kind == "Node":
+            with self._changed_lock:
+                self._changed_nodes.add(record if isinstance(record, str) else record.name)
+            self._wake.set()
         if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
             self._wake.set()
+
+    def _invalidate_plans(self) -> None:
+        """A plan whose node was deleted, cordoned or tainted is released before anyone binds to it
+        (a plan's other nodes changing capacity is caught at filter: the node is no candidate)."""
+        with self._changed_lock:
+            changed, self._changed_nodes = self._changed_nodes, set()
+        with self._lock:
+            for node_name in changed:
+                node = self.cache.nodes.get(node_name)
+                if node is not None and not node.unschedulable and not any(
+                        t.effect.value != "PreferNoSchedule" for t in node.taints):
+                    continue
+                why = "deleted" if node is None else "cordoned or tainted"
+                for key, plan in list(self.plans.items()):
+                    if plan.state == "planned" and node_name in plan.assignments.values():
+                        self._release(key, f"stale: node {node_name} was {why}")
 
     def _requeue_loop(self) -> None:
         """kube-scheduler retries a pod the extender rejected on its next cluster event, which may
@@ -578,7 +602,9 @@ class WorkloadCycle:
             self._wake.clear()
             time.sleep(0.2)  # let a burst of events land first
             try:
-                self._requeue_fitting()
+                self._invalidate_plans()
+                if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
+                    self._requeue_fitting()
             except Exception:  # noqa: BLE001 - the loop must survive a bad group
                 log.exception("requeue pass failed")
 

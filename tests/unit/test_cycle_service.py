@@ -337,3 +337,14 @@ def test_a_backed_off_gang_that_fits_again_gets_a_member_touched_for_kube_schedu
     sim.create(k8s_node("n-9", rack="r0", gpus=4))  # room appears while kube-scheduler is not looking
     wait_until(lambda: names.ANNOTATION_RETRY in (sim.get("Pod", "default/big-0")["metadata"].get("annotations") or {}))
     assert not cycle.queue.failed
+
+
+def test_a_plan_on_a_deleted_or_cordoned_node_is_released(sim, cycle):
+    pods = make_gang(sim, "g", 2, gpu=1)
+    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    sim.update("Node", node0, lambda n: n.setdefault("spec", {}).update(unschedulable=True))
+    wait_until(lambda: cycle.plan_of("default/g") is None)
+    node1 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    assert node1 != node0
+    sim.delete("Node", node1)
+    wait_until(lambda: cycle.plan_of("default/g") is None)
