@@ -8,6 +8,7 @@ as upstream spells them (see the Workload-Aware Scheduling API, scheduling.k8s.i
 SCHEDULING_GROUP = "scheduling.k8s.io"  # built-in Workload/PodGroup (Kubernetes 1.37+, GenericWorkload)
 CRD_GROUP = "scheduling.phalanx.dev"  # CRD fallback with the same v1beta1 schema
 SCHEDULING_VERSION = "v1beta1"
+RESOURCE_API_VERSION = "resource.k8s.io/v1"  # DRA ResourceClaims and ResourceClaimTemplates (GA since 1.34)
 
 # -- phalanx's own names ----------------------------------------------------------------------------
 ANNOTATION_SCHEDULING = "scheduling.phalanx.dev/scheduling"  # StatefulSet: scheduling config as JSON
@@ -17,6 +18,9 @@ ANNOTATION_PLACEMENT = "scheduling.phalanx.dev/placement"  # PodGroup: write-ahe
 ANNOTATION_PREFERRED_TOPOLOGY = "scheduling.phalanx.dev/preferred-topology"  # ordered keys, comma-separated
 ANNOTATION_RETRY = "scheduling.phalanx.dev/retry"  # pod: touched to make kube-scheduler retry a group that now fits
 MANAGED_BY_VALUE = "phalanx.dev/statefulset-controller"
+# ResourceClaim phalanx created for a PodGroup (shared claims without DRAWorkloadResourceClaims):
+# the value is the name of the PodGroup's resourceClaims entry the claim serves.
+LABEL_PODGROUP_CLAIM = "scheduling.phalanx.dev/podgroup-claim"
 
 # -- upstream names ---------------------------------------------------------------------------------
 # An annotation, as KEP-6277 has it: the value contains "/", which a label value may not.
@@ -41,6 +45,8 @@ EVENT_WORKLOAD_CREATION_FAILED = "WorkloadCreationFailed"
 EVENT_WORKLOAD_AMBIGUOUS = "WorkloadAmbiguous"  # more than one Workload/PodGroup matches: nothing done
 EVENT_WORKLOAD_IGNORED = "WorkloadIgnored"  # a discovered Workload has a shape phalanx cannot use
 EVENT_DELEGATION_IGNORED = "DelegationIgnored"  # group-template-name without a parent controller
+EVENT_RESOURCECLAIM_CREATED = "ResourceClaimCreated"  # a PodGroup's shared claim, created by phalanx
+EVENT_RESOURCECLAIM_FAILED = "ResourceClaimCreationFailed"  # template missing, name taken, API error
 
 # -- conditions -------------------------------------------------------------------------------------
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"

@@ -6,7 +6,10 @@ claims the pod template does not consume are a warning, not a rejection.
 Mutating, pods (CREATE): a pod whose controller is a StatefulSet with a scheduling configuration
 gets its PodGroup reference (``spec.schedulingGroup.podGroupName`` built in, the
 ``scheduling.phalanx.dev/pod-group`` label in the CRD flavor), an ownerReference to the PodGroup
-(UID from the live object) and the ``podgroup-sync`` scheduling gate. The webhook never writes: it
+(UID from the live object) and the ``podgroup-sync`` scheduling gate. Where phalanx provides the
+PodGroup's shared ResourceClaims (no KEP-5729 in the cluster), each pod claim entry with the same
+``name`` and the same ``resourceClaimTemplateName`` as a PodGroup entry becomes
+``resourceClaimName: <the PodGroup's claim>``; other entries stay per-pod claims. The webhook never writes: it
 asks the leader to reconcile and waits (bounded) for the PodGroup to appear. When the PodGroup
 cannot be found in time and the StatefulSet has no pods yet, the pod is *rejected*: the StatefulSet
 controller retries with backoff, so no pod of an opted-in StatefulSet runs outside its group.
@@ -86,7 +89,7 @@ class PodMutator:
             found = self.reconciler.sync(sts, write=False)
             if found.podgroup is not None:
                 self.kick(ns, owner["name"], 0.3)  # lift the gate once the pod exists
-                return response(request, True, patch=objects.pod_patch(pod, found.podgroup, self.flavor))
+                return response(request, True, patch=objects.pod_patch(pod, found.podgroup, self.flavor, found.claims))
             if not found.why:
                 return response(request, True)  # no scheduling configuration
             if found.has_pods:

@@ -2,7 +2,7 @@
 
 Discovery never reconstructs a name (it follows ``spec.controllerRef`` and ``spec.workloadRef``),
 so this scheme may change freely. Workload: ``<sts>-<hash>``; PodGroup:
-``<workload>-<template>-<hash>``. The hash is FNV-32a, its decimal digits spelled with Kubernetes'
+``<workload>-<template>-<hash>``; a PodGroup's shared ResourceClaim: ``<podgroup>-<claim entry>``. The hash is FNV-32a, its decimal digits spelled with Kubernetes'
 "safe" alphabet (no vowels, no look-alike characters). Every name is a DNS subdomain of at most
 253 characters; when parts must be cut, each part gets a fair share of the room.
 """
@@ -65,3 +65,13 @@ def podgroup_name(workload: str, template: str, workload_uid: str, owner_uid: st
 def template_name(sts_name: str) -> str:
     """The PodGroupTemplate name for a StatefulSet: a DNS label derived from its name."""
     return _trim(sts_name.replace(".", "-"), MAX_LABEL) or "pods"
+
+
+def claim_name(podgroup: str, entry: str, podgroup_uid: str) -> str:
+    """The ResourceClaim phalanx creates for a PodGroup's shared claim ``entry``:
+    ``<podgroup>-<entry>``; when that is longer than a DNS subdomain, both parts are cut fairly and
+    a hash of the PodGroup's UID and the entry keeps the name unique."""
+    plain = f"{podgroup}-{entry}"
+    if len(plain) <= MAX_NAME:
+        return plain
+    return fair_join([podgroup, entry], name_hash(podgroup_uid, entry))

@@ -160,9 +160,11 @@ def _escape(key: str) -> str:
     return key.replace("~", "~0").replace("/", "~1")
 
 
-def pod_patch(pod: Mapping[str, Any], podgroup: Mapping[str, Any], flavor: Flavor) -> list[dict]:
-    """JSON patch for a new pod: its PodGroup reference, an ownerReference to the PodGroup, and the
-    ``podgroup-sync`` scheduling gate (lifted by the reconciler once minCount is in sync)."""
+def pod_patch(pod: Mapping[str, Any], podgroup: Mapping[str, Any], flavor: Flavor,
+              shared: tuple["SharedClaim", ...] = ()) -> list[dict]:
+    """JSON patch for a new pod: its PodGroup reference, an ownerReference to the PodGroup, the
+    ``podgroup-sync`` scheduling gate (lifted by the reconciler once minCount is in sync and the
+    shared claims exist), and its exactly matching claim entries pointed at ``shared``."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     group = podgroup["metadata"]["name"]
     ops: list[dict] = []
@@ -182,7 +184,7 @@ def pod_patch(pod: Mapping[str, Any], podgroup: Mapping[str, Any], flavor: Flavo
         ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})
     else:
         ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [gate]})
-    return ops
+    return ops + claim_patch(pod, shared)
 
 
 def has_sync_gate(pod: Mapping[str, Any]) -> bool:
@@ -195,3 +197,78 @@ def ungate_patch(pod: Mapping[str, Any]) -> list[dict]:
     kept = [g for g in gates if g.get("name") != names.GATE_PODGROUP_SYNC]
     return [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
             {"op": "replace", "path": "/spec/schedulingGates", "value": kept}]
+
+
+# -- shared ResourceClaims (KEP-6277 story 4, without KEP-5729 in the cluster) ------------------------
+#
+# With DRAWorkloadResourceClaims on, the API server keeps a PodGroup's ``spec.resourceClaims`` and
+# the ResourceClaim controller generates one claim per PodGroup from each template, reserved for the
+# PodGroup as a whole. With the gate off (the default in 1.37) the API server drops the field, and in
+# the CRD flavor no built-in controller reads it: phalanx then creates that one claim itself, owned
+# by the PodGroup, and the pod webhook points each pod's exactly matching entry at it.
+#
+# Limit of this fallback: the claim is consumed through ``resourceClaimName``, so kube-scheduler
+# reserves it pod by pod in ``status.reservedFor``, which holds at most 256 entries. A group sharing
+# one claim this way is limited to 256 pods (the 257th stays unschedulable), unlike KEP-5729's
+# PodGroup-level reservation.
+
+MAX_RESERVED_FOR = 256  # ResourceClaim status.reservedFor entries (resource.k8s.io/v1)
+
+
+@dataclass(frozen=True)
+class SharedClaim:
+    """A PodGroup's shared claim phalanx provides: pods whose entry has ``name`` and
+    ``resourceClaimTemplateName: template`` are pointed at the ResourceClaim ``claim``."""
+
+    name: str
+    template: str
+    claim: str
+
+
+def shared_claims(podgroup: Mapping[str, Any], configured: Any, flavor: Flavor) -> tuple[SharedClaim, ...]:
+    """The template-sourced shared claims phalanx must create for ``podgroup``.
+
+    None when the cluster implements PodGroup-level claims (built-in flavor and the stored PodGroup
+    kept ``spec.resourceClaims``). Otherwise the PodGroup's own entries, or, when the API server
+    dropped them, the StatefulSet's ``configured`` ones. Entries naming a ``resourceClaimName`` are
+    shared as they are: nothing is created for them and pods keep them unchanged.
+    """
+    stored = (podgroup.get("spec") or {}).get("resourceClaims") or []
+    if flavor.builtin and stored:
+        return ()
+    meta = podgroup["metadata"]
+    return tuple(SharedClaim(c["name"], c["resourceClaimTemplateName"],
+                             naming.claim_name(meta["name"], c["name"], meta.get("uid", "")))
+                 for c in stored or configured or () if c.get("name") and c.get("resourceClaimTemplateName"))
+
+
+def compile_claim(podgroup: Mapping[str, Any], shared: SharedClaim, template: Mapping[str, Any],
+                  flavor: Flavor) -> dict:
+    """The ResourceClaim for ``shared`` from its ResourceClaimTemplate: the template's
+    ``spec.spec`` and its labels and annotations, plus phalanx's marks, owned by the PodGroup."""
+    meta = (template.get("spec") or {}).get("metadata") or {}
+    return {
+        "apiVersion": names.RESOURCE_API_VERSION, "kind": "ResourceClaim",
+        "metadata": {
+            "name": shared.claim,
+            "namespace": podgroup["metadata"]["namespace"],
+            "labels": {**(meta.get("labels") or {}), names.LABEL_PODGROUP_CLAIM: shared.name},
+            "annotations": {**(meta.get("annotations") or {}), names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
+            "ownerReferences": [owner_ref(podgroup, flavor.api_version, "PodGroup", controller=True)],
+        },
+        "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
+    }
+
+
+def claim_patch(pod: Mapping[str, Any], shared: tuple[SharedClaim, ...]) -> list[dict]:
+    """JSON patch pointing the pod's claim entries at the PodGroup's claims. Only an exact match is
+    rewritten: same ``name`` and ``resourceClaimTemplateName`` equal to the group entry's template
+    (and no ``resourceClaimName``); every other entry stays a per-pod claim."""
+    by_name = {s.name: s for s in shared}
+    ops = []
+    for i, entry in enumerate((pod.get("spec") or {}).get("resourceClaims") or []):
+        match = by_name.get(entry.get("name"))
+        if match and entry.get("resourceClaimTemplateName") == match.template and not entry.get("resourceClaimName"):
+            ops.append({"op": "replace", "path": f"/spec/resourceClaims/{i}",
+                        "value": {"name": match.name, "resourceClaimName": match.claim}})
+    return ops

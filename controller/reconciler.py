@@ -16,6 +16,8 @@ Life cycle of the two objects, per StatefulSet:
     not created by phalanx      -> used as-is: never mutated, owned or deleted
     StatefulSet deleted         -> the garbage collector follows ownerReferences; phalanx deletes
                                    the pods of its deleted PodGroup (see ``finish_cascade``)
+    shared claims from templates, -> one ResourceClaim per PodGroup and entry, owned by the PodGroup,
+    cluster without KEP-5729         created before the pods are released (see ``ensure_claims``)
 
 Composition: a StatefulSet with a parent *controller* ownerReference and the
 ``scheduling.k8s.io/group-template-name`` annotation gets only a PodGroup, instantiated from the
@@ -56,6 +58,7 @@ class Resolution:
     has_pods: bool = False
     pending: bool = False  # the leader is expected to create what is missing
     pods: list = field(default_factory=list)  # the StatefulSet's pods as listed during the sync
+    claims: tuple = ()  # objects.SharedClaim: the PodGroup's claims phalanx provides (see ensure_claims)
 
 
 class CreationFailed(RuntimeError):
@@ -109,14 +112,17 @@ class Reconciler:
         parent = objects.controller_of(sts)
         if template_name and parent:
             found = self._delegated(sts, parent, template_name, pods, write)
-            found.pods = pods
-            return found
-        if template_name and write:
-            self.recorder.event(sts, "Warning", names.EVENT_DELEGATION_IGNORED,
-                                f"annotation {names.ANNOTATION_GROUP_TEMPLATE_NAME} without a parent controller "
-                                "ownerReference is not delegation; the StatefulSet manages its own Workload")
-        found = self._managed(sts, raw, pods, write)
+        else:
+            if template_name and write:
+                self.recorder.event(sts, "Warning", names.EVENT_DELEGATION_IGNORED,
+                                    f"annotation {names.ANNOTATION_GROUP_TEMPLATE_NAME} without a parent controller "
+                                    "ownerReference is not delegation; the StatefulSet manages its own Workload")
+            found = self._managed(sts, raw, pods, write)
         found.pods = pods
+        if found.podgroup is not None:
+            found.claims = objects.shared_claims(found.podgroup, resolve(raw).resource_claims, self.flavor)
+            if write and found.claims:
+                self.ensure_claims(sts, found.podgroup, found.claims)
         return found
 
     def _invalid(self, sts: dict, errors: list[str], write: bool) -> Resolution:
@@ -222,6 +228,56 @@ class Reconciler:
             raise CreationFailed(str(err)) from err
         self.recorder.event(sts, "Normal", reason, f"Created {body['kind']} {created['metadata']['name']}")
         return created
+
+    def ensure_claims(self, sts: dict, podgroup: Mapping[str, Any], shared: tuple) -> None:
+        """Create the PodGroup's shared ResourceClaims that do not exist yet (KEP-6277 story 4 where
+        the cluster lacks KEP-5729's PodGroup-level claims; see ``objects.shared_claims``).
+
+        One claim per PodGroup and template entry, from the ResourceClaimTemplate in the PodGroup's
+        namespace, owned by the PodGroup (so it goes when the StatefulSet goes). Runs before the
+        pods are released: a missing template, a name taken by a claim the PodGroup does not own, or
+        a failed create raises CreationFailed and the pods stay behind the podgroup-sync gate.
+
+        The claim is reserved pod by pod (``status.reservedFor``, at most 256 entries), so a group
+        sharing it is limited to 256 pods, unlike a KEP-5729 PodGroup-level reservation.
+        """
+        meta = podgroup["metadata"]
+        if meta.get("deletionTimestamp"):
+            return
+        ns, uid = meta["namespace"], meta.get("uid")
+        for claim in shared:
+            path = api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns, claim.claim)
+            existing = self.kube.get_or_none(path)
+            if existing is None:
+                existing = self._create_claim(sts, podgroup, claim)
+            if (objects.controller_of(existing) or {}).get("uid") != uid:
+                self._claim_failed(sts, f"ResourceClaim {claim.claim} exists and is not owned by PodGroup "
+                                        f"{meta['name']}; pods stay gated")
+
+    def _create_claim(self, sts: dict, podgroup: Mapping[str, Any], claim: Any) -> dict:
+        ns = podgroup["metadata"]["namespace"]
+        template = self.kube.get_or_none(api_path(names.RESOURCE_API_VERSION, "resourceclaimtemplates", ns,
+                                                  claim.template))
+        if template is None:
+            self._claim_failed(sts, f"shared claim {claim.name}: ResourceClaimTemplate {ns}/{claim.template} "
+                                    "not found; pods stay gated")
+        body = objects.compile_claim(podgroup, claim, template, self.flavor)
+        try:
+            created = self.kube.create(api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns), body)
+        except KubeError as err:
+            if err.status == 409:  # created meanwhile: whose it is decides
+                found = self.kube.get_or_none(api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns, claim.claim))
+                if found is not None:
+                    return found
+            self._claim_failed(sts, f"creating ResourceClaim {claim.claim}: {err}")
+        self.recorder.event(sts, "Normal", names.EVENT_RESOURCECLAIM_CREATED,
+                            f"Created ResourceClaim {created['metadata']['name']} for PodGroup "
+                            f"{podgroup['metadata']['name']} from ResourceClaimTemplate {claim.template}")
+        return created
+
+    def _claim_failed(self, sts: dict, why: str) -> None:
+        self.recorder.event(sts, "Warning", names.EVENT_RESOURCECLAIM_FAILED, why)
+        raise CreationFailed(why)
 
     def _sync_min_count(self, obj: dict, at: str, fields: Mapping[str, Any], target: int, resource: str) -> dict:
         patch = objects.min_count_patch(at, fields, target)
