@@ -82,8 +82,9 @@ def run(sizes, gangs, gpus, fills, seeds, progress=print) -> list[dict]:
                     exact = samples["exact"]
                     for path, got in samples.items():
                         ms = np.array([s.ms for s in got])
+                        # both infeasible counts as the same answer
                         same_or_better = [
-                            e.objective is not None and (s.objective is None or e.objective <= s.objective)
+                            s.objective is None or (e.objective is not None and e.objective <= s.objective)
                             for e, s in zip(exact, got)
                         ]
                         rows.append(dict(
@@ -93,8 +94,8 @@ def run(sizes, gangs, gpus, fills, seeds, progress=print) -> list[dict]:
                             p99_ms=round(float(np.percentile(ms, 99)), 3),
                             feasible_rate=round(sum(s.feasible for s in got) / len(got), 3),
                             # over the instances that have a placement (an infeasible one has no gap)
-                            gap_zero_rate=round(sum(s.gap_zero for s in got) / max(1, sum(s.feasible for s in got)), 3)
-                            if path == "exact" else None,
+                            gap_zero_rate=round(sum(s.gap_zero for s in got) / sum(s.feasible for s in got), 3)
+                            if path == "exact" and any(s.feasible for s in got) else None,
                             exact_same_or_better_rate=round(sum(same_or_better) / len(got), 3)
                             if path != "exact" else None,
                         ))
@@ -118,12 +119,14 @@ def markdown(rows: list[dict]) -> str:
         for path in ("greedy", "exact", "upstream-style"):
             sel = [r for r in rows if r["nodes"] == nodes and r["gang"] == gang and r["path"] == path]
             cell[path] = (float(np.median([r["p50_ms"] for r in sel])), max(r["p99_ms"] for r in sel))
-        exact_rows = [r for r in rows if r["nodes"] == nodes and r["gang"] == gang and r["path"] == "exact"]
+        exact_rows = [r for r in rows if r["nodes"] == nodes and r["gang"] == gang and r["path"] == "exact"
+                      and r["gap_zero_rate"] is not None]
         gap = [r["gap_zero_rate"] * r["feasible_rate"] * r["instances"] for r in exact_rows]
-        count = max(1, sum(r["feasible_rate"] * r["instances"] for r in exact_rows))
+        count = sum(r["feasible_rate"] * r["instances"] for r in exact_rows)
+        gap_cell = f"{sum(gap) / count:.0%}" if count else "— (none feasible)"
         speedup = cell["upstream-style"][0] / max(cell["exact"][0], 1e-9)
         out.append(f"| {nodes:,} | {gang} | {cell['greedy'][0]:.2f} / {cell['greedy'][1]:.2f} | "
-                   f"{cell['exact'][0]:.2f} / {cell['exact'][1]:.2f} | {sum(gap) / count:.0%} | "
+                   f"{cell['exact'][0]:.2f} / {cell['exact'][1]:.2f} | {gap_cell} | "
                    f"{cell['upstream-style'][0]:.2f} / {cell['upstream-style'][1]:.2f} | {speedup:.1f}x |")
     return "\n".join(out)
 
