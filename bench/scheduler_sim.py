@@ -19,7 +19,6 @@ not one per member per round.
 from __future__ import annotations
 
 import http.client
-import json
 import logging
 import threading
 import time
@@ -27,6 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import numpy as np
+import orjson
 
 from cluster.cache import ClusterCache
 from cluster.convert import pod_from_json, pod_group_name
@@ -52,7 +52,7 @@ class ExtenderClient:
         self._local = threading.local()
 
     def post(self, verb: str, body: dict) -> object:
-        payload = json.dumps(body).encode()
+        payload = orjson.dumps(body)
         for attempt in range(2):
             conn = getattr(self._local, "conn", None)
             if conn is None:
@@ -70,7 +70,7 @@ class ExtenderClient:
                 continue
             if resp.status != 200:
                 raise RuntimeError(f"extender {verb}: HTTP {resp.status}: {data[:200]!r}")
-            return json.loads(data)
+            return orjson.loads(data)
         raise RuntimeError("unreachable")
 
 
@@ -104,7 +104,7 @@ class SimulatedScheduler:
         stats = RoundStats()
         snapshot = self.cache.snapshot()
         free = snapshot.free.astype(np.int64).copy()
-        names = [n.name for n in snapshot.nodes]
+        names = np.array([n.name for n in snapshot.nodes], dtype=object)
         futures = []
         now = time.monotonic()
         for pod_json in self.pending():
@@ -118,7 +118,7 @@ class SimulatedScheduler:
                 stats.rejected += 1
                 continue
             fits = snapshot.eligibility(pod.spec).mask & np.all(free >= vec, axis=1)
-            candidates = [names[i] for i in np.nonzero(fits)[0]]
+            candidates = names[fits].tolist()
             if not candidates:
                 stats.rejected += 1
                 if self.post_filter and pod_group_name(pod_json):
@@ -138,7 +138,8 @@ class SimulatedScheduler:
             node = feasible[0]
             if len(feasible) > 1:
                 scores = self.client.post("prioritize", {**args, "NodeNames": feasible})
-                node = max(scores, key=lambda h: (h["Score"], -feasible.index(h["Host"])))["Host"]
+                order = {name: i for i, name in enumerate(feasible)}
+                node = max(scores, key=lambda h: (h["Score"], -order.get(h["Host"], 0)))["Host"]
             i = snapshot.index[node]
             free[i] -= vec  # assume, as kube-scheduler's cache does, until the binding lands
             uid = pod_json["metadata"]["uid"]

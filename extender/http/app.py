@@ -15,11 +15,11 @@ non-200 as a failure of the whole cycle.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from typing import Any, Callable
 
+import orjson
 from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
@@ -64,12 +64,12 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
         if not raw:
             raise wire.WireError("empty request body")
         try:
-            return json.loads(raw)
-        except (ValueError, UnicodeDecodeError) as err:
+            return orjson.loads(raw)
+        except (orjson.JSONDecodeError, ValueError, UnicodeDecodeError) as err:
             raise wire.WireError(f"request body is not JSON: {err}") from None
 
     def reply(payload: Any, code: int = 200) -> Response:
-        return Response(json.dumps(payload, separators=(",", ":")), status=code, mimetype="application/json")
+        return Response(orjson.dumps(payload), status=code, mimetype="application/json")
 
     def verb(name: str, handler: Callable[[Any], Any]):
         def view() -> Response:
