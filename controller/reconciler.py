@@ -29,6 +29,7 @@ is not delegation: the StatefulSet-managed path runs, with an event.
 from __future__ import annotations
 
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
@@ -42,6 +43,18 @@ from .objects import Flavor
 log = logging.getLogger(__name__)
 
 TERMINAL_PHASES = ("Succeeded", "Failed")
+MAX_REMEMBERED = 10_000  # created-object UIDs kept until their watch event arrives
+
+
+def label_selector(selector: Mapping[str, Any] | None) -> str:
+    """A metav1.LabelSelector in the API's query syntax ("" for none: everything matches)."""
+    selector = selector or {}
+    terms = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
+    for expr in selector.get("matchExpressions") or []:
+        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
+        terms.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
+                      "Exists": key, "DoesNotExist": f"!{key}"}[op])
+    return ",".join(terms)
 
 
 class Recorder(Protocol):
@@ -82,13 +95,25 @@ class Reconciler:
                  on_creation_error: Callable[[], None] = lambda: None):
         self.kube, self.flavor, self.recorder = kube, flavor, recorder
         self.on_creation_error = on_creation_error
+        self._created: dict[str, bool] = {}  # UIDs of Workloads/PodGroups created here, oldest first
+        self._created_lock = threading.Lock()
 
     # -- reads -----------------------------------------------------------------------------------
     def _list(self, resource_path: str) -> list[dict]:
         return self.kube.list_pages(resource_path)[0]
 
     def pods_of(self, sts: Mapping[str, Any]) -> list[dict]:
-        return owned_pods(self._list(api_path("v1", "pods", sts["metadata"]["namespace"])), sts)
+        """The StatefulSet's pods: those matching its selector (filtered by the API server, so a
+        busy namespace is not listed whole on every sync) that it controls."""
+        path = api_path("v1", "pods", sts["metadata"]["namespace"])
+        selector = label_selector((sts.get("spec") or {}).get("selector"))
+        found = self.kube.list_pages(path, labelSelector=selector)[0] if selector else self._list(path)
+        return owned_pods(found, sts)
+
+    def created_here(self, uid: str | None) -> bool:
+        """True once for an object this reconciler created: its watch ADDED event needs no sync."""
+        with self._created_lock:
+            return self._created.pop(uid, False) if uid else False
 
     # -- the workflow ----------------------------------------------------------------------------
     def sync(self, sts: dict, write: bool = True) -> Resolution:
@@ -227,6 +252,10 @@ class Reconciler:
                                 f"creating {body['kind']} {body['metadata']['name']}: {err}")
             raise CreationFailed(str(err)) from err
         self.recorder.event(sts, "Normal", reason, f"Created {body['kind']} {created['metadata']['name']}")
+        with self._created_lock:
+            self._created[created["metadata"]["uid"]] = True
+            while len(self._created) > MAX_REMEMBERED:  # an ADDED event that never came
+                del self._created[next(iter(self._created))]
         return created
 
     def ensure_claims(self, sts: dict, podgroup: Mapping[str, Any], shared: tuple) -> None:

@@ -236,6 +236,8 @@ class Controller:
 
     def _on_scheduling_object(self, kind: str, obj: dict) -> None:
         meta = obj["metadata"]
+        if kind == "ADDED" and self.reconciler.created_here(meta.get("uid")):
+            return  # the sync that created it has done its work: no second sync per object
         if obj.get("kind") == "PodGroup" and meta.get("deletionTimestamp"):
             self.queue.add(f"podgroup:{meta['namespace']}/{meta['name']}")
         ctrl = objects.controller_of(obj)

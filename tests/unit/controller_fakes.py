@@ -46,11 +46,24 @@ def apply_json_patch(obj: dict, ops: list[dict]) -> dict:
     return obj
 
 
+def _selected(obj: dict, selector: str | None) -> bool:
+    """Equality terms (``k=v``) and existence terms (``k``) of a label selector; others unsupported."""
+    labels = (obj.get("metadata") or {}).get("labels") or {}
+    for term in filter(None, (selector or "").split(",")):
+        key, eq, value = term.partition("=")
+        if any(c in term for c in "!() "):
+            raise NotImplementedError(f"label selector term {term!r}")
+        if key not in labels or (eq and labels[key] != value):
+            return False
+    return True
+
+
 class FakeKube:
     def __init__(self) -> None:
         self.store: dict[str, dict[tuple[str | None, str], dict]] = {}
         self.calls: list[tuple[str, str]] = []
         self.fail_create: set[str] = set()  # collection suffixes whose creates fail with 500
+        self.lists: list[tuple[str, str | None]] = []  # (path, labelSelector) of every list
         self._rv = itertools.count(1)
 
     def _coll(self, path: str) -> dict:
@@ -82,7 +95,9 @@ class FakeKube:
 
     def list_pages(self, path: str, **params: Any) -> tuple[list[dict], str]:
         _, ns, _ = _split(path)
-        items = [copy.deepcopy(o) for (ons, _), o in self._coll(path).items() if ns is None or ons == ns]
+        self.lists.append((path, params.get("labelSelector")))
+        items = [copy.deepcopy(o) for (ons, _), o in self._coll(path).items()
+                 if (ns is None or ons == ns) and _selected(o, params.get("labelSelector"))]
         return items, str(next(self._rv))
 
     def get_or_none(self, path: str, **params: Any) -> Any:
