@@ -54,6 +54,7 @@ class Plan:
     created: float
     deadline: float
     placement: Placement | None = None
+    gang: bool = True  # Basic groups bind member by member, with no barrier
     state: str = "planned"  # planned | binding | bound | failed
     arrived: set[str] = field(default_factory=set)
     failed_uids: set[str] = field(default_factory=set)
@@ -311,6 +312,7 @@ class WorkloadCycle:
             created=now,
             deadline=now + self.plan_ttl,
             placement=placement,
+            gang=group.policy is Policy.GANG,
         )
         self.explanations.pop(key, None)
         self.metrics.plans.set(len(self.plans))
@@ -424,6 +426,9 @@ class WorkloadCycle:
             return
         if plan.assignments[uid] != node:
             raise BindError(f"phalanx: pod {namespace}/{name} is planned on {plan.assignments[uid]}, not {node}")
+        if not plan.gang:
+            self._bind_one(namespace, name, uid, node)  # Basic: each member binds at once, as planned
+            return
         self._barrier(plan, uid, namespace, name)
 
     def _is_gang(self, key: str) -> bool:

@@ -96,3 +96,12 @@ def test_barrier_timeout_binds_nothing_then_retries(rest, namespace, nodes, phal
     rest.patch(f"/api/v1/namespaces/{namespace}/pods/bt-2", {"spec": {"schedulingGates": None}})
     placement = wait_all_bound(rest, namespace, count=3, timeout=90, podgroup="bt")
     assert len(placement) == 3
+
+
+def test_basic_group_with_a_topology_key_stays_in_one_rack(rest, namespace, nodes, phalanx_scheduler):
+    nodes.add("basic-a", gpu=2, rack="rba")
+    nodes.add("basic-b", gpu=3, rack="rbb")
+    create(rest, podgroup("web", topology_key=RACK), namespace)  # Basic: no minCount
+    gang_pods(rest, namespace, "web", 3)
+    placement = wait_all_bound(rest, namespace, count=3, timeout=60, podgroup="web")
+    assert {rest.get(f"/api/v1/nodes/{n}")["metadata"]["labels"][RACK] for n in placement.values()} == {"rbb"}

@@ -348,3 +348,12 @@ def test_a_plan_on_a_deleted_or_cordoned_node_is_released(sim, cycle):
     assert node1 != node0
     sim.delete("Node", node1)
     wait_until(lambda: cycle.plan_of("default/g") is None)
+
+
+def test_basic_group_members_bind_one_by_one_without_a_barrier(sim, cycle):
+    sim.create(podgroup("web"))
+    members = [sim.create(pod(f"web-{i}", "web")) for i in range(3)]
+    node0 = cycle.filter(members[0], all_nodes(sim)).nodes[0]
+    cycle.bind("default", "web-0", members[0]["metadata"]["uid"], node0)  # returns at once
+    assert sim.get("Pod", "default/web-0")["spec"]["nodeName"] == node0
+    assert not sim.get("Pod", "default/web-1")["spec"].get("nodeName")
