@@ -48,7 +48,7 @@ from .errors import InvalidInput, SolverError
 from .exact import ModelTooLarge, _patterns
 from .greedy import greedy_domain
 from .model import PODS, DisruptionMode, Pod, PodGroup, PreemptionPolicy
-from .placement import SolveOptions, _assign, place
+from .placement import SolveOptions, place
 from .problem import Problem
 from .snapshot import Snapshot
 from .validate import assert_placement_valid

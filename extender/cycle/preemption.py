@@ -24,7 +24,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
-from cluster import names
 from cluster.backend import WriteError
 from cluster.cache import PodRecord
 from solver import InvalidInput, PodGroup, PreemptionPlan, plan_preemption

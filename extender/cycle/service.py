@@ -139,14 +139,14 @@ class WorkloadCycle:
     def _expire(self) -> None:
         now = self.clock()
         for key, plan in list(self.plans.items()):
-            if plan.state == "planned" and plan.deadline < now:
-                self._release(key, "plan expired before all members reached bind")
-            elif plan.state == "bound" and (
-                plan.deadline < now or all(self._bound_node(u) for u in plan.assignments)
-            ):
-                # kept until the cache shows the bindings, so its capacity is never counted free twice
+            done = plan.state in ("planned", "bound") and all(self._bound_node(u) for u in plan.assignments)
+            if done or (plan.state == "bound" and plan.deadline < now):
+                # a plan is kept until the cache shows its bindings (a Basic group's member by
+                # member), so its capacity is never counted free twice
                 del self.plans[key]
                 self.metrics.plans.set(len(self.plans))
+            elif plan.state == "planned" and plan.deadline < now:
+                self._release(key, "plan expired before all members reached bind")
 
     def _release(self, key: str, why: str) -> None:
         plan = self.plans.pop(key, None)
@@ -682,6 +682,7 @@ class WorkloadCycle:
     def group_state(self, key: str) -> str:
         """One word for operators: waiting, planned, binding, scheduled, unschedulable, pending."""
         with self._lock:
+            self._expire()
             plan = self.plans.get(key)
             if plan is not None:
                 return {"planned": "planned", "binding": "binding", "bound": "scheduled"}.get(plan.state, plan.state)

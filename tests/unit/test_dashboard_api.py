@@ -13,7 +13,7 @@ from extender.cycle import WorkloadCycle
 from extender.dashboard import dashboard_blueprint
 from extender.http import create_app
 
-from .k8s_objects import node, pod, podgroup
+from .k8s_objects import pod, podgroup
 
 
 def owned(obj, kind, name):
