@@ -1,18 +1,12 @@
 """Raw Kubernetes objects for service and extender tests (the simulated cluster stores these)."""
 
 from cluster import names
+from phalanx_cli.demo_workloads import podgroup as demo_podgroup
 
 
 def podgroup(name, min_count=None, key=None, namespace="default", mode=None, priority=None):
-    spec = {"schedulingPolicy": {"gang": {"minCount": min_count}} if min_count else {"basic": {}}}
-    if key:
-        spec["schedulingConstraints"] = {"topology": [{"key": key}]}
-    if mode:
-        spec["disruptionMode"] = {mode: {}}
-    if priority is not None:
-        spec["priority"] = priority
-    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
-            "metadata": {"name": name, "namespace": namespace}, "spec": spec}
+    """A PodGroup built the way the demo builds them (one builder for both)."""
+    return demo_podgroup(name, min_count, key or "", mode or "", priority, namespace)
 
 
 def pod(name, group=None, gpu=1, cpu="1", namespace="default", node=None, priority=None, labels=None):
