@@ -110,6 +110,7 @@ class WorkloadCycle:
         self.metrics = metrics or CycleMetrics()
         self.plans: dict[str, Plan] = {}
         self.explanations: dict[str, str] = {}  # group -> last reason it did not fit
+        self.domains: dict[str, tuple[str, str]] = {}  # group -> (topology key, domain) it was placed in
         self._lock = threading.RLock()
         self._arrival = threading.Condition(self._lock)
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
@@ -316,6 +317,8 @@ class WorkloadCycle:
         )
         self.explanations.pop(key, None)
         self.metrics.plans.set(len(self.plans))
+        if group.topology_key and placement.domain:
+            self.domains[key] = (group.topology_key, placement.domain)
         where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
         note = (f"planned {len(placement.assignments)} pods on {len(set(placement.assignments.values()))} "
                 f"nodes{where} ({placement.path}, {elapsed * 1000:.1f} ms)")
@@ -333,6 +336,12 @@ class WorkloadCycle:
         # kube-scheduler's candidates already passed its own filters for this pod; members of a
         # group share a template, so they bound where the group may go (plus bound members' nodes)
         allowed = set(candidates) | {p.node for p in group.bound}
+        chosen = self.domains.get(key)
+        if chosen and chosen[0] == group.topology_key:
+            # a group keeps the domain it was first placed in, even while the cache has not yet
+            # seen its members' bindings (a Basic group's members arrive and bind one by one)
+            allowed = {n for n in allowed if n in self.cache.nodes and
+                       self.cache.nodes[n].labels.get(chosen[0]) == chosen[1]}
         snapshot = snapshot.only_nodes(allowed)
         try:
             placement = place(snapshot, group, self.options)
@@ -573,6 +582,8 @@ class WorkloadCycle:
     def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
         # runs on whichever thread applied the event (possibly holding a backend lock): only note
         # the work and wake the requeue thread, never take the cycle's lock here
+        if kind == "PodGroup" and event_type == "DELETED":
+            self.domains.pop(record if isinstance(record, str) else record.key, None)
         if kind == "Node":
             with self._changed_lock:
                 self._changed_nodes.add(record if isinstance(record, str) else record.name)

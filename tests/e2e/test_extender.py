@@ -99,7 +99,9 @@ def test_barrier_timeout_binds_nothing_then_retries(rest, namespace, nodes, phal
 
 
 def test_basic_group_with_a_topology_key_stays_in_one_rack(rest, namespace, nodes, phalanx_scheduler):
-    nodes.add("basic-a", gpu=2, rack="rba")
+    # rbb is the tightest fit both for one pod and for all three: members of a Basic group may be
+    # planned one at a time (each is eligible alone), and must still all land in one rack
+    nodes.add("basic-a", gpu=4, rack="rba")
     nodes.add("basic-b", gpu=3, rack="rbb")
     create(rest, podgroup("web", topology_key=RACK), namespace)  # Basic: no minCount
     gang_pods(rest, namespace, "web", 3)

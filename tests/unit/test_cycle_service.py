@@ -357,3 +357,17 @@ def test_basic_group_members_bind_one_by_one_without_a_barrier(sim, cycle):
     cycle.bind("default", "web-0", members[0]["metadata"]["uid"], node0)  # returns at once
     assert sim.get("Pod", "default/web-0")["spec"]["nodeName"] == node0
     assert not sim.get("Pod", "default/web-1")["spec"].get("nodeName")
+
+
+def test_a_basic_group_keeps_its_domain_while_bindings_are_not_yet_seen(sim, cycle):
+    sim.create(podgroup("web", key=RACK))
+    first = sim.create(pod("web-0", "web", gpu=1))
+    rack = sim.get("Node", cycle.filter(first, all_nodes(sim)).nodes[0])["metadata"]["labels"][RACK]
+    # the other rack becomes the tighter fit, the first member's binding is not visible yet, and a
+    # second member arrives: without the remembered domain, the re-plan would move the group
+    other = next(n for n in all_nodes(sim) if sim.get("Node", n)["metadata"]["labels"][RACK] != rack)
+    blocker = sim.create(pod("blocker", gpu=4))
+    sim.bind("default", "blocker", blocker["metadata"]["uid"], other)
+    second = sim.create(pod("web-1", "web", gpu=1))
+    node = cycle.filter(second, all_nodes(sim)).nodes[0]
+    assert sim.get("Node", node)["metadata"]["labels"][RACK] == rack
