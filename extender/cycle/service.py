@@ -110,7 +110,9 @@ class WorkloadCycle:
         self.metrics = metrics or CycleMetrics()
         self.plans: dict[str, Plan] = {}
         self.explanations: dict[str, str] = {}  # group -> last reason it did not fit
-        self.domains: dict[str, tuple[str, str]] = {}  # group -> (topology key, domain) it was placed in
+        # group -> (topology key, domain) it was placed in; forgotten when a member is disrupted
+        # (evicted, preempted) or the PodGroup is deleted
+        self.domains: dict[str, tuple[str, str]] = {}
         self._lock = threading.RLock()
         self._arrival = threading.Condition(self._lock)
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
@@ -584,6 +586,8 @@ class WorkloadCycle:
         # the work and wake the requeue thread, never take the cycle's lock here
         if kind == "PodGroup" and event_type == "DELETED":
             self.domains.pop(record if isinstance(record, str) else record.key, None)
+        if kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
+            self.domains.pop(record.pod.group, None)  # evicted or preempted: free to land anywhere
         if kind == "Node":
             with self._changed_lock:
                 self._changed_nodes.add(record if isinstance(record, str) else record.name)
