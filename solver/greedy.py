@@ -72,9 +72,10 @@ def _choose(
     return out
 
 
-def greedy_domain(problem: Problem, hosts: np.ndarray) -> dict[int, list[tuple[int, int]]] | None:
+def greedy_domain(problem: Problem, hosts: np.ndarray, minimum: int | None = None
+                  ) -> dict[int, list[tuple[int, int]]] | None:
     """Greedy placement in one domain: shape index -> [(node index, count)], or None when fewer
-    than the needed pods fit."""
+    than ``minimum`` pods fit (default: the pods the group needs)."""
     snap = problem.snapshot
     free = snap.free[hosts].copy()
     slack_all = problem.free_main[hosts].copy()
@@ -105,6 +106,6 @@ def greedy_domain(problem: Problem, hosts: np.ndarray) -> dict[int, list[tuple[i
                 used_first_level.add(int(paths[0][i]))
         result[s] = [(int(hosts[i]), c) for i, c in picks]
         placed += sum(c for _, c in picks)
-    if placed < max(problem.needed, 1):
+    if placed < (max(problem.needed, 1) if minimum is None else minimum):
         return None
     return result

@@ -44,6 +44,20 @@ def add_resources(*vectors: Mapping[str, int]) -> dict[str, int]:
     return total
 
 
+def placement_usage(
+    placement: Mapping[str, str], requests: Mapping[str, Mapping[str, int]]
+) -> dict[str, dict[str, int]]:
+    """Per node, what the pods of ``placement`` (uid -> node) use there: their ``requests`` (uid ->
+    amounts) plus one ``pods`` each. Reservations, nominations and what-if snapshots all charge this."""
+    usage: dict[str, dict[str, int]] = {}
+    for uid, node in placement.items():
+        slot = usage.setdefault(node, {PODS: 0})
+        slot[PODS] += 1
+        for r, amount in requests[uid].items():
+            slot[r] = slot.get(r, 0) + amount
+    return usage
+
+
 def effective_requests(
     containers: list[Mapping[str, int]],
     init_containers: list[tuple[Mapping[str, int], bool]] = (),

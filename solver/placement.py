@@ -133,10 +133,7 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
 
 def _count_fitting(problem: Problem, bound: DomainBound) -> int:
     """How many pods a best-effort packing fits in the domain (for the explanation only)."""
-    relaxed = Problem.__new__(Problem)
-    relaxed.__dict__.update(problem.__dict__)
-    relaxed.needed = 0
-    picks = greedy_domain(relaxed, bound.nodes)
+    picks = greedy_domain(problem, bound.nodes, minimum=0)
     return sum(c for counts in (picks or {}).values() for _, c in counts)
 
 

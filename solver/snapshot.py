@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from .errors import InvalidInput
-from .model import PODS, Node, Pod, PodSpec, TaintEffect
+from .model import PODS, Node, Pod, PodSpec, TaintEffect, placement_usage
 
 #: Reasons a node is excluded for a pod before capacity is considered, in the order checked.
 EXCLUSION_REASONS = ("unschedulable", "taint", "selector", "affinity")
@@ -139,13 +139,7 @@ class Snapshot:
 
     def with_placement(self, placement: Mapping[str, str], pods: Mapping[str, Pod]) -> "Snapshot":
         """A new snapshot where the pods of ``placement`` (uid -> node) also use their nodes."""
-        extra: dict[str, dict[str, int]] = {}
-        for uid, node in placement.items():
-            slot = extra.setdefault(node, {PODS: 0})
-            slot[PODS] += 1
-            for r, amount in pods[uid].spec.requests.items():
-                slot[r] = slot.get(r, 0) + amount
-        return self.with_usage(extra)
+        return self.with_usage(placement_usage(placement, {uid: pods[uid].spec.requests for uid in placement}))
 
     # -- capacity -----------------------------------------------------------------------
     @property

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from cluster.backend import WriteError
 from cluster.cache import PodRecord
 from solver import InvalidInput, PodGroup, PreemptionPlan, plan_preemption
-from solver.model import PODS, PreemptionPolicy
+from solver.model import PreemptionPolicy, placement_usage
 
 if TYPE_CHECKING:
     from .service import WorkloadCycle
@@ -46,13 +46,7 @@ class Nomination:
     evicted_units: list[str] = field(default_factory=list)
 
     def reservations(self) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for uid, node in self.placement.items():
-            slot = out.setdefault(node, {PODS: 0})
-            slot[PODS] += 1
-            for r, amount in self.requests[uid].items():
-                slot[r] = slot.get(r, 0) + amount
-        return out
+        return placement_usage(self.placement, self.requests)
 
 
 class GroupPreemption:

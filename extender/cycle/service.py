@@ -36,7 +36,7 @@ from cluster.cache import ClusterCache, PodRecord
 from cluster.convert import pod_from_json, pod_group_name
 from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Policy, SolveOptions,
                     assert_placement_valid, place, rank_candidates)
-from solver.model import PODS
+from solver.model import PODS, add_resources, placement_usage
 
 from .metrics import CycleMetrics
 from .preemption import GroupPreemption
@@ -61,15 +61,8 @@ class Plan:
     error: str = ""
 
     def reservations(self, exclude_bound: set[str] = frozenset()) -> dict[str, dict[str, int]]:
-        out: dict[str, dict[str, int]] = {}
-        for uid, node in self.assignments.items():
-            if uid in exclude_bound:
-                continue
-            slot = out.setdefault(node, {PODS: 0})
-            slot[PODS] += 1
-            for r, amount in self.requests[uid].items():
-                slot[r] = slot.get(r, 0) + amount
-        return out
+        held = {uid: node for uid, node in self.assignments.items() if uid not in exclude_bound}
+        return placement_usage(held, self.requests)
 
 
 @dataclass(frozen=True)
@@ -164,20 +157,13 @@ class WorkloadCycle:
 
     def reservations(self, exclude_group: str = "") -> dict[str, dict[str, int]]:
         """Capacity held by plans (other than ``exclude_group``), per node, minus bound members."""
+        held = [plan.reservations({uid for uid in plan.assignments if self._bound_node(uid)})
+                for key, plan in self.plans.items() if key != exclude_group and plan.state != "failed"]
+        held += self.preemption.reservations(exclude_group)
         total: dict[str, dict[str, int]] = {}
-        for key, plan in self.plans.items():
-            if key == exclude_group or plan.state == "failed":
-                continue
-            bound = {uid for uid in plan.assignments if self._bound_node(uid)}
-            for node, amounts in plan.reservations(bound).items():
-                slot = total.setdefault(node, {})
-                for r, amount in amounts.items():
-                    slot[r] = slot.get(r, 0) + amount
-        for held in self.preemption.reservations(exclude_group):
-            for node, amounts in held.items():
-                slot = total.setdefault(node, {})
-                for r, amount in amounts.items():
-                    slot[r] = slot.get(r, 0) + amount
+        for usage in held:
+            for node, amounts in usage.items():
+                total[node] = add_resources(total.get(node, {}), amounts)
         return total
 
     def _bound_node(self, uid: str) -> str:
