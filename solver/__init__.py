@@ -9,8 +9,17 @@ what to evict when it does not fit.
 from .errors import InvalidInput, PlacementInvalid, SolverError
 from .explain import DomainShortfall, Explanation
 from .model import (
+    DO_NOT_SCHEDULE,
     PODS,
+    SCHEDULE_ANYWAY,
     DisruptionMode,
+    HostPort,
+    LabelSelector,
+    PersistentVolume,
+    PodAffinityTerm,
+    SpreadConstraint,
+    VolumeClaim,
+    VolumeInventory,
     Node,
     NodeAffinity,
     Pod,
@@ -45,6 +54,8 @@ from .snapshot import Snapshot
 from .validate import assert_placement_valid
 
 __all__ = [
+    "DO_NOT_SCHEDULE", "SCHEDULE_ANYWAY", "HostPort", "LabelSelector", "PersistentVolume", "PodAffinityTerm",
+    "SpreadConstraint", "VolumeClaim", "VolumeInventory",
     "PODS", "PREEMPTION_OPTIONS", "BatchResult", "DisruptionBudget", "DisruptionMode", "DomainShortfall", "Explanation",
     "InvalidInput", "Node", "NodeAffinity", "Objective", "Placement", "PlacementInvalid", "Pod",
     "PodCandidate", "PodGroup", "PodSpec", "Policy", "PreemptionContext", "PreemptionCost",

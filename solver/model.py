@@ -181,6 +181,204 @@ class NodeAffinity:
         return any(all(r.matches(labels) for r in term) for term in self.terms)
 
 
+LABEL_SELECTOR_OPERATORS = ("In", "NotIn", "Exists", "DoesNotExist")
+
+
+@dataclass(frozen=True)
+class LabelSelector:
+    """A metav1.LabelSelector over pod (or namespace) labels: every ``match_labels`` pair and every
+    expression must hold. An empty selector matches every object; a term that has *no* selector
+    (``None`` where a selector is expected) matches none, as in kube-scheduler."""
+
+    match_labels: tuple[tuple[str, str], ...] = ()
+    match_expressions: tuple[Requirement, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "match_labels", tuple(sorted(self.match_labels)))
+        for expr in self.match_expressions:
+            if expr.operator not in LABEL_SELECTOR_OPERATORS:
+                raise InvalidInput(
+                    f"label selector operator must be one of {', '.join(LABEL_SELECTOR_OPERATORS)}, "
+                    f"got {expr.operator!r}"
+                )
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        for key, value in self.match_labels:
+            if labels.get(key) != value:
+                return False
+        return all(e.matches(labels) for e in self.match_expressions)
+
+
+@dataclass(frozen=True)
+class PodAffinityTerm:
+    """One pod (anti-)affinity term. ``namespaces`` is already resolved the kube-scheduler way
+    (empty list and no namespace selector: the pod's own namespace); ``namespace_selector`` None
+    means not set, an empty selector means every namespace. ``weight`` is 1-100 for a preferred
+    term, 0 for a required one. ``matchLabelKeys``/``mismatchLabelKeys`` are merged into
+    ``selector`` by the converter, as the API server does."""
+
+    topology_key: str
+    selector: LabelSelector | None = None
+    namespaces: frozenset[str] = frozenset()
+    namespace_selector: LabelSelector | None = None
+    weight: int = 0
+
+    def __post_init__(self) -> None:
+        if not self.topology_key:
+            raise InvalidInput("pod affinity term: topologyKey must not be empty")
+        if isinstance(self.weight, bool) or not isinstance(self.weight, int) or not 0 <= self.weight <= 100:
+            raise InvalidInput(f"pod affinity term: weight must be an integer 1-100, got {self.weight!r}")
+        object.__setattr__(self, "namespaces", frozenset(self.namespaces))
+
+    def selects(self, namespace: str, labels: Mapping[str, str],
+                namespace_labels: Mapping[str, Mapping[str, str]]) -> bool:
+        """Does the term select a pod in ``namespace`` with ``labels``?"""
+        if self.selector is None:
+            return False
+        in_scope = namespace in self.namespaces or (
+            self.namespace_selector is not None
+            and self.namespace_selector.matches(namespace_labels.get(namespace, {})))
+        return in_scope and self.selector.matches(labels)
+
+
+DO_NOT_SCHEDULE = "DoNotSchedule"
+SCHEDULE_ANYWAY = "ScheduleAnyway"
+HONOR = "Honor"
+IGNORE = "Ignore"
+
+
+@dataclass(frozen=True)
+class SpreadConstraint:
+    """One ``topologySpreadConstraints`` entry (``matchLabelKeys`` merged into ``selector``). The
+    pods counted are those in the pod's own namespace that ``selector`` matches."""
+
+    max_skew: int
+    topology_key: str
+    when_unsatisfiable: str = DO_NOT_SCHEDULE
+    selector: LabelSelector | None = None
+    min_domains: int = 1
+    node_affinity_policy: str = HONOR
+    node_taints_policy: str = IGNORE
+
+    def __post_init__(self) -> None:
+        where = f"topology spread constraint on {self.topology_key or '(no key)'}"
+        if not self.topology_key:
+            raise InvalidInput("topology spread constraint: topologyKey must not be empty")
+        if isinstance(self.max_skew, bool) or not isinstance(self.max_skew, int) or self.max_skew < 1:
+            raise InvalidInput(f"{where}: maxSkew must be an integer >= 1, got {self.max_skew!r}")
+        if self.when_unsatisfiable not in (DO_NOT_SCHEDULE, SCHEDULE_ANYWAY):
+            raise InvalidInput(f"{where}: whenUnsatisfiable must be DoNotSchedule or ScheduleAnyway, "
+                               f"got {self.when_unsatisfiable!r}")
+        if isinstance(self.min_domains, bool) or not isinstance(self.min_domains, int) or self.min_domains < 1:
+            raise InvalidInput(f"{where}: minDomains must be an integer >= 1, got {self.min_domains!r}")
+        for name, value in (("nodeAffinityPolicy", self.node_affinity_policy),
+                            ("nodeTaintsPolicy", self.node_taints_policy)):
+            if value not in (HONOR, IGNORE):
+                raise InvalidInput(f"{where}: {name} must be Honor or Ignore, got {value!r}")
+
+    @property
+    def hard(self) -> bool:
+        return self.when_unsatisfiable == DO_NOT_SCHEDULE
+
+
+WILDCARD_IP = "0.0.0.0"
+PORT_PROTOCOLS = ("TCP", "UDP", "SCTP")
+
+
+@dataclass(frozen=True)
+class HostPort:
+    """A container port with a ``hostPort``: two pods conflict on one node when protocol and port
+    are equal and either host IP is the wildcard or both are the same (kube-scheduler NodePorts)."""
+
+    port: int
+    protocol: str = "TCP"
+    host_ip: str = WILDCARD_IP
+
+    def __post_init__(self) -> None:
+        if isinstance(self.port, bool) or not isinstance(self.port, int) or not 1 <= self.port <= 65535:
+            raise InvalidInput(f"hostPort must be an integer 1-65535, got {self.port!r}")
+        if self.protocol not in PORT_PROTOCOLS:
+            raise InvalidInput(f"hostPort {self.port}: protocol must be TCP, UDP or SCTP, got {self.protocol!r}")
+        object.__setattr__(self, "host_ip", self.host_ip or WILDCARD_IP)
+
+    def conflicts(self, other: "HostPort") -> bool:
+        return (self.port == other.port and self.protocol == other.protocol
+                and (self.host_ip == other.host_ip or WILDCARD_IP in (self.host_ip, other.host_ip)))
+
+
+RWOP = "ReadWriteOncePod"
+
+
+@dataclass(frozen=True)
+class VolumeClaim:
+    """A PersistentVolumeClaim a pod uses, resolved by ``cluster/`` from the claim, its bound PV and
+    its StorageClass.
+
+    - bound (``bound`` True): ``node_affinity`` is the PV's required node affinity (None: any node);
+    - unbound, ``delayed`` (WaitForFirstConsumer): needs an available static PV of ``storage_class``
+      with room for ``request`` and the access modes, whose node affinity matches the node — or, when
+      ``dynamic`` (the class has a provisioner), a node inside ``allowed_topologies``;
+    - unbound and not delayed: waits for the PV controller (immediate binding): fits nowhere yet;
+    - ``missing``: the claim does not exist (kube-scheduler: not found): fits nowhere.
+    ``csi_driver`` names the attach-limit budget the volume counts against on a node ("" none)."""
+
+    name: str  # namespace/claim
+    bound: bool = False
+    node_affinity: NodeAffinity | None = None
+    storage_class: str = ""
+    request: int = 0  # bytes
+    access_modes: frozenset[str] = frozenset()
+    delayed: bool = False
+    dynamic: bool = False
+    allowed_topologies: NodeAffinity | None = None
+    csi_driver: str = ""
+    missing: bool = False
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "access_modes", frozenset(self.access_modes))
+        if isinstance(self.request, bool) or not isinstance(self.request, int) or self.request < 0:
+            raise InvalidInput(f"claim {self.name}: storage request must be a non-negative integer")
+
+    @property
+    def signature(self) -> tuple:
+        """What makes two claims interchangeable for placement (everything but the name)."""
+        return (self.bound, self.node_affinity, self.storage_class, self.request, self.access_modes,
+                self.delayed, self.dynamic, self.allowed_topologies, self.csi_driver, self.missing)
+
+
+@dataclass(frozen=True)
+class PersistentVolume:
+    """A static PersistentVolume still available for a WaitForFirstConsumer claim (phase Available,
+    no claim bound). ``claim_ref`` is ``namespace/claim`` when it is pre-bound to one claim."""
+
+    name: str
+    storage_class: str = ""
+    capacity: int = 0
+    access_modes: frozenset[str] = frozenset()
+    node_affinity: NodeAffinity | None = None
+    claim_ref: str = ""
+    csi_driver: str = ""
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "access_modes", frozenset(self.access_modes))
+
+    def serves(self, claim: VolumeClaim) -> bool:
+        """Could this PV bind ``claim`` (ignoring the node)? As the PV controller matches them."""
+        if self.claim_ref and self.claim_ref != claim.name:
+            return False
+        return (self.storage_class == claim.storage_class and self.capacity >= claim.request
+                and claim.access_modes <= self.access_modes)
+
+
+@dataclass(frozen=True)
+class VolumeInventory:
+    """Cluster-wide volume facts for one snapshot: the available static PVs, and per node the CSI
+    attach limit per driver (from CSINode ``allocatable.count``)."""
+
+    available: tuple[PersistentVolume, ...] = ()
+    attach_limits: Mapping[str, Mapping[str, int]] = field(default_factory=dict)  # node -> driver -> max
+
+
 @dataclass(frozen=True)
 class Node:
     name: str
@@ -205,6 +403,13 @@ class PodSpec:
     affinity: NodeAffinity = NodeAffinity()
     tolerations: tuple[Toleration, ...] = ()
     priority: int = 0
+    #: required / preferred inter-pod affinity and anti-affinity terms
+    pod_affinity: tuple[PodAffinityTerm, ...] = ()
+    pod_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_affinity: tuple[PodAffinityTerm, ...] = ()
+    preferred_anti_affinity: tuple[PodAffinityTerm, ...] = ()
+    spread: tuple[SpreadConstraint, ...] = ()
+    host_ports: tuple[HostPort, ...] = ()
     #: everything that decides node eligibility (not capacity): pods sharing it share a mask
     eligibility_key: tuple = field(init=False, repr=False, compare=False)
     #: eligibility plus requests: pods sharing it are one shape to the solver
@@ -217,7 +422,15 @@ class PodSpec:
         # computed once here, so grouping 1,000 pods into shapes is 1,000 lookups, not 1,000 sorts
         eligibility = (tuple(sorted(self.node_selector.items())), self.affinity, self.tolerations)
         object.__setattr__(self, "eligibility_key", eligibility)
-        object.__setattr__(self, "shape_key", (tuple(sorted(self.requests.items())), eligibility))
+        terms = (self.pod_affinity, self.pod_anti_affinity, self.preferred_affinity,
+                 self.preferred_anti_affinity, self.spread, tuple(sorted(set(self.host_ports), key=repr)))
+        object.__setattr__(self, "shape_key", (tuple(sorted(self.requests.items())), eligibility, terms))
+
+    @property
+    def has_pod_constraints(self) -> bool:
+        """Carries anything beyond requests and node eligibility (inter-pod terms, spread, ports)."""
+        return bool(self.pod_affinity or self.pod_anti_affinity or self.preferred_affinity
+                    or self.preferred_anti_affinity or self.spread or self.host_ports)
 
 
 @dataclass(frozen=True)
@@ -230,6 +443,10 @@ class Pod:
     node: str = ""
     namespace: str = "default"
     group: str = ""
+    #: the pod's labels (what other pods' affinity, anti-affinity and spread selectors match)
+    labels: Mapping[str, str] = field(default_factory=dict, compare=False)
+    #: the PersistentVolumeClaims it mounts, resolved (see :class:`VolumeClaim`)
+    volumes: tuple[VolumeClaim, ...] = ()
 
     def __post_init__(self) -> None:
         if not self.uid or not self.name:

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Collection, Iterable, Mapping
 
 from .errors import InvalidInput
 from .exact import ModelTooLarge, solve_domain
@@ -79,11 +79,14 @@ def _assign(problem: Problem, picks: dict[int, list[tuple[int, int]]]) -> dict[s
     return out
 
 
-def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOptions()) -> Placement:
-    """Place ``group``'s pending members on ``snapshot``. Raises :class:`InvalidInput` for input
-    that cannot be placed as given (e.g. a gang with fewer members than minCount)."""
+def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOptions(),
+          allowed: Mapping[str, Collection[str]] | None = None) -> Placement:
+    """Place ``group``'s pending members on ``snapshot``. ``allowed`` maps a pending pod's uid to
+    the only nodes it may take (kube-scheduler's verdict for that pod, learned from its filter
+    calls); pods it does not name are unrestricted. Raises :class:`InvalidInput` for input that
+    cannot be placed as given (e.g. a gang with fewer members than minCount)."""
     started = time.perf_counter()
-    problem = Problem(snapshot, group)
+    problem = Problem(snapshot, group, allowed)
     stats: dict[str, float] = {"domains": len(problem.candidate_domains)}
     if not problem.pending_total:
         return Placement(group.key, {}, objective=None, optimal=True, gap=0.0, stats=stats)

@@ -18,7 +18,7 @@ from typing import Iterable, Mapping
 import numpy as np
 
 from .errors import InvalidInput
-from .model import PODS, Node, Pod, PodSpec, TaintEffect, placement_usage
+from .model import PODS, Node, Pod, PodSpec, TaintEffect, VolumeInventory, placement_usage
 
 #: Reasons a node is excluded for a pod before capacity is considered, in the order checked.
 EXCLUSION_REASONS = ("unschedulable", "taint", "selector", "affinity")
@@ -42,6 +42,8 @@ class Snapshot:
         nodes: Iterable[Node],
         bound: Iterable[Pod] = (),
         reserved: Mapping[str, Mapping[str, int]] | None = None,
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        volumes: VolumeInventory | None = None,
     ) -> None:
         self.nodes: tuple[Node, ...] = tuple(sorted(nodes, key=lambda n: n.name))
         self.index: dict[str, int] = {}
@@ -50,6 +52,12 @@ class Snapshot:
                 raise InvalidInput(f"duplicate node {node.name}")
             self.index[node.name] = i
         self.bound: tuple[Pod, ...] = tuple(bound)
+        #: pods planned by other groups but not bound yet (kube-scheduler has them assumed): they
+        #: count for inter-pod constraints and host ports, never for capacity (``reserved`` does)
+        self.assumed: tuple[Pod, ...] = ()
+        #: namespace -> labels, for affinity terms with a namespaceSelector
+        self.namespaces: Mapping[str, Mapping[str, str]] = dict(namespaces or {})
+        self.volumes: VolumeInventory = volumes or VolumeInventory()
         names = {PODS}
         for node in self.nodes:
             names.update(node.allocatable)
@@ -107,6 +115,28 @@ class Snapshot:
         if bound is not None:
             clone.bound = tuple(bound)
         return clone
+
+    def with_context(
+        self,
+        assumed: Iterable[Pod] | None = None,
+        namespaces: Mapping[str, Mapping[str, str]] | None = None,
+        volumes: VolumeInventory | None = None,
+    ) -> "Snapshot":
+        """A new snapshot sharing everything, with the given inter-pod and volume context replaced:
+        ``assumed`` pods (each with its planned ``node``), namespace labels, volume inventory."""
+        clone = self._clone()
+        if assumed is not None:
+            clone.assumed = tuple(assumed)
+        if namespaces is not None:
+            clone.namespaces = dict(namespaces)
+        if volumes is not None:
+            clone.volumes = volumes
+        return clone
+
+    @property
+    def placed_pods(self) -> tuple[Pod, ...]:
+        """Every pod that sits on a node for the inter-pod rules: bound plus assumed."""
+        return self.bound + self.assumed if self.assumed else self.bound
 
     def only_nodes(self, allowed: Iterable[str]) -> "Snapshot":
         """A new snapshot in which every node outside ``allowed`` has no free capacity (e.g.
