@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
+from typing import Collection, Mapping
 
 import numpy as np
 
@@ -52,6 +53,8 @@ class DomainBound:
 class Problem:
     snapshot: Snapshot
     group: PodGroup
+    #: pod uid -> the only node names it may take (kube-scheduler's verdict), see solver.place
+    allowed: Mapping[str, Collection[str]] | None = None
     shapes: list[Shape] = field(init=False)
 
     def __post_init__(self) -> None:
