@@ -18,6 +18,7 @@ from dataclasses import dataclass
 import numpy as np
 from ortools.sat.python import cp_model
 
+from .constraints import SOFT_SPREAD_WEIGHT, _node_level, spread_fixed_min
 from .problem import DomainBound, Problem
 
 #: Patterns enumerated per class before the model is declared too large for the exact path.
@@ -75,6 +76,7 @@ def solve_domain(
     mixed = len(shapes) > 1
     rel_cols = np.nonzero(np.any(np.stack([s.vec for s in shapes]), axis=0))[0]
     paths = [p[hosts] for p in problem.pref]
+    enc = RuleEncoder(problem, hosts) if problem.constrained else None
     classes: dict[tuple, list[int]] = {}
     for local in range(len(hosts)):
         key = (
@@ -82,6 +84,7 @@ def solve_domain(
             tuple(int(x) for x in snap.free[hosts[local], rel_cols]) if mixed else (),
             int(problem.free_main[hosts[local]]),
             tuple(int(p[local]) for p in paths),
+            enc.features(local) if enc else (),
         )
         classes.setdefault(key, []).append(local)
 
@@ -94,12 +97,15 @@ def solve_domain(
     members_by_path: list[dict[int, list]] = [dict() for _ in paths]
     class_of_pattern: dict[tuple, cp_model.IntVar] = {}
     vecs = [s.vec[rel_cols] for s in shapes]
+    w_pref = weights.preference_weight()
     for key, locals_ in classes.items():
-        cap_tuple, _, free_main, path_ids = key
+        cap_tuple, _, free_main, path_ids, feats = key
         count = len(locals_)
         free_vec = snap.free[hosts[locals_[0]], rel_cols]
         class_vars = []
         for pattern in _patterns(cap_tuple, free_vec, vecs):
+            if enc is not None and not enc.pattern_ok(pattern, feats):
+                continue
             var = model.new_int_var(0, count, "")
             class_vars.append(var)
             class_of_pattern[(key, pattern)] = var
@@ -107,7 +113,11 @@ def solve_domain(
             for s, n in enumerate(pattern):
                 if n:
                     placed[s].append(var * n)
-            objective.append(var * (w_nodes + w_stranded * (max(0, free_main - used_main) // unit)))
+            cost = w_nodes + w_stranded * (max(0, free_main - used_main) // unit)
+            if enc is not None:
+                cost += w_pref * enc.pattern_cost(pattern, feats)
+                enc.add_class_pattern(locals_[0], pattern, var)
+            objective.append(var * cost)
         if not class_vars:
             continue
         model.add(sum(class_vars) <= count)
@@ -122,6 +132,8 @@ def solve_domain(
             total_placed.append(sum(placed[s]))
     placed_expr = sum(total_placed)
     model.add(placed_expr >= max(problem.needed, 1))
+    if enc is not None:
+        objective.append(w_pref * enc.encode(model, placed))
     # unplaced and domain_free are both linear in the pods placed per shape
     df_base = int(problem.domain_free_main[bound.domain])
     objective.append(w_unplaced * (problem.pending_total - placed_expr))
@@ -181,3 +193,188 @@ def _add_hint(model, problem, hosts, classes, class_of_pattern, hint) -> None:
         counts[k] = counts.get(k, 0) + 1
     for k, var in class_of_pattern.items():
         model.add_hint(var, counts.get(k, 0))
+
+
+class RuleEncoder:
+    """The rules of :mod:`solver.constraints` inside one domain's CP-SAT model.
+
+    Rules over a per-node key (hostname) and node limits are checked per packing pattern: a class
+    of nodes shares the features they read, so a pattern is valid (and costs the same) on every node
+    of the class. Rules over wider keys (zone, rack) split classes by domain and become linear
+    constraints over the pods each domain receives; a spread's global minimum is a variable unless
+    the placement cannot move it (:func:`solver.constraints.spread_fixed_min`)."""
+
+    def __init__(self, problem: Problem, hosts: np.ndarray) -> None:
+        self.problem = problem
+        self.rules = rules = problem.rules
+        snap = problem.snapshot
+        self.counts = [s.count for s in problem.shapes]
+        self.node_spreads, self.dom_spreads = [], []
+        for sp in rules.spreads:
+            m0 = spread_fixed_min(sp, sum(self.counts[t] for t in sp.members))
+            if _node_level(snap, sp.key) and m0 is not None:
+                self.node_spreads.append((sp, m0))
+            else:
+                self.dom_spreads.append(sp)
+        self.node_soft = [t for t in rules.soft if _node_level(snap, t.key)]
+        self.dom_soft = [t for t in rules.soft if not _node_level(snap, t.key)]
+        self.node_coloc = [c for c in rules.coloc if _node_level(snap, c.key)]
+        self.dom_coloc = [c for c in rules.coloc if not _node_level(snap, c.key)]
+        keys = [r.key for r in rules.anti] + [c.key for c in self.dom_coloc] + [sp.key for sp in self.dom_spreads]
+        self.keys = list(dict.fromkeys(keys + [t.key for t in self.dom_soft]))
+        self.ids = {k: snap.domains(k)[1][hosts] for k in self.keys}
+        cols = [lim.limit[hosts] for lim in rules.limits]
+        for t in self.node_soft:
+            cols.append(self._per_node(t.key, t.existing > 0, hosts))
+        for sp, _ in self.node_spreads:
+            cols.append(self._per_node(sp.key, sp.existing, hosts))
+        self.cols = np.stack(cols).astype(np.int64) if cols else np.zeros((0, len(hosts)), dtype=np.int64)
+        self.terms: dict[str, dict[int, dict[int, list]]] = {k: {} for k in self.keys}
+        self.coloc_vars: list[list] = [[] for _ in self.node_coloc]
+        self._off_soft = len(self.keys) + len(rules.limits)
+        self._off_spread = self._off_soft + len(self.node_soft)
+
+    def _per_node(self, key: str, per_domain_values: np.ndarray, hosts: np.ndarray) -> np.ndarray:
+        ids = self.problem.snapshot.domains(key)[1][hosts]
+        out = np.zeros(len(hosts), dtype=np.int64)
+        ok = ids >= 0
+        out[ok] = np.asarray(per_domain_values, dtype=np.int64)[ids[ok]]
+        return out
+
+    def features(self, local: int) -> tuple:
+        return tuple(int(self.ids[k][local]) for k in self.keys) + tuple(int(v) for v in self.cols[:, local])
+
+    def pattern_ok(self, pattern: tuple[int, ...], feats: tuple) -> bool:
+        off = len(self.keys)
+        for i, lim in enumerate(self.rules.limits):
+            if sum(c * pattern[s] for s, c in zip(lim.shapes, lim.coeffs)) > feats[off + i]:
+                return False
+        for s, t in self.rules.pairs:
+            if pattern[s] and pattern[t]:
+                return False
+        for j, (sp, m0) in enumerate(self.node_spreads):
+            if sp.hard and pattern[sp.shape] and (
+                    sum(pattern[t] for t in sp.members) + feats[self._off_spread + j] > m0 + sp.skew):
+                return False
+        return True
+
+    def pattern_cost(self, pattern: tuple[int, ...], feats: tuple) -> int:
+        cost = 0
+        for j, t in enumerate(self.node_soft):
+            has = feats[self._off_soft + j]
+            if t.kind == "anti":
+                if t.self_match:
+                    cost += t.weight * max(0, sum(pattern[m] for m in t.members) + has - 1)
+                else:
+                    cost += t.weight * pattern[t.shape] * has
+            elif pattern[t.shape] and not has:
+                cost += t.weight
+        for j, (sp, m0) in enumerate(self.node_spreads):
+            if not sp.hard:
+                e = feats[self._off_spread + j]
+                c = sum(pattern[t] for t in sp.members) + e
+                cost += SOFT_SPREAD_WEIGHT * (max(0, c - m0 - sp.skew) - max(0, e - m0 - sp.skew))
+        return cost
+
+    def add_class_pattern(self, local: int, pattern: tuple[int, ...], var) -> None:
+        for k in self.keys:
+            d = int(self.ids[k][local])
+            if d < 0:
+                continue
+            per = self.terms[k].setdefault(d, {})
+            for s, n in enumerate(pattern):
+                if n:
+                    per.setdefault(s, []).append(var * n)
+        for i, c in enumerate(self.node_coloc):
+            if any(pattern[t] for t in c.shapes):
+                self.coloc_vars[i].append(var)
+
+    def encode(self, model: cp_model.CpModel, placed: list[list]) -> object:
+        """Add the domain-level rules; return the preference expression they contribute."""
+        counts = self.counts
+        pref: list = []
+        const = 0
+
+        def pods(per: dict, shapes) -> list:
+            return [e for t in shapes for e in per.get(t, ())]
+
+        def used(expr, bound: int):
+            y = model.new_bool_var("")
+            model.add(expr <= bound * y)
+            return y
+
+        for r in self.rules.anti:
+            for per in self.terms[r.key].values():
+                mine = per.get(r.shape)
+                if not mine:
+                    continue
+                y = used(sum(mine), counts[r.shape])
+                if r.self_match:
+                    model.add(sum(mine) <= 1)
+                for t in r.others:
+                    if per.get(t):
+                        model.add(sum(per[t]) <= counts[t] * (1 - y))
+        for i, _ in enumerate(self.node_coloc):
+            if self.coloc_vars[i]:
+                model.add(sum(self.coloc_vars[i]) <= 1)
+        for c in self.dom_coloc:
+            total = sum(counts[t] for t in c.shapes)
+            zs = [used(sum(ex), total) for per in self.terms[c.key].values() if (ex := pods(per, c.shapes))]
+            if zs:
+                model.add(sum(zs) <= 1)
+        for sp in self.dom_spreads:
+            pref_part, c0 = self._spread(model, sp, pods, used)
+            pref += pref_part
+            const += c0
+        for t in self.dom_soft:
+            for d, per in self.terms[t.key].items():
+                has = int(t.existing[d] > 0)
+                mine = per.get(t.shape)
+                if t.kind == "anti" and t.self_match:
+                    crowd = pods(per, t.members)
+                    if crowd:
+                        e = model.new_int_var(0, sum(counts), "")
+                        model.add(e >= sum(crowd) + has - 1)
+                        pref.append(t.weight * e)
+                elif t.kind == "anti":
+                    if has and mine:
+                        pref.append(t.weight * sum(mine))
+                elif mine and not has:
+                    pref.append(t.weight * used(sum(mine), counts[t.shape]))
+        for sp, m0 in self.node_spreads:
+            if not sp.hard:
+                const += SOFT_SPREAD_WEIGHT * int(np.maximum(sp.existing[sp.counted] - m0 - sp.skew, 0).sum())
+        for shapes, cap, _ in self.rules.totals:
+            exprs = [e for s in shapes for e in placed[s]]
+            if exprs:
+                model.add(sum(exprs) <= cap)
+        return sum(pref) + const
+
+    def _spread(self, model, sp, pods, used):
+        per_domain = self.terms[sp.key]
+        top = int(sp.existing.max()) + sum(self.counts) if len(sp.existing) else sum(self.counts)
+        c = {}
+        for d in range(len(sp.existing)):
+            ex = pods(per_domain.get(d, {}), sp.members)
+            c[d] = int(sp.existing[d]) + (sum(ex) if ex else 0)
+        if sp.min_zero or not sp.counted.any():
+            m = 0
+        else:
+            m = model.new_int_var(0, top, "")
+            for d in np.nonzero(sp.counted)[0]:
+                model.add(m <= c[int(d)])
+        pref = []
+        if sp.hard:
+            for d, per in per_domain.items():
+                mine = per.get(sp.shape)
+                if not mine:
+                    continue
+                y = used(sum(mine), self.counts[sp.shape])
+                model.add(sum(mine) >= y)
+                model.add(c[d] <= m + sp.skew).only_enforce_if(y)
+            return pref, 0
+        for d in np.nonzero(sp.counted)[0]:
+            e = model.new_int_var(0, top, "")
+            model.add(e >= c[int(d)] - m - sp.skew)
+            pref.append(SOFT_SPREAD_WEIGHT * e)
+        return pref, 0

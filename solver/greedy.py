@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from .constraints import SOFT_SPREAD_WEIGHT, Spread
 from .problem import Problem
 
 
@@ -76,6 +77,8 @@ def greedy_domain(problem: Problem, hosts: np.ndarray, minimum: int | None = Non
                   ) -> dict[int, list[tuple[int, int]]] | None:
     """Greedy placement in one domain: shape index -> [(node index, count)], or None when fewer
     than ``minimum`` pods fit (default: the pods the group needs)."""
+    if problem.constrained:
+        return constrained_greedy(problem, hosts, minimum)
     snap = problem.snapshot
     free = snap.free[hosts].copy()
     slack_all = problem.free_main[hosts].copy()
@@ -109,3 +112,146 @@ def greedy_domain(problem: Problem, hosts: np.ndarray, minimum: int | None = Non
     if placed < (max(problem.needed, 1) if minimum is None else minimum):
         return None
     return result
+
+
+class _State:
+    """What the pod-by-pod greedy has placed so far in one domain, per shape and per rule key."""
+
+    def __init__(self, problem: Problem, hosts: np.ndarray) -> None:
+        self.problem = problem
+        self.hosts = hosts
+        snap = problem.snapshot
+        self.free = snap.free[hosts].copy()
+        self.x = np.zeros((len(problem.shapes), len(hosts)), dtype=np.int64)
+        keys = problem.rules.domain_keys
+        self.ids = {k: snap.domains(k)[1][hosts] for k in keys}
+        self.sizes = {k: len(snap.domains(k)[0]) for k in keys}
+        self.coloc_domain: dict[int, int] = {}
+        self.total_left = [cap for _, cap, _ in problem.rules.totals]
+
+    def per_domain(self, key: str, shapes) -> np.ndarray:
+        ids = self.ids[key]
+        ok = ids >= 0
+        per_node = self.x[list(shapes)].sum(axis=0) if shapes else np.zeros(len(self.hosts), dtype=np.int64)
+        return np.bincount(ids[ok], weights=per_node[ok], minlength=self.sizes[key]).astype(np.int64)
+
+    def on_domain(self, key: str, per_domain_values: np.ndarray) -> np.ndarray:
+        ids = self.ids[key]
+        out = np.zeros(len(ids), dtype=per_domain_values.dtype)
+        ok = ids >= 0
+        out[ok] = per_domain_values[ids[ok]]
+        return out
+
+    def spread_ok(self, sp: Spread, s: int) -> np.ndarray:
+        """kube-scheduler's check for one more pod of ``s``, given what is placed so far."""
+        c = sp.existing + self.per_domain(sp.key, sp.members)
+        m = sp.global_min(c)
+        after = c + (1 if s in sp.members else 0)
+        ok = self.on_domain(sp.key, (after - m <= sp.skew).astype(np.int64)) > 0
+        return ok & (self.ids[sp.key] >= 0)
+
+    def candidates(self, s: int) -> np.ndarray:
+        problem = self.problem
+        shape = problem.shapes[s]
+        rules = problem.rules
+        cols = np.nonzero(shape.vec)[0]
+        ok = shape.eligibility.mask[self.hosts] & np.all(self.free[:, cols] >= shape.vec[cols], axis=1)
+        for lim in rules.limits:
+            if s in lim.shapes:
+                used = sum(c * self.x[t] for t, c in zip(lim.shapes, lim.coeffs))
+                ok &= used + lim.coeffs[lim.shapes.index(s)] <= lim.limit[self.hosts]
+        for a, b in rules.pairs:
+            if s in (a, b):
+                ok &= self.x[b if s == a else a] == 0
+        for r in rules.anti:
+            if r.shape == s:
+                blocked = self.per_domain(r.key, r.others) > 0
+                if r.self_match:
+                    blocked |= self.per_domain(r.key, (s,)) > 0
+                ok &= ~(self.on_domain(r.key, blocked.astype(np.int64)) > 0)
+            elif s in r.others:
+                ok &= ~(self.on_domain(r.key, (self.per_domain(r.key, (r.shape,)) > 0).astype(np.int64)) > 0)
+        for i, c in enumerate(rules.coloc):
+            if s in c.shapes and i in self.coloc_domain:
+                ok &= self.ids_or_nodes(c.key) == self.coloc_domain[i]
+        for sp in rules.spreads:
+            if sp.hard and sp.shape == s:
+                ok &= self.spread_ok(sp, s)
+        for j, (shapes, _, _) in enumerate(rules.totals):
+            if s in shapes and self.total_left[j] <= 0:
+                ok[:] = False
+        return ok
+
+    def ids_or_nodes(self, key: str) -> np.ndarray:
+        return self.ids[key] if key in self.ids else np.arange(len(self.hosts))
+
+    def soft_cost(self, s: int) -> np.ndarray:
+        """Increase of the preference term when one more pod of ``s`` goes to each host."""
+        cost = np.zeros(len(self.hosts), dtype=np.int64)
+        for t in self.problem.rules.soft:
+            has = self.on_domain(t.key, (t.existing > 0).astype(np.int64))
+            mine = self.on_domain(t.key, self.per_domain(t.key, (t.shape,)))
+            if t.kind == "anti":
+                if t.self_match and s in t.members:
+                    crowd = self.on_domain(t.key, self.per_domain(t.key, t.members)) + has
+                    cost += t.weight * (crowd >= 1)
+                elif t.shape == s:
+                    cost += t.weight * has
+            elif t.shape == s:
+                cost += t.weight * ((mine == 0) & (has == 0))
+        for sp in self.problem.rules.spreads:
+            if not sp.hard and s in sp.members:
+                c = sp.existing + self.per_domain(sp.key, sp.members)
+                m = sp.global_min(c)
+                cost += SOFT_SPREAD_WEIGHT * (self.on_domain(sp.key, c + 1 - m - sp.skew) > 0)
+        return cost
+
+    def spread_count(self, s: int) -> np.ndarray:
+        """Matching pods in each host's domain, summed over the shape's spread rules: fewer first,
+        as kube-scheduler's own scoring spreads them."""
+        out = np.zeros(len(self.hosts), dtype=np.int64)
+        for sp in self.problem.rules.spreads:
+            if sp.shape == s:
+                out += self.on_domain(sp.key, sp.existing + self.per_domain(sp.key, sp.members))
+        return out
+
+    def take(self, s: int, i: int) -> None:
+        shape = self.problem.shapes[s]
+        self.x[s, i] += 1
+        self.free[i] -= shape.vec
+        for j, c in enumerate(self.problem.rules.coloc):
+            if s in c.shapes and j not in self.coloc_domain:
+                self.coloc_domain[j] = int(self.ids_or_nodes(c.key)[i])
+        for j, (shapes, _, _) in enumerate(self.problem.rules.totals):
+            if s in shapes:
+                self.total_left[j] -= 1
+
+
+def constrained_greedy(problem: Problem, hosts: np.ndarray, minimum: int | None = None
+                       ) -> dict[int, list[tuple[int, int]]] | None:
+    """Pod by pod, as kube-scheduler would take them, for groups with inter-pod or volume rules:
+    each pod goes to a node every rule allows given the pods before it, preferring (in order) the
+    smallest increase of the soft terms, the least crowded spread domain, a node already used
+    (packing) and then the tightest fit. A co-located set takes the domain its first pod lands in."""
+    state = _State(problem, hosts)
+    free_main = problem.free_main[hosts].astype(np.int64)
+    placed = 0
+    for s, shape in enumerate(problem.shapes):
+        if shape.unknown:
+            continue
+        for _ in range(shape.count):
+            ok = state.candidates(s)
+            if not ok.any():
+                break
+            idx = np.nonzero(ok)[0]
+            touched = state.x.sum(axis=0) > 0
+            order = np.lexsort((idx, free_main[idx], ~touched[idx], state.spread_count(s)[idx],
+                                state.soft_cost(s)[idx]))
+            i = int(idx[order[0]])
+            state.take(s, i)
+            free_main[i] -= shape.main
+            placed += 1
+    if placed < (max(problem.needed, 1) if minimum is None else minimum):
+        return None
+    return {s: [(int(hosts[i]), int(state.x[s, i])) for i in np.nonzero(state.x[s])[0]]
+            for s in range(len(problem.shapes))}

@@ -4,6 +4,9 @@ The objective is lexicographic, smaller is better:
 
 1. ``unplaced`` — pending members left unplaced (a gang places at least minCount, and all pending
    members when they fit);
+1b. ``preference`` — the pods' own soft rules: preferred (anti-)affinity weights and
+   ``ScheduleAnyway`` spread excess (see :func:`solver.constraints.preference`), above every packing
+   term, so soft anti-affinity lands on distinct nodes whenever room exists;
 2. ``spread`` — per preferred topology key, in order, how many distinct domains the group uses
    (keep a group inside one rack, then one block, when the required key allows more);
 3. ``nodes`` — nodes touched (tight fit: fill nodes rather than sprinkle);
@@ -27,6 +30,7 @@ from typing import Mapping
 import numpy as np
 
 from .model import PODS, Pod, PodGroup
+from .constraints import soft_penalty
 from .snapshot import Snapshot
 
 STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
@@ -35,6 +39,7 @@ STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
 @dataclass(frozen=True, order=True)
 class Objective:
     unplaced: int
+    preference: int
     spread: tuple[int, ...]
     nodes: int
     stranded: int
@@ -43,7 +48,7 @@ class Objective:
     def describe(self) -> str:
         spread = ",".join(str(s) for s in self.spread) or "-"
         return (
-            f"unplaced={self.unplaced} spread={spread} nodes={self.nodes} "
+            f"unplaced={self.unplaced} preference={self.preference} spread={spread} nodes={self.nodes} "
             f"stranded={self.stranded} domain_free={self.domain_free}"
         )
 
@@ -79,8 +84,9 @@ def preferred_paths(snapshot: Snapshot, keys: tuple[str, ...]) -> list[np.ndarra
     return out
 
 
-def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str]) -> Objective:
-    """Score a placement (pod uid -> node name) of ``group``'s pending pods on ``snapshot``."""
+def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str], problem=None) -> Objective:
+    """Score a placement (pod uid -> node name) of ``group``'s pending pods on ``snapshot``.
+    ``problem`` (the group's :class:`solver.problem.Problem`) is built when soft rules need it."""
     pending = group.pending
     by_uid = {p.uid: p for p in pending}
     main = main_resource(pending)
@@ -100,8 +106,16 @@ def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str]
         values, dom_ids = snapshot.domains(group.topology_key)
         d = dom_ids[touched[0]]
         domain_free = int(free_main[dom_ids == d].sum()) - sum(placed_main.values())
+    preference = 0
+    if problem is None and any(p.spec.preferred_affinity or p.spec.preferred_anti_affinity or p.spec.spread
+                               for p in pending):
+        from .problem import Problem  # the rules live on the problem; import here avoids a cycle
+        problem = Problem(snapshot, group)
+    if problem is not None and problem.rules.soft_terms:
+        preference = soft_penalty(problem, assignments)
     return Objective(
         unplaced=len(pending) - len(assignments),
+        preference=preference,
         spread=spread,
         nodes=len(touched),
         stranded=stranded,
@@ -123,18 +137,20 @@ class Weights:
     stranded_max: int
     domain_free_max: int
     unit: int = 1
+    preference_max: int = 0
 
     @classmethod
-    def for_instance(cls, pods: int, spread_max: tuple[int, ...], nodes_max: int, main_max: int) -> "Weights":
+    def for_instance(cls, pods: int, spread_max: tuple[int, ...], nodes_max: int, main_max: int,
+                     preference_max: int = 0) -> "Weights":
         unit = 1
         while True:
-            w = cls(spread_max, nodes_max, main_max // unit, main_max // unit, unit)
-            if w.scalar(Objective(pods, spread_max, nodes_max, main_max, main_max)) < 2**62:
+            w = cls(spread_max, nodes_max, main_max // unit, main_max // unit, unit, preference_max)
+            if w.scalar(Objective(pods, preference_max, spread_max, nodes_max, main_max, main_max)) < 2**62:
                 return w
             unit *= 10
 
     def scalar(self, obj: Objective) -> int:
-        value = obj.unplaced
+        value = obj.unplaced * (self.preference_max + 1) + obj.preference
         for s, smax in zip(obj.spread, self.spread_max):
             value = value * (smax + 1) + s
         value = value * (self.nodes_max + 1) + obj.nodes
@@ -142,7 +158,8 @@ class Weights:
         return value * (self.domain_free_max + 1) + obj.domain_free // self.unit
 
     def coefficients(self) -> tuple[int, tuple[int, ...], int, int, int]:
-        """Weights of (unplaced, spread levels, nodes, stranded, domain_free) in :meth:`scalar`."""
+        """Weights of (unplaced, spread levels, nodes, stranded, domain_free) in :meth:`scalar`;
+        the preference term's weight is :meth:`preference_weight`."""
         w_df = 1
         w_st = self.domain_free_max + 1
         w_nodes = w_st * (self.stranded_max + 1)
@@ -151,4 +168,10 @@ class Weights:
         for smax in reversed(self.spread_max):
             spread_w.append(w)
             w *= smax + 1
-        return w, tuple(reversed(spread_w)), w_nodes, w_st, w_df
+        return w * (self.preference_max + 1), tuple(reversed(spread_w)), w_nodes, w_st, w_df
+
+    def preference_weight(self) -> int:
+        w = (self.domain_free_max + 1) * (self.stranded_max + 1) * (self.nodes_max + 1)
+        for smax in self.spread_max:
+            w *= smax + 1
+        return w

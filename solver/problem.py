@@ -17,6 +17,7 @@ import numpy as np
 from .errors import InvalidInput
 from .model import PODS, Pod, PodGroup
 from .objective import Objective, Weights, main_resource, preferred_paths
+from .constraints import Rules, build_rules, placed_index, signature_scopes, volume_signature
 from .snapshot import Eligibility, Snapshot
 
 
@@ -67,8 +68,21 @@ class Problem:
         self.main_name = main_resource(pending)
         self.main_j = snap.rindex.get(self.main_name)
         buckets: dict[tuple, list[Pod]] = {}
+        plain = self._plain(pending)
+        scopes = [] if plain else signature_scopes(snap, {(p.spec.shape_key, p.namespace): (p.spec, p.namespace)
+                                                           for p in pending}.values())
+        allowed = self.allowed or {}
         for pod in pending:
-            buckets.setdefault(pod.spec.shape_key, []).append(pod)
+            if plain:
+                key: tuple = pod.spec.shape_key
+            else:
+                # pods the rules tell apart are different shapes: the selectors that match them, their
+                # volumes (all but the claim's name), the nodes kube-scheduler accepted for them
+                nodes = allowed.get(pod.uid)
+                key = (pod.spec.shape_key, pod.namespace,
+                       tuple(sc.selects(pod, snap.namespaces) for sc in scopes), volume_signature(pod),
+                       frozenset(nodes) if nodes is not None else None)
+            buckets.setdefault(key, []).append(pod)
         shapes = []
         for pods in buckets.values():
             spec = pods[0].spec
@@ -80,6 +94,27 @@ class Problem:
         self.shapes = shapes
         self.pending_total = len(pending)
         self.needed = self.group.needed
+        self.rules = Rules(masks=[], excluded=[]) if plain else build_rules(self)
+        if not plain:
+            for s, shape in enumerate(shapes):
+                merged = dict(shape.eligibility.excluded)
+                for reason, count in self.rules.excluded[s].items():
+                    merged[reason] = merged.get(reason, 0) + count
+                shape.eligibility = Eligibility(shape.eligibility.mask & self.rules.masks[s], merged)
+
+    def _plain(self, pending: list[Pod]) -> bool:
+        """No inter-pod or volume rule can touch this group: the fast path of before."""
+        if self.allowed or any(p.spec.has_pod_constraints or p.volumes for p in pending):
+            return False
+        return not placed_index(self.snapshot)["anti"]
+
+    @cached_property
+    def shape_of(self) -> dict[str, int]:
+        return {p.uid: s for s, shape in enumerate(self.shapes) for p in shape.pods}
+
+    @property
+    def constrained(self) -> bool:
+        return not self.rules.empty
 
     # -- per-node capacities --------------------------------------------------------------
     @cached_property
@@ -99,6 +134,9 @@ class Problem:
             cols = np.nonzero(shape.vec)[0]
             cap = np.min(free[:, cols] // shape.vec[cols], axis=1)
             out[s] = np.where(shape.eligibility.mask, cap, 0)
+        for limit in self.rules.limits:  # a node limit over several shapes bounds each of them too
+            for s, coeff in zip(limit.shapes, limit.coeffs):
+                out[s] = np.minimum(out[s], limit.limit // coeff)
         return out
 
     @cached_property
@@ -203,6 +241,7 @@ class Problem:
         levels = len(self.group.preferred_keys)
         return Objective(
             unplaced=self.pending_total - placed,
+            preference=0,
             spread=(1 if placed else 0,) * levels,
             nodes=nodes,
             stranded=0,
@@ -215,4 +254,5 @@ class Problem:
         per_domain = np.bincount(self.domain_ids[self.domain_ids >= 0], minlength=len(self.domain_values))
         nodes_max = int(per_domain.max()) if len(per_domain) else 0
         main_max = int(self.domain_free_main.max()) if len(self.domain_free_main) else 0
-        return Weights.for_instance(self.pending_total, levels, nodes_max, main_max)
+        pref_max = self.rules.max_soft_penalty([s.count for s in self.shapes]) if not self.rules.empty else 0
+        return Weights.for_instance(self.pending_total, levels, nodes_max, main_max, pref_max)

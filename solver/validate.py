@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Mapping
 
 from .errors import PlacementInvalid
-from .model import PODS, Policy, PodGroup, TaintEffect
+from .model import HONOR, PODS, RWOP, NodeAffinity, Pod, Policy, PodGroup, TaintEffect
 from .snapshot import Snapshot
 
 
@@ -67,7 +67,153 @@ def assert_placement_valid(snapshot: Snapshot, group: PodGroup, placement: Mappi
             raise PlacementInvalid(f"{group.key}: a node lacks the topology label {group.topology_key}")
         if len(values) > 1:
             raise PlacementInvalid(f"{group.key}: spans {len(values)} {group.topology_key} domains: {sorted(values)}")
+    _check_pod_rules(snapshot, group, placement)
     if placement and group.policy is Policy.GANG and len(placement) < group.needed:
         raise PlacementInvalid(
             f"{group.key}: gang placement of {len(placement)} pods is below the {group.needed} still needed"
         )
+
+
+# -- inter-pod and volume rules, checked pod by pod on the final state --------------------------------
+
+def _term_selects(term, pod: Pod, namespaces) -> bool:
+    if term.selector is None:
+        return False
+    in_scope = pod.namespace in term.namespaces or (
+        term.namespace_selector is not None and term.namespace_selector.matches(namespaces.get(pod.namespace, {})))
+    return in_scope and term.selector.matches(pod.labels)
+
+
+def _check_pod_rules(snapshot: Snapshot, group: PodGroup, placement: Mapping[str, str]) -> None:
+    pending = {p.uid: p for p in group.pending}
+    new = [Pod(p.uid, p.name, p.spec, placement[p.uid], p.namespace, p.group, p.labels, p.volumes)
+           for p in pending.values() if p.uid in placement]
+    if not new:
+        return
+    everyone = list(snapshot.placed_pods) + new
+    labels_of = {n.name: n.labels for n in snapshot.nodes}
+
+    def same_domain(a: Pod, b: Pod, key: str) -> bool:
+        va = labels_of.get(a.node, {}).get(key)
+        return va is not None and va == labels_of.get(b.node, {}).get(key)
+
+    for pod in new:
+        where = f"{group.key}: pod {pod.key} on {pod.node}"
+        node_labels = labels_of[pod.node]
+        for port in pod.spec.host_ports:
+            for other in everyone:
+                if other.uid != pod.uid and other.node == pod.node and any(port.conflicts(q) for q in other.spec.host_ports):
+                    raise PlacementInvalid(f"{where}: host port {port.protocol}/{port.port} also used by {other.key}")
+        for other in everyone:
+            if other.uid == pod.uid:
+                continue
+            for term in pod.spec.pod_anti_affinity:
+                if same_domain(pod, other, term.topology_key) and _term_selects(term, other, snapshot.namespaces):
+                    raise PlacementInvalid(f"{where}: anti-affinity on {term.topology_key} with {other.key}")
+            for term in other.spec.pod_anti_affinity:
+                if same_domain(pod, other, term.topology_key) and _term_selects(term, pod, snapshot.namespaces):
+                    raise PlacementInvalid(f"{where}: {other.key}'s anti-affinity on {term.topology_key} selects it")
+        for term in pod.spec.pod_affinity:
+            if term.topology_key not in node_labels:
+                raise PlacementInvalid(f"{where}: node lacks {term.topology_key} for pod affinity")
+            near = any(o.uid != pod.uid and same_domain(pod, o, term.topology_key)
+                       and _term_selects(term, o, snapshot.namespaces) for o in everyone)
+            first = not any(_term_selects(term, o, snapshot.namespaces) for o in snapshot.placed_pods) and all(
+                _term_selects(t, pod, snapshot.namespaces) for t in pod.spec.pod_affinity)
+            if not near and not first:
+                raise PlacementInvalid(f"{where}: no pod matching its affinity on {term.topology_key}")
+        for c in pod.spec.spread:
+            if c.hard:
+                _check_spread(snapshot, pod, c, everyone, labels_of, where)
+        _check_volumes(snapshot, pod, new, node_labels, where)
+    _check_pv_matching(snapshot, group, new, labels_of)
+
+
+def _node_taints_tolerated(snapshot: Snapshot, node_name: str, pod: Pod) -> bool:
+    node = snapshot.nodes[snapshot.index[node_name]]
+    return all(t.effect is TaintEffect.PREFER_NO_SCHEDULE or any(x.tolerates(t) for x in pod.spec.tolerations)
+               for t in node.taints)
+
+
+def _check_spread(snapshot, pod, c, everyone, labels_of, where) -> None:
+    keys = [x.topology_key for x in pod.spec.spread]
+    if any(k not in labels_of[pod.node] for k in keys):
+        raise PlacementInvalid(f"{where}: node lacks a topology spread label")
+
+    def counted(node_name: str) -> bool:
+        node = snapshot.nodes[snapshot.index[node_name]]
+        if any(k not in node.labels for k in keys):
+            return False
+        if c.node_affinity_policy == HONOR and (
+                any(node.labels.get(k) != v for k, v in pod.spec.node_selector.items())
+                or not pod.spec.affinity.matches(node.labels)):
+            return False
+        return c.node_taints_policy != HONOR or _node_taints_tolerated(snapshot, node_name, pod)
+
+    domains = {labels_of[n.name][c.topology_key]: 0 for n in snapshot.nodes if counted(n.name)}
+    for other in everyone:
+        if other.namespace == pod.namespace and c.selector is not None and c.selector.matches(other.labels) \
+                and other.node in labels_of and counted(other.node):
+            domains[labels_of[other.node][c.topology_key]] += 1
+    low = 0 if len(domains) < c.min_domains or not domains else min(domains.values())
+    mine = domains.get(labels_of[pod.node][c.topology_key], 0)
+    if mine - low > c.max_skew:
+        raise PlacementInvalid(f"{where}: spread on {c.topology_key}: {mine} matching pods in its domain, "
+                               f"minimum {low}, maxSkew {c.max_skew}")
+
+
+def _affinity_ok(affinity: NodeAffinity | None, labels) -> bool:
+    return affinity is None or not affinity.terms or affinity.matches(labels)
+
+
+def _check_volumes(snapshot, pod, new, node_labels, where) -> None:
+    for claim in pod.volumes:
+        if claim.missing:
+            raise PlacementInvalid(f"{where}: claim {claim.name} does not exist")
+        if claim.bound:
+            if not _affinity_ok(claim.node_affinity, node_labels):
+                raise PlacementInvalid(f"{where}: volume of claim {claim.name} is not reachable from the node")
+            if RWOP in claim.access_modes and any(
+                    c.name == claim.name for o in list(snapshot.placed_pods) + new if o.uid != pod.uid for c in o.volumes):
+                raise PlacementInvalid(f"{where}: ReadWriteOncePod claim {claim.name} is in use")
+        elif not claim.delayed:
+            raise PlacementInvalid(f"{where}: claim {claim.name} is unbound with immediate binding")
+    limits = snapshot.volumes.attach_limits.get(pod.node, {})
+    for driver, limit in limits.items():
+        names = {c.name for o in list(snapshot.placed_pods) + new if o.node == pod.node for c in o.volumes
+                 if c.csi_driver == driver}
+        if len(names) > limit:
+            raise PlacementInvalid(f"{where}: {len(names)} volumes of {driver} exceed the node's limit {limit}")
+
+
+def _check_pv_matching(snapshot, group, new, labels_of) -> None:
+    """Every unbound WaitForFirstConsumer claim gets its own available PV reachable from its node,
+    or may be provisioned there (augmenting-path matching, claims to PVs)."""
+    claims = [(p, c) for p in new for c in p.volumes if not c.bound and c.delayed and not c.missing]
+    if not claims:
+        return
+    pvs = snapshot.volumes.available
+    owner: dict[int, int] = {}
+
+    def options(k: int) -> list[int]:
+        pod, claim = claims[k]
+        return [j for j, pv in enumerate(pvs) if pv.serves(claim) and _affinity_ok(pv.node_affinity, labels_of[pod.node])]
+
+    def augment(k: int, seen: set[int]) -> bool:
+        for j in options(k):
+            if j in seen:
+                continue
+            seen.add(j)
+            if j not in owner or augment(owner[j], seen):
+                owner[j] = k
+                return True
+        return False
+
+    for k, (pod, claim) in enumerate(claims):
+        if augment(k, set()):
+            continue
+        topo = claim.allowed_topologies
+        if claim.dynamic and _affinity_ok(topo, labels_of[pod.node]):
+            continue
+        raise PlacementInvalid(f"{group.key}: pod {pod.key} on {pod.node}: no available PersistentVolume for "
+                               f"claim {claim.name} on that node")
