@@ -77,11 +77,31 @@ def _shortfall(problem: Problem, bound: DomainBound, greedy_fits: int | None) ->
     fits = bound.placed_ub if greedy_fits is None else greedy_fits
     if len(bound.nodes) == 0:
         detail = _no_host(problem, bound.domain)
+    elif bound.rule:
+        detail = bound.rule
+    elif problem.constrained and greedy_fits is not None:
+        detail = f"the pods' own rules ({_rule_names(problem)}) leave room for at most {fits} of {needed} pods"
     elif bound.binding:
         detail = f"needs {bound.need} {bound.binding}, {bound.have} free"
     else:
         detail = f"capacity is fragmented, at most {fits} of {needed} pods fit on its nodes"
     return DomainShortfall(label, fits, needed, detail)
+
+
+def _rule_names(problem: Problem) -> str:
+    """The kinds of rule the group's pods carry, for a message."""
+    rules = problem.rules
+    kinds = []
+    if rules.anti or any("anti-affinity" in lim.reason for lim in rules.limits) or rules.pairs:
+        kinds.append("anti-affinity")
+    if rules.coloc:
+        kinds.append("pod affinity")
+    kinds += [f"topology spread on {sp.key} maxSkew {sp.skew}" for sp in rules.spreads if sp.hard]
+    if any("host port" in lim.reason for lim in rules.limits):
+        kinds.append("host ports")
+    if any(lim.reason.startswith("volume") for lim in rules.limits) or rules.totals:
+        kinds.append("volumes")
+    return ", ".join(dict.fromkeys(kinds)) or "placement rules"
 
 
 def _no_host(problem: Problem, d: int) -> str:

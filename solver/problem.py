@@ -48,6 +48,7 @@ class DomainBound:
     binding: str = ""  # the resource that limits the domain, when one does
     need: int = 0  # how much of it the needed pods ask for
     have: int = 0  # how much of it is free on eligible nodes
+    rule: str = ""  # the pods' own rule that limits the domain below what the group needs
 
 
 @dataclass
@@ -199,8 +200,18 @@ class Problem:
         ids, count = self.domain_ids, len(self.domain_values)
         ok = ids >= 0
         placed = np.zeros(count, dtype=np.int64)
+        rule_text = np.full(count, "", dtype=object)
         for s, shape in enumerate(self.shapes):
-            placed += np.minimum(shape.count, np.bincount(ids[ok], self.caps[s][ok], count).astype(np.int64))
+            per_shape = np.minimum(shape.count, np.bincount(ids[ok], self.caps[s][ok], count).astype(np.int64))
+            for key in self._self_anti_keys(s):
+                spots = self._distinct_domains(s, key)
+                short = (spots < max(self.needed, 1)) & (spots <= per_shape)
+                want = min(shape.count, max(self.needed, 1))
+                unit = "nodes" if key.endswith("hostname") else f"{key.rsplit('/', 1)[-1]} domains"
+                rule_text[short] = [f"anti-affinity on {key}: {want} members need {want} {unit}, {int(n)} eligible"
+                                    for n in spots[short]]
+                per_shape = np.minimum(per_shape, spots)
+            placed += per_shape
         placed = np.minimum(placed, np.bincount(ids[ok], self.pods_ub[ok], count).astype(np.int64))
         eligible = ok & np.any(np.stack([s.eligibility.mask for s in self.shapes]), axis=0)
         cheapest = np.min(np.stack([s.vec for s in self.shapes]), axis=0)
@@ -228,8 +239,26 @@ class Problem:
                 self.snapshot.resources[j] if j >= 0 else "",
                 int(cheapest[j]) * needed if j >= 0 else 0,
                 int(totals[j][d]) if j >= 0 else 0,
+                rule_text[d] if placed[d] < max(self.needed, 1) else "",
             ))
         return out
+
+    def _self_anti_keys(self, s: int) -> list[str]:
+        """Topology keys on which shape ``s`` may have at most one pod per domain."""
+        if self.rules.empty:
+            return []
+        keys = [r.key for r in self.rules.anti if r.shape == s and r.self_match]
+        terms = self.shapes[s].pods[0].spec.pod_anti_affinity
+        nodes = [t.topology_key for t in terms if any(
+            lim.shapes == (s,) and lim.reason.endswith(f"on {t.topology_key}") for lim in self.rules.limits)]
+        return list(dict.fromkeys(keys + nodes))
+
+    def _distinct_domains(self, s: int, key: str) -> np.ndarray:
+        """Per required domain: how many ``key`` domains hold a node that can host a pod of ``s``."""
+        sub = self.snapshot.domains(key)[1]
+        hosts = (self.caps[s] > 0) & (self.domain_ids >= 0) & (sub >= 0)
+        pairs = np.unique(np.stack([self.domain_ids[hosts], sub[hosts]]), axis=1) if hosts.any() else np.zeros((2, 0), int)
+        return np.bincount(pairs[0], minlength=len(self.domain_values)).astype(np.int64)
 
     def objective_lower_bound(self, bound: DomainBound, placed: int) -> Objective:
         """No placement of ``placed`` pods in the domain scores better than this."""
