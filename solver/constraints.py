@@ -31,7 +31,7 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 
 import numpy as np
 
-from .model import HONOR, RWOP, LabelSelector, NodeAffinity, Pod, PodAffinityTerm, PodSpec, VolumeClaim
+from .model import HONOR, HOSTNAME_KEY, RWOP, LabelSelector, NodeAffinity, Pod, PodAffinityTerm, PodSpec, VolumeClaim
 
 if TYPE_CHECKING:  # pragma: no cover
     from .snapshot import Snapshot
@@ -327,7 +327,30 @@ class _Builder:
                 self.volumes(s)
         self.port_pairs()
         self.csi_limits()
+        if self.p.group.default_preference == "spread":
+            self.default_spread()
         return self.rules
+
+    def default_spread(self) -> None:
+        """A group that asks to be spread: members without a soft rule of their own prefer distinct
+        nodes, counted among the group's members (bound ones included)."""
+        key = HOSTNAME_KEY
+        if not self.labelled(key).any():
+            return
+        values, ids = self.snap.domains(key)
+        bound = np.zeros(len(self.snap.nodes), dtype=np.int64)
+        for pod in self.p.group.bound:
+            i = self.snap.index.get(pod.node)
+            if i is not None:
+                bound[i] += 1
+        existing = per_domain(self.snap, key, bound)
+        counted = np.zeros(len(values), dtype=bool)
+        counted[np.unique(ids[ids >= 0])] = True
+        members = tuple(range(len(self.shapes)))
+        for s, shape in enumerate(self.shapes):
+            spec = shape.pods[0].spec
+            if not (spec.preferred_affinity or spec.preferred_anti_affinity or any(not c.hard for c in spec.spread)):
+                self.rules.spreads.append(Spread(key, s, members, 1, existing, counted, False, False))
 
     # -- NodePorts ------------------------------------------------------------------------
     def ports(self, s: int) -> None:

@@ -474,6 +474,10 @@ class PreemptionPolicy(str, enum.Enum):
     NEVER = "Never"
 
 
+DEFAULT_PREFERENCES = ("pack", "spread")
+HOSTNAME_KEY = "kubernetes.io/hostname"
+
+
 @dataclass(frozen=True)
 class PodGroup:
     """A PodGroup and its member pods (bound and pending).
@@ -493,10 +497,18 @@ class PodGroup:
     priority: int = 0
     created: float = 0.0
     preemption_policy: PreemptionPolicy = PreemptionPolicy.PREEMPT_LOWER_PRIORITY
+    #: what members that state no placement preference of their own get: "pack" (fewest nodes:
+    #: what gangs of accelerators want) or "spread" (as if they carried a ScheduleAnyway spread over
+    #: kubernetes.io/hostname with maxSkew 1 among the group's members, like kube-scheduler's soft
+    #: default spreading of a controller's pods)
+    default_preference: str = "pack"
 
     def __post_init__(self) -> None:
         if not self.name:
             raise InvalidInput("podgroup name must not be empty")
+        if self.default_preference not in DEFAULT_PREFERENCES:
+            raise InvalidInput(f"podgroup {self.key}: placement preference must be one of "
+                               f"{', '.join(DEFAULT_PREFERENCES)}, got {self.default_preference!r}")
         try:
             object.__setattr__(self, "preemption_policy", PreemptionPolicy(self.preemption_policy))
         except ValueError:

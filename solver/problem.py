@@ -105,7 +105,8 @@ class Problem:
 
     def _plain(self, pending: list[Pod]) -> bool:
         """No inter-pod or volume rule can touch this group: the fast path of before."""
-        if self.allowed or any(p.spec.has_pod_constraints or p.volumes for p in pending):
+        if self.allowed or self.group.default_preference != "pack" or any(
+                p.spec.has_pod_constraints or p.volumes for p in pending):
             return False
         return not placed_index(self.snapshot)["anti"]
 
