@@ -55,6 +55,11 @@ class ApiServerBackend:
             "Workload": (self.scheduling_gv, "workloads"),
             "PriorityClass": ("scheduling.k8s.io/v1", "priorityclasses"),
             "PodDisruptionBudget": ("policy/v1", "poddisruptionbudgets"),
+            "PersistentVolumeClaim": ("v1", "persistentvolumeclaims"),
+            "PersistentVolume": ("v1", "persistentvolumes"),
+            "StorageClass": ("storage.k8s.io/v1", "storageclasses"),
+            "CSINode": ("storage.k8s.io/v1", "csinodes"),
+            "Namespace": ("v1", "namespaces"),
         }
         self.synced: dict[str, bool] = {k: False for k in self.resources}
         self.fresh_at: dict[str, float] = {k: 0.0 for k in self.resources}

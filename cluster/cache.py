@@ -11,26 +11,58 @@ Object life cycle, in one place::
     malformed obj              ----------> skipped with a warning; ``skipped`` counter +1;
                                            the previous record (if any) is kept
 
-Pods are indexed by node and by PodGroup; per-node usage (requests of bound, non-terminal pods)
-is maintained incrementally so a snapshot costs O(nodes), not O(pods).
+Pods are indexed by node, by PodGroup and by the claims they mount; per-node usage (requests of
+bound, non-terminal pods) is maintained incrementally so a snapshot costs O(nodes), not O(pods).
+A pod's claims are resolved (:mod:`cluster.volumes`) when the pod arrives and again whenever one of
+its PVCs, their PVs or a StorageClass changes, so a claim the PV controller binds later shows up
+in the members next time they are read. A pod that fails to convert is also remembered in
+``invalid_pods`` (uid -> group, pod, error) until it converts, is deleted or disappears in a re-list,
+so its group can say why it waits.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
-from solver import InvalidInput, Node, Pod, PodGroup, PreemptionContext, Snapshot
+from solver import InvalidInput, Node, Pod, PodGroup, PreemptionContext, Snapshot, VolumeInventory
 from solver.model import PODS
 
 from . import names
-from .convert import disruption_budget, node_from_json, pod_from_json, podgroup_from_json
+from .convert import (
+    ClaimInfo,
+    ClaimRef,
+    ClassInfo,
+    GroupSpec,
+    claim_from_json,
+    csinode_limits,
+    disruption_budget,
+    namespace_labels,
+    node_from_json,
+    pod_claims,
+    pod_from_json,
+    pod_group_key,
+    podgroup_from_json,
+    podgroup_spec,
+    VolumeInfo,
+    storage_class_from_json,
+    volume_from_json,
+)
+from .volumes import resolve_claims, volume_inventory
 
 log = logging.getLogger("phalanx.cache")
 
-KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget")
+#: kinds whose records feed the volume and inter-pod rules, and their converters
+STORAGE_KINDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
+    "PersistentVolumeClaim": claim_from_json,
+    "PersistentVolume": volume_from_json,
+    "StorageClass": storage_class_from_json,
+    "CSINode": csinode_limits,
+    "Namespace": namespace_labels,
+}
+KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget", *STORAGE_KINDS)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -46,6 +78,7 @@ class PodRecord:
     terminating: bool = False
     labels: Mapping[str, str] = field(default_factory=dict)
     disrupted: bool = False  # carries the DisruptionTarget condition (evicted or preempted)
+    claims: tuple[ClaimRef, ...] = ()  # the PVCs it mounts (``pod.volumes`` holds them resolved)
 
     @property
     def active(self) -> bool:
@@ -58,6 +91,7 @@ class PodGroupRecord:
     namespace: str
     name: str
     raw: Mapping[str, Any]  # the object as last seen (spec, status, annotations)
+    spec: GroupSpec = GroupSpec()  # the spec as parsed (policy, minCount, topology, disruption mode)
 
     @property
     def key(self) -> str:
@@ -72,6 +106,16 @@ class PodGroupRecord:
         return str((self.raw.get("metadata") or {}).get("uid", ""))
 
 
+@dataclass(frozen=True)
+class InvalidPod:
+    """A pod that failed to convert: which group it names, the pod, and why."""
+
+    uid: str
+    group: str  # namespace/name, "" when it names none
+    pod: str  # namespace/name
+    error: str
+
+
 def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
     pod = pod_from_json(obj)
     meta = obj.get("metadata") or {}
@@ -83,10 +127,16 @@ def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
         owner_name=str(owner.get("name", "")),
         gated=bool((obj.get("spec") or {}).get("schedulingGates")),
         terminating=bool(meta.get("deletionTimestamp")),
-        labels=dict(meta.get("labels") or {}),
+        labels=pod.labels,
         disrupted=any(c.get("type") == names.CONDITION_DISRUPTION_TARGET and c.get("status") == "True"
                       for c in (obj.get("status") or {}).get("conditions") or ()),
+        claims=pod_claims(obj),
     )
+
+
+def _placed(record: PodRecord | None) -> bool:
+    """Sits on a node for the snapshot's bound pods."""
+    return record is not None and bool(record.pod.node) and record.active
 
 
 def _key(obj: Mapping[str, Any]) -> str:
@@ -104,13 +154,23 @@ class ClusterCache:
         self.workloads: dict[str, Mapping[str, Any]] = {}
         self.priority_classes: dict[str, int] = {}
         self.pdbs: dict[str, Mapping[str, Any]] = {}
+        self.claims: dict[str, ClaimInfo] = {}  # by namespace/name
+        self.persistent_volumes: dict[str, VolumeInfo] = {}  # by name
+        self.storage_classes: dict[str, ClassInfo] = {}  # by name
+        self.csinodes: dict[str, Mapping[str, int]] = {}  # node -> CSI driver -> attach limit
+        self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
+        self.invalid_pods: dict[str, InvalidPod] = {}  # by uid: pods that failed to convert
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_group: dict[str, set[str]] = {}
+        self.pods_by_claim: dict[str, set[str]] = {}
         self.usage: dict[str, dict[str, int]] = {}  # node -> requests of active bound pods
         # the nodes as a solver snapshot, rebuilt only when a node's record changes, and the usage
         # matrix aligned with it, kept incrementally, so a cycle's snapshot is one matrix copy
         self._base: Snapshot | None = None
         self._used = None
+        # the bound pods as one tuple and the volume inventory, rebuilt only after a change to them
+        self._bound: tuple[Pod, ...] | None = None
+        self._inventory: VolumeInventory | None = None
         self.skipped = 0  # malformed objects ignored
         self.version = 0  # bumps on every applied change
         self.capacity_version = 0  # bumps when room may have appeared: a node added/changed, a bound pod gone
@@ -141,21 +201,22 @@ class ClusterCache:
             if kind == "Pod":
                 keep = {str((o.get("metadata") or {}).get("uid", "")) for o in objects}
                 for uid in [u for u in self.pods if u not in keep]:
-                    self._remove_pod(uid)
+                    self._note_bound_change(self._remove_pod(uid), None)
+                for uid in [u for u in self.invalid_pods if u not in keep]:
+                    del self.invalid_pods[uid]
             else:
-                store = self._store(kind)
                 keep = {_key(o) for o in objects}
-                for key in [k for k in store if k not in keep]:
-                    del store[key]
-                    if kind == "Node":
-                        self._base = None
+                for key in [k for k in self._store(kind) if k not in keep]:
+                    self._delete(kind, key)
             self.version += 1
         for obj in objects:
             self.apply(kind, "ADDED", obj)
 
     def _store(self, kind: str) -> dict:
         return {"Node": self.nodes, "PodGroup": self.podgroups, "Workload": self.workloads,
-                "PriorityClass": self.priority_classes, "PodDisruptionBudget": self.pdbs}[kind]
+                "PriorityClass": self.priority_classes, "PodDisruptionBudget": self.pdbs,
+                "PersistentVolumeClaim": self.claims, "PersistentVolume": self.persistent_volumes,
+                "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}[kind]
 
     def _apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> Any:
         deleted = event_type == "DELETED"
@@ -163,9 +224,12 @@ class ClusterCache:
             uid = str((obj.get("metadata") or {}).get("uid") or "")
             if not uid:
                 raise InvalidInput(f"pod {_safe_key(obj)}: metadata.uid is missing")
-            record = None if deleted else _pod_record(obj)  # convert first: a bad object changes nothing
-            previous = self.pods.get(uid)
-            self._remove_pod(uid)
+            # convert first: a bad object changes nothing (but is remembered for its group)
+            record = None if deleted else self._resolved(self._convert_pod(uid, obj))
+            if deleted:
+                self.invalid_pods.pop(uid, None)
+            previous = self._remove_pod(uid)
+            self._note_bound_change(previous, record)
             if previous is not None and previous.pod.node and previous.active and not (
                 record is not None and record.pod.node and record.active
             ):
@@ -181,18 +245,24 @@ class ClusterCache:
         if key == "None":
             raise InvalidInput(f"{kind}: metadata.name is missing")
         if deleted:
-            if store.pop(key, None) is not None and kind == "Node":
-                self._base = None
+            self._delete(kind, key)
             return key
         if kind == "Node":
             record = node_from_json(obj)
             if self.nodes.get(key) != record:  # heartbeats change nothing phalanx reads
-                self._base = None
+                self._nodes_changed()
                 self.capacity_version += 1
+        elif kind in STORAGE_KINDS:
+            record = STORAGE_KINDS[kind](obj)
+            previous = store.get(key)
+            store[key] = record
+            self._storage_changed(kind, previous, record)
+            return record
         elif kind == "PodGroup":
-            podgroup_from_json(obj)  # validate now, so a bad spec is skipped here, not mid-cycle
+            spec = podgroup_spec(obj)
+            podgroup_from_json(obj, spec=spec)  # validate now, so a bad spec is skipped here, not mid-cycle
             meta = obj.get("metadata") or {}
-            record = PodGroupRecord(str(meta.get("namespace") or "default"), str(meta["name"]), obj)
+            record = PodGroupRecord(str(meta.get("namespace") or "default"), str(meta["name"]), obj, spec)
         elif kind == "PriorityClass":
             value = obj.get("value")
             if isinstance(value, bool) or not isinstance(value, int):
@@ -203,9 +273,77 @@ class ClusterCache:
         store[key] = record
         return record
 
+    def _delete(self, kind: str, key: str) -> None:
+        """Forget the record ``key`` of ``kind`` (not Pod), with whatever depended on it."""
+        previous = self._store(kind).pop(key, None)
+        if previous is None:
+            return
+        if kind == "Node":
+            self._nodes_changed()
+        elif kind in STORAGE_KINDS:
+            self._storage_changed(kind, previous, None)
+
+    def _nodes_changed(self) -> None:
+        self._base = None
+        self._bound = None  # the bound pods listed are those on known nodes
+
+    def _convert_pod(self, uid: str, obj: Mapping[str, Any]) -> PodRecord:
+        """The pod's record; a pod that does not convert is remembered in ``invalid_pods``."""
+        try:
+            record = _pod_record(obj)
+        except (InvalidInput, KeyError, TypeError, ValueError, AttributeError) as err:
+            self.invalid_pods[uid] = InvalidPod(uid, pod_group_key(obj), _safe_key(obj), str(err))
+            raise
+        self.invalid_pods.pop(uid, None)
+        return record
+
+    def _resolved(self, record: PodRecord) -> PodRecord:
+        """``record`` with its claims resolved against the current PVCs, PVs and StorageClasses."""
+        if not record.claims:
+            return record
+        volumes = resolve_claims(record.claims, record.pod.uid, self.claims, self.persistent_volumes,
+                                 self.storage_classes)
+        return record if volumes == record.pod.volumes else replace(record, pod=replace(record.pod, volumes=volumes))
+
+    def _storage_changed(self, kind: str, previous: Any, record: Any) -> None:
+        """A PVC, PV, StorageClass, CSINode or Namespace changed: re-resolve the pods whose claims
+        it touches, drop the volume inventory, and note that room may have appeared."""
+        if previous == record:
+            return
+        self.capacity_version += 1
+        if kind == "Namespace":
+            return
+        self._inventory = None
+        if kind == "PersistentVolumeClaim":
+            self._reresolve({(previous or record).name})
+        elif kind == "PersistentVolume":
+            self._reresolve({v.volume.claim_ref for v in (previous, record) if v is not None} - {""})
+        elif kind == "StorageClass":
+            self._reresolve(set(self.pods_by_claim))
+
+    def _reresolve(self, claims: set[str]) -> None:
+        uids = set().union(*(self.pods_by_claim.get(c, ()) for c in claims))
+        for uid in uids:
+            before = self.pods[uid]
+            after = self._resolved(before)
+            if after is not before:
+                self.pods[uid] = after
+                self._note_bound_change(before, after)
+
+    def _note_bound_change(self, before: PodRecord | None, after: PodRecord | None) -> None:
+        """Drop the cached bound-pod tuple when a change touches a bound pod as the solver sees it
+        (status-only updates of a running pod keep it)."""
+        if not (_placed(before) or _placed(after)):
+            return
+        if _placed(before) and _placed(after) and before.pod == after.pod and before.pod.labels == after.pod.labels:
+            return
+        self._bound = None
+
     def _add_pod(self, record: PodRecord) -> None:
         pod = record.pod
         self.pods[pod.uid] = record
+        for claim in record.claims:
+            self.pods_by_claim.setdefault(claim.name, set()).add(pod.uid)
         if pod.group:
             self.pods_by_group.setdefault(pod.group, set()).add(pod.uid)
         if pod.node:
@@ -213,11 +351,17 @@ class ClusterCache:
             if record.active:
                 self._charge(pod, +1)
 
-    def _remove_pod(self, uid: str) -> None:
+    def _remove_pod(self, uid: str) -> PodRecord | None:
         record = self.pods.pop(uid, None)
         if record is None:
-            return
+            return None
         pod = record.pod
+        for claim in record.claims:
+            users = self.pods_by_claim.get(claim.name)
+            if users:
+                users.discard(uid)
+                if not users:
+                    del self.pods_by_claim[claim.name]
         if pod.group:
             members = self.pods_by_group.get(pod.group)
             if members:
@@ -232,6 +376,7 @@ class ClusterCache:
                     del self.pods_by_node[pod.node]
             if record.active:
                 self._charge(pod, -1)
+        return record
 
     def _charge(self, pod: Pod, sign: int) -> None:
         slot = self.usage.setdefault(pod.node, {})
@@ -280,7 +425,19 @@ class ClusterCache:
             return None
         records = members if members is not None else self.members(group_key)
         pods = tuple(r.pod for r in records if not r.gated)
-        return podgroup_from_json(record.raw, pods, self.priority_classes)
+        return podgroup_from_json(record.raw, pods, self.priority_classes, record.spec)
+
+    def invalid_members(self, group_key: str) -> list[InvalidPod]:
+        """Pods naming the group that failed to convert (the group cannot be complete without them)."""
+        with self._lock:
+            return sorted((p for p in self.invalid_pods.values() if p.group == group_key), key=lambda p: p.pod)
+
+    def assumed_pods(self, assignments: Mapping[str, str]) -> tuple[Pod, ...]:
+        """The pods of a plan (uid -> node) as placed on their planned nodes, for a snapshot's
+        ``assumed`` pods; uids unknown or already bound are left out."""
+        with self._lock:
+            records = [(self.pods.get(uid), node) for uid, node in assignments.items()]
+        return tuple(replace(r.pod, node=node) for r, node in records if r is not None and not r.pod.node)
 
     def preemption_context(self) -> PreemptionContext:
         """Who may be evicted and at what cost: each bound pod's unit (its PodGroup's priority and
@@ -303,15 +460,32 @@ class ClusterCache:
                     log.warning("ignoring %s", err)
         return PreemptionContext.from_groups(groups, budgets)
 
-    def snapshot(self, reserved: Mapping[str, Mapping[str, int]] | None = None, with_bound: bool = False) -> Snapshot:
-        """An immutable snapshot: nodes, usage of bound pods, plus ``reserved`` capacity.
-        ``with_bound`` also lists the bound pods themselves (preemption needs them)."""
+    def snapshot(self, reserved: Mapping[str, Mapping[str, int]] | None = None, with_bound: bool = True,
+                 assumed: Mapping[str, str] | None = None) -> Snapshot:
+        """An immutable snapshot: nodes, usage of bound pods, plus ``reserved`` capacity; the bound
+        pods themselves (labels, namespaces, terms and claims: what inter-pod and volume rules
+        read), the namespaces' labels and the volume inventory. ``assumed`` (uid -> node: other
+        groups' plans not bound yet) adds those pods for the inter-pod rules and host ports, not
+        for capacity (``reserved`` charges that). ``with_bound`` is kept for callers: bound pods
+        are always listed."""
+        del with_bound
+        extra = self.assumed_pods(assumed) if assumed else None
         with self._lock:
             base = self._base_snapshot()
-            bound = [r.pod for r in self.pods.values() if r.pod.node in self.nodes and r.active] if with_bound else None
-            snapshot = base.with_used(self._used, bound)
+            snapshot = base.with_used(self._used, self._bound_pods()).with_context(
+                assumed=extra, namespaces=self.namespaces, volumes=self._volume_inventory())
         reserved = {n: a for n, a in (reserved or {}).items() if n in snapshot.index}
         return snapshot.with_usage(reserved) if reserved else snapshot
+
+    def _bound_pods(self) -> tuple[Pod, ...]:
+        if self._bound is None:
+            self._bound = tuple(r.pod for r in self.pods.values() if r.pod.node in self.nodes and r.active)
+        return self._bound
+
+    def _volume_inventory(self) -> VolumeInventory:
+        if self._inventory is None:
+            self._inventory = volume_inventory(self.persistent_volumes.values(), self.claims, self.csinodes)
+        return self._inventory
 
     def priority_of(self, class_name: str) -> int | None:
         with self._lock:

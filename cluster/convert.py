@@ -1,32 +1,44 @@
-"""Kubernetes JSON (Node, Pod, PodGroup v1beta1) to the solver's small records.
+"""Kubernetes JSON (Node, Pod, PodGroup v1beta1, storage objects, Namespace) to small records.
 
 Raw dicts in, immutable solver records out; nothing here decides anything. Malformed objects
 raise :class:`solver.InvalidInput` with the object's name and the field at fault, so the caller
-(the watch cache) can skip it with a warning instead of crashing.
+(the watch cache) can skip it with a warning instead of crashing. Every field is read as
+kube-scheduler (v1.37) reads it: pod (anti-)affinity with namespaces resolved and
+``matchLabelKeys``/``mismatchLabelKeys`` merged into the selector as the API server merges them,
+topology spread with its defaults, host ports of containers and restartable init containers, and
+the PersistentVolumeClaims a pod mounts (resolved against claims, PVs and StorageClasses in
+:mod:`cluster.volumes`). This is the only module that parses Kubernetes JSON.
 """
 
 from __future__ import annotations
 
 import json
+from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping, NamedTuple
 
 from solver import (
     DisruptionBudget,
     DisruptionMode,
+    HostPort,
     InvalidInput,
+    LabelSelector,
     Node,
     NodeAffinity,
+    PersistentVolume,
     Pod,
+    PodAffinityTerm,
     PodGroup,
     PodSpec,
     Policy,
     Requirement,
+    SpreadConstraint,
     Taint,
     TaintEffect,
     Toleration,
     effective_requests,
 )
+from solver.model import HONOR, IGNORE, LABEL_SELECTOR_OPERATORS, SELECTOR_OPERATORS, WILDCARD_IP
 
 from . import names
 from .quantity import parse_quantity
@@ -39,6 +51,67 @@ def _name(obj: JSON, kind: str) -> str:
     if not isinstance(meta, Mapping) or not meta.get("name"):
         raise InvalidInput(f"{kind}: metadata.name is missing")
     return str(meta["name"])
+
+
+# -- type-checked reads: every wrong type becomes InvalidInput naming the field ---------------------
+def _mapping(value: Any, where: str) -> Mapping[str, Any]:
+    if value is None:
+        return {}
+    if isinstance(value, Mapping):
+        return value
+    raise InvalidInput(f"{where} must be an object, got {type(value).__name__}")
+
+
+def _list(value: Any, where: str) -> list:
+    if value is None:
+        return []
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    raise InvalidInput(f"{where} must be a list, got {type(value).__name__}")
+
+
+def _text(value: Any, where: str, required: bool = False) -> str:
+    if value is None or value == "":
+        if required:
+            raise InvalidInput(f"{where} must be a non-empty string")
+        return ""
+    if not isinstance(value, str):
+        raise InvalidInput(f"{where} must be a string, got {value!r}")
+    return value
+
+
+def _integer(value: Any, where: str, default: int | None = None) -> int:
+    if value is None and default is not None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"{where} must be an integer, got {value!r}")
+    return value
+
+
+def _strings(value: Any, where: str) -> tuple[str, ...]:
+    return tuple(_text(v, f"{where}[{i}]", required=True) for i, v in enumerate(_list(value, where)))
+
+
+def _string_map(value: Any, where: str) -> dict[str, str]:
+    out = {}
+    for key, text in _mapping(value, where).items():
+        if not isinstance(key, str) or not isinstance(text, str):
+            raise InvalidInput(f"{where} must map strings to strings, got {key!r}: {text!r}")
+        out[key] = text
+    return out
+
+
+def _items(value: Any, where: str) -> list[tuple[str, Mapping[str, Any]]]:
+    """A list of objects as (path, object) pairs, each path naming its index."""
+    return [(f"{where}[{i}]", _mapping(item, f"{where}[{i}]")) for i, item in enumerate(_list(value, where))]
+
+
+def _checked(where: str, build: Callable[..., Any], *args: Any) -> Any:
+    """A solver record built from ``args``; its own validation error is prefixed with ``where``."""
+    try:
+        return build(*args)
+    except InvalidInput as err:
+        raise InvalidInput(f"{where}: {err}") from None
 
 
 def _quantities(values: Any, where: str) -> dict[str, int]:
@@ -58,86 +131,255 @@ def node_from_json(obj: JSON) -> Node:
         taints = tuple(
             Taint(t["key"], t.get("value", "") or "", TaintEffect(t["effect"])) for t in spec.get("taints") or ()
         )
-    except (KeyError, ValueError, TypeError) as err:
+    except (KeyError, ValueError, TypeError, AttributeError) as err:
         raise InvalidInput(f"node {name}: malformed taint ({err})") from None
     return Node(
         name=name,
         allocatable=_quantities(allocatable, f"node {name}: allocatable"),
-        labels=dict((obj.get("metadata") or {}).get("labels") or {}),
+        labels=_string_map((obj.get("metadata") or {}).get("labels"), f"node {name}: metadata.labels"),
         taints=taints,
         unschedulable=bool(spec.get("unschedulable", False)),
     )
 
 
-def _requirement(expr: JSON, where: str) -> Requirement:
-    try:
-        return Requirement(expr["key"], expr["operator"], tuple(str(v) for v in expr.get("values") or ()))
-    except (KeyError, TypeError) as err:
-        raise InvalidInput(f"{where}: malformed node selector requirement ({err})") from None
+# -- selectors ---------------------------------------------------------------------------------------
+def _requirement(expr: Any, where: str, operators: tuple[str, ...] = SELECTOR_OPERATORS) -> Requirement:
+    expr = _mapping(expr, where)
+    operator = _text(expr.get("operator"), f"{where}.operator", required=True)
+    if operator not in operators:
+        raise InvalidInput(f"{where}.operator must be one of {', '.join(operators)}, got {operator!r}")
+    values = _strings(expr.get("values"), f"{where}.values")
+    return _checked(where, Requirement, _text(expr.get("key"), f"{where}.key", required=True), operator, values)
+
+
+def node_selector_terms(terms: Any, where: str) -> NodeAffinity:
+    """``nodeSelectorTerms`` (a node affinity, a PV's node affinity): OR of ANDed expressions.
+    ``matchFields`` (metadata.name) is enforced by kube-scheduler's own filter before phalanx sees
+    the candidate nodes, so only ``matchExpressions`` is modelled."""
+    return NodeAffinity(tuple(
+        tuple(_requirement(e, path) for path, e in _items(term.get("matchExpressions"), f"{at}.matchExpressions"))
+        for at, term in _items(terms, where)))
 
 
 def _affinity(spec: JSON, where: str) -> NodeAffinity:
-    required = (((spec.get("affinity") or {}).get("nodeAffinity") or {}).get(
-        "requiredDuringSchedulingIgnoredDuringExecution") or {})
-    terms = []
-    for term in required.get("nodeSelectorTerms") or ():
-        # matchFields (metadata.name) is enforced by kube-scheduler's own filter before phalanx
-        # sees the candidate nodes, so only matchExpressions is modelled here.
-        terms.append(tuple(_requirement(e, where) for e in term.get("matchExpressions") or ()))
-    return NodeAffinity(tuple(terms))
+    affinity = _mapping(spec.get("affinity"), f"{where}: spec.affinity")
+    node = _mapping(affinity.get("nodeAffinity"), f"{where}: spec.affinity.nodeAffinity")
+    path = f"{where}: spec.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution"
+    required = _mapping(node.get("requiredDuringSchedulingIgnoredDuringExecution"), path)
+    return node_selector_terms(required.get("nodeSelectorTerms"), f"{path}.nodeSelectorTerms")
+
+
+def label_selector(raw: Any, where: str) -> LabelSelector | None:
+    """A metav1.LabelSelector; None when not set (a term without a selector matches nothing),
+    an empty selector matches everything."""
+    if raw is None:
+        return None
+    selector = _mapping(raw, where)
+    labels = _string_map(selector.get("matchLabels"), f"{where}.matchLabels")
+    expressions = tuple(_requirement(e, path, LABEL_SELECTOR_OPERATORS)
+                        for path, e in _items(selector.get("matchExpressions"), f"{where}.matchExpressions"))
+    return _checked(where, LabelSelector, tuple(labels.items()), expressions)
+
+
+def _merge_label_keys(selector: LabelSelector | None, labels: Mapping[str, str],
+                      match_keys: tuple[str, ...], mismatch_keys: tuple[str, ...] = ()) -> LabelSelector | None:
+    """``matchLabelKeys`` / ``mismatchLabelKeys`` merged into ``selector`` as the API server does:
+    ``key In [value]`` / ``key NotIn [value]`` from the pod's own labels, keys it lacks ignored. A
+    missing selector stays missing; a requirement already merged (by the API server) is not repeated."""
+    if selector is None:
+        return None
+    extra = [Requirement(k, "In", (labels[k],)) for k in match_keys if k in labels]
+    extra += [Requirement(k, "NotIn", (labels[k],)) for k in mismatch_keys if k in labels]
+    new = tuple(r for r in dict.fromkeys(extra) if r not in selector.match_expressions)
+    if not new:
+        return selector
+    return LabelSelector(selector.match_labels, selector.match_expressions + new)
+
+
+# -- pods ------------------------------------------------------------------------------------------
+def _containers(spec: JSON, where: str, restartable_only: bool = False) -> list[tuple[str, Mapping[str, Any]]]:
+    """``spec.containers``, or ``spec.initContainers`` (only the restartable sidecars when asked)."""
+    if not restartable_only:
+        return _items(spec.get("containers"), f"{where}: spec.containers")
+    return [(path, c) for path, c in _items(spec.get("initContainers"), f"{where}: spec.initContainers")
+            if c.get("restartPolicy") == "Always"]
 
 
 def pod_requests(spec: JSON, where: str) -> dict[str, int]:
     """Effective requests of a pod spec, the Kubernetes way (see solver.effective_requests)."""
-    def requests(container: JSON) -> dict[str, int]:
-        resources = container.get("resources") or {}
+    def requests(path: str, container: JSON) -> dict[str, int]:
+        resources = _mapping(container.get("resources"), f"{path}.resources")
         # a limit without a request defaults the request to the limit
-        return _quantities((resources.get("limits") or {}) | (resources.get("requests") or {}), where)
+        merged = dict(_mapping(resources.get("limits"), f"{path}.resources.limits"))
+        merged.update(_mapping(resources.get("requests"), f"{path}.resources.requests"))
+        return _quantities(merged, where)
 
-    containers = [requests(c) for c in spec.get("containers") or ()]
-    inits = [(requests(c), c.get("restartPolicy") == "Always") for c in spec.get("initContainers") or ()]
+    containers = [requests(p, c) for p, c in _containers(spec, where)]
+    inits = [(requests(p, c), c.get("restartPolicy") == "Always")
+             for p, c in _items(spec.get("initContainers"), f"{where}: spec.initContainers")]
     return effective_requests(containers, inits, _quantities(spec.get("overhead"), where))
 
 
 def pod_group_name(obj: JSON) -> str:
     """The PodGroup a pod belongs to: the built-in field, else phalanx's CRD-flavor label."""
     spec = obj.get("spec") or {}
-    field = (spec.get("schedulingGroup") or {}).get("podGroupName")
-    if field:
-        return str(field)
+    named = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    if named:
+        return str(named)
     return str(((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_GROUP, ""))
 
 
-def pod_from_json(obj: JSON) -> Pod:
-    name = _name(obj, "pod")
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace") or "default"
-    where = f"pod {namespace}/{name}"
-    spec = obj.get("spec") or {}
+def pod_group_key(obj: Any) -> str:
+    """``namespace/group`` of a pod, or "" — never raises, even on a malformed object (so a pod that
+    fails to convert can still be reported on its PodGroup)."""
     try:
-        tolerations = tuple(
-            Toleration(t.get("key", "") or "", t.get("operator", "Equal") or "Equal", t.get("value", "") or "",
-                       t.get("effect", "") or "")
-            for t in spec.get("tolerations") or ()
-        )
-    except (AttributeError, TypeError) as err:
-        raise InvalidInput(f"{where}: malformed toleration ({err})") from None
+        group = pod_group_name(obj)
+        return f"{(obj.get('metadata') or {}).get('namespace') or 'default'}/{group}" if group else ""
+    except (AttributeError, TypeError):
+        return ""
+
+
+def _affinity_term(raw: Any, where: str, namespace: str, labels: Mapping[str, str], weight: int = 0) -> PodAffinityTerm:
+    """One PodAffinityTerm: no namespaces and no namespaceSelector mean the pod's own namespace;
+    ``namespaceSelector: {}`` means every namespace."""
+    term = _mapping(raw, where)
+    selector = _merge_label_keys(label_selector(term.get("labelSelector"), f"{where}.labelSelector"), labels,
+                                 _strings(term.get("matchLabelKeys"), f"{where}.matchLabelKeys"),
+                                 _strings(term.get("mismatchLabelKeys"), f"{where}.mismatchLabelKeys"))
+    namespaces = frozenset(_strings(term.get("namespaces"), f"{where}.namespaces"))
+    namespace_selector = label_selector(term.get("namespaceSelector"), f"{where}.namespaceSelector")
+    if not namespaces and namespace_selector is None:
+        namespaces = frozenset((namespace,))
+    topology_key = _text(term.get("topologyKey"), f"{where}.topologyKey", required=True)
+    return _checked(where, PodAffinityTerm, topology_key, selector, namespaces, namespace_selector, weight)
+
+
+def _weighted_term(raw: Any, where: str, namespace: str, labels: Mapping[str, str]) -> PodAffinityTerm:
+    """One WeightedPodAffinityTerm (a preferred term): weight 1-100 and its podAffinityTerm."""
+    weighted = _mapping(raw, where)
+    weight = _integer(weighted.get("weight"), f"{where}.weight")
+    if not 1 <= weight <= 100:
+        raise InvalidInput(f"{where}.weight must be 1-100, got {weight}")
+    return _affinity_term(weighted.get("podAffinityTerm"), f"{where}.podAffinityTerm", namespace, labels, weight)
+
+
+def _pod_affinity(spec: JSON, kind: str, where: str, namespace: str,
+                  labels: Mapping[str, str]) -> tuple[tuple[PodAffinityTerm, ...], tuple[PodAffinityTerm, ...]]:
+    """The required and the preferred terms of ``spec.affinity.<kind>`` (podAffinity or podAntiAffinity)."""
+    path = f"{where}: spec.affinity.{kind}"
+    rules = _mapping(_mapping(spec.get("affinity"), f"{where}: spec.affinity").get(kind), path)
+    hard, soft = (f"{path}.{w}DuringSchedulingIgnoredDuringExecution" for w in ("required", "preferred"))
+    required = tuple(_affinity_term(t, f"{hard}[{i}]", namespace, labels)
+                     for i, t in enumerate(_list(rules.get("requiredDuringSchedulingIgnoredDuringExecution"), hard)))
+    preferred = tuple(_weighted_term(t, f"{soft}[{i}]", namespace, labels)
+                      for i, t in enumerate(_list(rules.get("preferredDuringSchedulingIgnoredDuringExecution"), soft)))
+    return required, preferred
+
+
+def _spread_constraint(raw: Any, where: str, labels: Mapping[str, str]) -> SpreadConstraint:
+    """One topologySpreadConstraints entry with kube-scheduler's defaults: minDomains 1,
+    nodeAffinityPolicy Honor, nodeTaintsPolicy Ignore; ``matchLabelKeys`` merged into the selector."""
+    c = _mapping(raw, where)
+    selector = _merge_label_keys(label_selector(c.get("labelSelector"), f"{where}.labelSelector"), labels,
+                                 _strings(c.get("matchLabelKeys"), f"{where}.matchLabelKeys"))
+    return _checked(where, SpreadConstraint,
+                    _integer(c.get("maxSkew"), f"{where}.maxSkew"),
+                    _text(c.get("topologyKey"), f"{where}.topologyKey", required=True),
+                    _text(c.get("whenUnsatisfiable"), f"{where}.whenUnsatisfiable", required=True),
+                    selector,
+                    _integer(c.get("minDomains"), f"{where}.minDomains", default=1),
+                    _text(c.get("nodeAffinityPolicy"), f"{where}.nodeAffinityPolicy") or HONOR,
+                    _text(c.get("nodeTaintsPolicy"), f"{where}.nodeTaintsPolicy") or IGNORE)
+
+
+def _spread(spec: JSON, where: str, labels: Mapping[str, str]) -> tuple[SpreadConstraint, ...]:
+    return tuple(_spread_constraint(c, path, labels)
+                 for path, c in _items(spec.get("topologySpreadConstraints"), f"{where}: spec.topologySpreadConstraints"))
+
+
+def _host_ports(spec: JSON, where: str) -> tuple[HostPort, ...]:
+    """Ports with a hostPort of the containers and of restartable init containers (sidecars), as
+    kube-scheduler's NodePorts counts them. With ``hostNetwork`` every containerPort is a host port
+    (the API server defaults hostPort to containerPort there). Protocol defaults to TCP, hostIP to
+    the wildcard."""
+    host_network = spec.get("hostNetwork") is True
+    ports: dict[HostPort, None] = {}
+    for path, container in _containers(spec, where) + _containers(spec, where, restartable_only=True):
+        for at, port in _items(container.get("ports"), f"{path}.ports"):
+            number = _integer(port.get("hostPort"), f"{at}.hostPort", default=0)
+            if not number and host_network:
+                number = _integer(port.get("containerPort"), f"{at}.containerPort", default=0)
+            if number < 0 or number > 65535:
+                raise InvalidInput(f"{at}.hostPort must be 1-65535, got {number}")
+            if number:
+                ports[_checked(at, HostPort, number, _text(port.get("protocol"), f"{at}.protocol") or "TCP",
+                               _text(port.get("hostIP"), f"{at}.hostIP") or WILDCARD_IP)] = None
+    return tuple(ports)
+
+
+class ClaimRef(NamedTuple):
+    """A PersistentVolumeClaim a pod mounts: ``namespace/claim``, and whether it is the claim of a
+    generic ephemeral volume (``<pod>-<volume>``, which must be owned by the pod)."""
+
+    name: str
+    ephemeral: bool = False
+
+
+def pod_claims(obj: JSON) -> tuple[ClaimRef, ...]:
+    """The claims of ``spec.volumes``: persistentVolumeClaim.claimName, and the claim each generic
+    ephemeral volume gets."""
+    name = _name(obj, "pod")
+    meta = _mapping(obj.get("metadata"), "pod: metadata")
+    namespace = meta.get("namespace") or "default"
+    where = f"pod {namespace}/{name}: spec.volumes"
+    refs: dict[ClaimRef, None] = {}
+    for path, volume in _items(_mapping(obj.get("spec"), f"pod {namespace}/{name}: spec").get("volumes"), where):
+        if volume.get("persistentVolumeClaim") is not None:
+            claim = _mapping(volume["persistentVolumeClaim"], f"{path}.persistentVolumeClaim")
+            refs[ClaimRef(f"{namespace}/{_text(claim.get('claimName'), f'{path}.persistentVolumeClaim.claimName', True)}")] = None
+        elif volume.get("ephemeral") is not None:
+            refs[ClaimRef(f"{namespace}/{name}-{_text(volume.get('name'), f'{path}.name', True)}", True)] = None
+    return tuple(refs)
+
+
+def pod_from_json(obj: JSON) -> Pod:
+    """A pod as the solver sees it. ``volumes`` is left empty: claims need the PVC, PV and
+    StorageClass objects, see :func:`pod_claims` and :func:`cluster.volumes.resolve_claims`."""
+    name = _name(obj, "pod")
+    meta = obj["metadata"]
+    namespace = _text(meta.get("namespace"), f"pod {name}: metadata.namespace") or "default"
+    where = f"pod {namespace}/{name}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    labels = _string_map(meta.get("labels"), f"{where}: metadata.labels")
+    tolerations = tuple(
+        _checked(path, Toleration, _text(t.get("key"), f"{path}.key"), _text(t.get("operator"), f"{path}.operator")
+                 or "Equal", _text(t.get("value"), f"{path}.value"), _text(t.get("effect"), f"{path}.effect"))
+        for path, t in _items(spec.get("tolerations"), f"{where}: spec.tolerations"))
     priority = spec.get("priority") or 0
     if isinstance(priority, bool) or not isinstance(priority, int):
         raise InvalidInput(f"{where}: spec.priority must be an integer")
     group = pod_group_name(obj)
+    affinity, preferred_affinity = _pod_affinity(spec, "podAffinity", where, namespace, labels)
+    anti_affinity, preferred_anti_affinity = _pod_affinity(spec, "podAntiAffinity", where, namespace, labels)
     return Pod(
         uid=str(meta.get("uid") or f"{namespace}/{name}"),
         name=name,
         namespace=namespace,
-        node=str(spec.get("nodeName") or ""),
+        node=_text(spec.get("nodeName"), f"{where}: spec.nodeName"),
         group=f"{namespace}/{group}" if group else "",
+        labels=labels,
         spec=PodSpec(
             requests=pod_requests(spec, where),
-            node_selector={str(k): str(v) for k, v in (spec.get("nodeSelector") or {}).items()},
+            node_selector=_string_map(spec.get("nodeSelector"), f"{where}: spec.nodeSelector"),
             affinity=_affinity(spec, where),
             tolerations=tolerations,
             priority=priority,
+            pod_affinity=affinity,
+            pod_anti_affinity=anti_affinity,
+            preferred_affinity=preferred_affinity,
+            preferred_anti_affinity=preferred_anti_affinity,
+            spread=_spread(spec, where, labels),
+            host_ports=_host_ports(spec, where),
         ),
     )
 
@@ -158,70 +400,123 @@ def preferred_keys(meta: JSON) -> tuple[str, ...]:
     return tuple(dict.fromkeys(out))
 
 
-def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
-                       priority_classes: Mapping[str, int] | None = None) -> PodGroup:
-    """A PodGroup (built-in or CRD flavor, same v1beta1 schema) with its member pods. The priority
-    is the value of ``spec.priorityClassName``, else ``spec.priority``, else the members' highest."""
+@dataclass(frozen=True)
+class GroupSpec:
+    """The parts of a PodGroup's spec phalanx reads (the v1beta1 schema, both flavors)."""
+
+    policy: Policy = Policy.BASIC
+    min_count: int = 1  # 1 for a Basic group
+    topology_key: str = ""  # the required key, "" none
+    disruption_mode: DisruptionMode = DisruptionMode.SINGLE
+    priority_class: str = ""
+    priority: int | None = None  # spec.priority as written, None when absent
+    preemption_policy: str = "PreemptLowerPriority"
+
+
+def podgroup_spec(obj: JSON) -> GroupSpec:
+    """``spec`` of a PodGroup: schedulingPolicy (basic or gang with minCount), at most one required
+    topology key, disruptionMode, priority (class and value) and preemptionPolicy."""
     name = _name(obj, "podgroup")
-    meta = obj.get("metadata") or {}
-    namespace = meta.get("namespace") or "default"
-    where = f"podgroup {namespace}/{name}"
-    spec = obj.get("spec") or {}
-    policy_spec = spec.get("schedulingPolicy") or {}
+    where = f"podgroup {(obj.get('metadata') or {}).get('namespace') or 'default'}/{name}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    policy_spec = _mapping(spec.get("schedulingPolicy"), f"{where}: spec.schedulingPolicy")
     if "gang" in policy_spec and "basic" in policy_spec:
         raise InvalidInput(f"{where}: schedulingPolicy sets both basic and gang")
-    if "gang" in policy_spec:
-        policy = Policy.GANG
-        min_count = (policy_spec.get("gang") or {}).get("minCount", 1)
-    else:
-        policy, min_count = Policy.BASIC, 1
-    topology = (spec.get("schedulingConstraints") or {}).get("topology") or []
+    gang = "gang" in policy_spec
+    min_count = 1
+    if gang:
+        path = f"{where}: spec.schedulingPolicy.gang"
+        min_count = _integer(_mapping(policy_spec["gang"], path).get("minCount"), f"{path}.minCount", default=1)
+    path = f"{where}: spec.schedulingConstraints.topology"
+    topology = _items(_mapping(spec.get("schedulingConstraints"), f"{where}: spec.schedulingConstraints")
+                      .get("topology"), path)
     if len(topology) > 1:
         raise InvalidInput(f"{where}: at most one topology constraint is supported, got {len(topology)}")
-    key = str(topology[0].get("key", "")) if topology else ""
-    mode = DisruptionMode.ALL if "all" in (spec.get("disruptionMode") or {}) else DisruptionMode.SINGLE
-    # the class wins when it resolves: the API server defaults spec.priority to 0 even when a
-    # priorityClassName is set, as pods' spec.priority is only filled in by admission
-    priority = (priority_classes or {}).get(str(spec.get("priorityClassName") or ""))
-    if priority is None:
-        priority = spec.get("priority")
-    if priority is None:
-        priority = max((p.spec.priority for p in members), default=0)
-    preferred = tuple(k for k in preferred_keys(meta) if k != key)
-    return PodGroup(
-        namespace=namespace,
-        name=name,
-        members=members,
-        policy=policy,
+    priority = spec.get("priority")
+    return GroupSpec(
+        policy=Policy.GANG if gang else Policy.BASIC,
         min_count=min_count,
-        topology_key=key,
-        preferred_keys=preferred,
-        disruption_mode=mode,
-        priority=int(priority),
-        created=_timestamp(meta.get("creationTimestamp")),
-        preemption_policy=spec.get("preemptionPolicy") or "PreemptLowerPriority",
+        topology_key=_text(topology[0][1].get("key"), f"{path}[0].key") if topology else "",
+        disruption_mode=DisruptionMode.ALL if "all" in _mapping(spec.get("disruptionMode"), f"{where}: spec.disruptionMode")
+        else DisruptionMode.SINGLE,
+        priority_class=_text(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
+        priority=None if priority is None else _integer(priority, f"{where}: spec.priority"),
+        preemption_policy=_text(spec.get("preemptionPolicy"), f"{where}: spec.preemptionPolicy") or "PreemptLowerPriority",
     )
 
 
-def selector_matches(selector: JSON | None, labels: Mapping[str, str]) -> bool:
-    """A metav1.LabelSelector against labels. An empty selector matches everything; a missing
-    one (None) matches nothing, as for PodDisruptionBudgets."""
-    if selector is None:
-        return False
-    for key, value in (selector.get("matchLabels") or {}).items():
-        if labels.get(key) != value:
-            return False
-    for expr in selector.get("matchExpressions") or ():
-        key, op, values = expr.get("key"), expr.get("operator"), expr.get("values") or []
-        if op == "In" and labels.get(key) not in values:
-            return False
-        if op == "NotIn" and key in labels and labels[key] in values:
-            return False
-        if op == "Exists" and key not in labels:
-            return False
-        if op == "DoesNotExist" and key in labels:
-            return False
-    return True
+def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
+                       priority_classes: Mapping[str, int] | None = None, spec: GroupSpec | None = None) -> PodGroup:
+    """A PodGroup (built-in or CRD flavor, same v1beta1 schema) with its member pods. The priority
+    is the value of ``spec.priorityClassName``, else ``spec.priority``, else the members' highest.
+    ``spec`` is :func:`podgroup_spec` of ``obj`` when the caller already has it."""
+    spec = spec or podgroup_spec(obj)
+    meta = obj["metadata"]
+    # the class wins when it resolves: the API server defaults spec.priority to 0 even when a
+    # priorityClassName is set, as pods' spec.priority is only filled in by admission
+    priority = (priority_classes or {}).get(spec.priority_class)
+    if priority is None:
+        priority = spec.priority
+    if priority is None:
+        priority = max((p.spec.priority for p in members), default=0)
+    return PodGroup(
+        namespace=meta.get("namespace") or "default",
+        name=str(meta["name"]),
+        members=members,
+        policy=spec.policy,
+        min_count=spec.min_count,
+        topology_key=spec.topology_key,
+        preferred_keys=tuple(k for k in preferred_keys(meta) if k != spec.topology_key),
+        disruption_mode=spec.disruption_mode,
+        priority=priority,
+        created=_timestamp(meta.get("creationTimestamp")),
+        preemption_policy=spec.preemption_policy,
+    )
+
+
+# -- the placement record (scheduling.phalanx.dev/placement on a PodGroup) --------------------------
+@dataclass(frozen=True)
+class PlacementRecord:
+    """The write-ahead record of a gang's plan: its domain and pod name -> node."""
+
+    domain: str = ""
+    pods: Mapping[str, str] = field(default_factory=dict)
+
+
+def _placement_json(annotations: Mapping[str, str]) -> Mapping[str, Any] | None:
+    raw = annotations.get(names.ANNOTATION_PLACEMENT)
+    if not raw:
+        return None
+    try:
+        data = json.loads(raw)
+    except (ValueError, TypeError):
+        raise InvalidInput(f"{names.ANNOTATION_PLACEMENT}: not JSON: {str(raw)[:80]!r}") from None
+    return _mapping(data, names.ANNOTATION_PLACEMENT)
+
+
+def placement_record(annotations: Mapping[str, str]) -> PlacementRecord | None:
+    """The placement record in a PodGroup's ``annotations``; None when there is none. Raises
+    InvalidInput when it is not ``{"domain": ..., "pods": {name: node}}``."""
+    data = _placement_json(annotations)
+    if data is None:
+        return None
+    if "pods" not in data:
+        raise InvalidInput(f"{names.ANNOTATION_PLACEMENT}: no pods")
+    return PlacementRecord(str(data.get("domain", "")), _string_map(data["pods"], f"{names.ANNOTATION_PLACEMENT}: pods"))
+
+
+def placement_domain(annotations: Mapping[str, str]) -> str:
+    """The domain of the placement record in ``annotations``; "" when there is none or it is malformed."""
+    try:
+        data = _placement_json(annotations)
+    except InvalidInput:
+        return ""
+    return str(data.get("domain", "")) if data is not None else ""
+
+
+def placement_annotation(domain: str, pods: Mapping[str, str]) -> str:
+    """The placement record's annotation value for ``domain`` and pod name -> node."""
+    return json.dumps({"domain": domain, "pods": dict(pods)}, sort_keys=True)
 
 
 def disruption_budget(pdb: JSON, pods: list[tuple[str, str, Mapping[str, str]]]) -> DisruptionBudget:
@@ -229,8 +524,10 @@ def disruption_budget(pdb: JSON, pods: list[tuple[str, str, Mapping[str, str]]])
     ``pods`` as (uid, namespace, labels)) and how many disruptions it still allows."""
     meta = pdb.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
-    selector = (pdb.get("spec") or {}).get("selector")
-    covered = frozenset(uid for uid, ns, labels in pods if ns == namespace and selector_matches(selector, labels))
+    where = f"poddisruptionbudget {namespace}/{meta.get('name')}: spec.selector"
+    selector = label_selector((pdb.get("spec") or {}).get("selector"), where)  # none set: protects nothing
+    covered = frozenset(uid for uid, ns, labels in pods
+                        if ns == namespace and selector is not None and selector.matches(labels))
     allowed = (pdb.get("status") or {}).get("disruptionsAllowed", 0)
     if isinstance(allowed, bool) or not isinstance(allowed, int):
         raise InvalidInput(f"poddisruptionbudget {namespace}/{meta.get('name')}: status.disruptionsAllowed must be an integer")
@@ -244,3 +541,136 @@ def _timestamp(text: Any) -> float:
         return datetime.fromisoformat(str(text).replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
+
+
+# -- storage: claims, volumes, classes, CSI nodes ------------------------------------------------
+def _storage_class_name(meta: JSON, spec: JSON, where: str) -> str:
+    """The class of a claim or a volume: the beta annotation wins over ``storageClassName``."""
+    annotations = _string_map(meta.get("annotations"), f"{where}: metadata.annotations")
+    if names.ANNOTATION_BETA_STORAGE_CLASS in annotations:
+        return annotations[names.ANNOTATION_BETA_STORAGE_CLASS]
+    return _text(spec.get("storageClassName"), f"{where}: spec.storageClassName")
+
+
+def _storage(values: Any, where: str) -> int:
+    return _quantities(_mapping(values, where), where).get("storage", 0)
+
+
+def _controller_uid(meta: JSON, where: str) -> str:
+    owners = _items(meta.get("ownerReferences"), f"{where}: metadata.ownerReferences")
+    return next((str(o.get("uid") or "") for _, o in owners if o.get("controller") is True), "")
+
+
+@dataclass(frozen=True)
+class ClaimInfo:
+    """A PersistentVolumeClaim as placement needs it."""
+
+    name: str  # namespace/claim
+    storage_class: str = ""
+    volume_name: str = ""  # the PV it is bound to, "" unbound
+    request: int = 0  # bytes
+    access_modes: frozenset[str] = frozenset()
+    owner_uid: str = ""  # the controller ownerReference (a generic ephemeral volume's pod)
+    terminating: bool = False
+
+
+def claim_from_json(obj: JSON) -> ClaimInfo:
+    name = _name(obj, "persistentvolumeclaim")
+    meta = obj["metadata"]
+    key = f"{meta.get('namespace') or 'default'}/{name}"
+    where = f"persistentvolumeclaim {key}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    return ClaimInfo(
+        name=key,
+        storage_class=_storage_class_name(meta, spec, where),
+        volume_name=_text(spec.get("volumeName"), f"{where}: spec.volumeName"),
+        request=_storage(_mapping(spec.get("resources"), f"{where}: spec.resources").get("requests"),
+                         f"{where}: spec.resources.requests"),
+        access_modes=frozenset(_strings(spec.get("accessModes"), f"{where}: spec.accessModes")),
+        owner_uid=_controller_uid(meta, where),
+        terminating=bool(meta.get("deletionTimestamp")),
+    )
+
+
+@dataclass(frozen=True)
+class VolumeInfo:
+    """A PersistentVolume: the solver's record plus its phase."""
+
+    volume: PersistentVolume
+    phase: str = ""
+
+
+def volume_from_json(obj: JSON) -> VolumeInfo:
+    name = _name(obj, "persistentvolume")
+    where = f"persistentvolume {name}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    ref = _mapping(spec.get("claimRef"), f"{where}: spec.claimRef")
+    claim_ref = f"{ref.get('namespace') or 'default'}/{ref['name']}" if ref.get("name") else ""
+    required = _mapping(_mapping(spec.get("nodeAffinity"), f"{where}: spec.nodeAffinity").get("required"),
+                        f"{where}: spec.nodeAffinity.required")
+    affinity = None
+    if required:
+        affinity = node_selector_terms(required.get("nodeSelectorTerms"),
+                                       f"{where}: spec.nodeAffinity.required.nodeSelectorTerms")
+    volume = PersistentVolume(
+        name=name,
+        storage_class=_storage_class_name(obj["metadata"], spec, where),
+        capacity=_storage(spec.get("capacity"), f"{where}: spec.capacity"),
+        access_modes=frozenset(_strings(spec.get("accessModes"), f"{where}: spec.accessModes")),
+        node_affinity=affinity,
+        claim_ref=claim_ref,
+        csi_driver=_text(_mapping(spec.get("csi"), f"{where}: spec.csi").get("driver"), f"{where}: spec.csi.driver"),
+    )
+    return VolumeInfo(volume, _text(_mapping(obj.get("status"), f"{where}: status").get("phase"), f"{where}: status.phase"))
+
+
+@dataclass(frozen=True)
+class ClassInfo:
+    """A StorageClass: binding mode, provisioner, allowed topologies (None: anywhere)."""
+
+    name: str
+    delayed: bool = False  # volumeBindingMode WaitForFirstConsumer
+    provisioner: str = ""
+    allowed_topologies: NodeAffinity | None = None
+
+    @property
+    def dynamic(self) -> bool:
+        """Provisions volumes (anything but the static-only no-provisioner)."""
+        return bool(self.provisioner) and self.provisioner != names.PROVISIONER_NONE
+
+
+def _topology_term(term: JSON, where: str) -> tuple[Requirement, ...]:
+    """One TopologySelectorTerm: each matchLabelExpressions entry is ``key In values``."""
+    return tuple(_checked(path, Requirement, _text(e.get("key"), f"{path}.key", required=True), "In",
+                          _strings(e.get("values"), f"{path}.values"))
+                 for path, e in _items(term.get("matchLabelExpressions"), f"{where}.matchLabelExpressions"))
+
+
+def storage_class_from_json(obj: JSON) -> ClassInfo:
+    name = _name(obj, "storageclass")
+    where = f"storageclass {name}"
+    terms = tuple(_topology_term(t, path) for path, t in _items(obj.get("allowedTopologies"), f"{where}: allowedTopologies"))
+    mode = _text(obj.get("volumeBindingMode"), f"{where}: volumeBindingMode")
+    return ClassInfo(name=name, delayed=mode == names.BINDING_WAIT_FOR_FIRST_CONSUMER,
+                     provisioner=_text(obj.get("provisioner"), f"{where}: provisioner"),
+                     allowed_topologies=NodeAffinity(terms) if terms else None)
+
+
+def csinode_limits(obj: JSON) -> dict[str, int]:
+    """A CSINode's attach limit per driver (``spec.drivers[].allocatable.count``; drivers without
+    one have no limit). The CSINode is named after its node."""
+    where = f"csinode {_name(obj, 'csinode')}: spec.drivers"
+    limits = {}
+    for path, driver in _items(_mapping(obj.get("spec"), where).get("drivers"), where):
+        count = _mapping(driver.get("allocatable"), f"{path}.allocatable").get("count")
+        if count is not None:
+            limits[_text(driver.get("name"), f"{path}.name", required=True)] = _integer(count, f"{path}.allocatable.count")
+    return limits
+
+
+def namespace_labels(obj: JSON) -> dict[str, str]:
+    """A Namespace's labels, with ``kubernetes.io/metadata.name`` as the API server always sets it."""
+    name = _name(obj, "namespace")
+    labels = _string_map(obj["metadata"].get("labels"), f"namespace {name}: metadata.labels")
+    labels.setdefault(names.LABEL_NAMESPACE_NAME, name)
+    return labels

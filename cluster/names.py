@@ -35,6 +35,13 @@ LABEL_STATEFULSET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # set on ever
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_RACK = "topology.kubernetes.io/rack"
 LABEL_HOSTNAME = "kubernetes.io/hostname"
+LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"  # the API server sets it on every Namespace
+
+# -- storage (as the PV controller and kube-scheduler's volume plugins read them) --------------------
+ANNOTATION_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"  # wins over storageClassName
+PROVISIONER_NONE = "kubernetes.io/no-provisioner"  # a StorageClass for static PVs only
+BINDING_WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
+PV_PHASE_AVAILABLE = "Available"
 
 # -- the StatefulSet controller ----------------------------------------------------------------------
 CONTROLLER_COMPONENT = "phalanx-statefulset-controller"  # event source, Lease holder prefix

@@ -20,10 +20,12 @@ import yaml
 
 from . import names
 from .backend import WriteError
+from .cache import KINDS as CACHED_KINDS
 from .cache import ClusterCache
 
 SIM_DURATION = "sim.phalanx.dev/duration-seconds"
-KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget", "StatefulSet")
+KINDS = (*CACHED_KINDS, "StatefulSet")
+CLUSTER_SCOPED = ("Node", "PriorityClass", "PersistentVolume", "StorageClass", "CSINode", "Namespace")
 
 
 class SimCluster:
@@ -55,7 +57,7 @@ class SimCluster:
         if kind not in KINDS:
             raise WriteError(f"simulated cluster does not serve kind {kind!r}", 400)
         meta = obj.setdefault("metadata", {})
-        if kind not in ("Node", "PriorityClass"):
+        if kind not in CLUSTER_SCOPED:
             meta.setdefault("namespace", "default")
         if not meta.get("name") and meta.get("generateName"):
             meta["name"] = f"{meta['generateName']}{next(self._uids):05d}"
@@ -109,7 +111,7 @@ class SimCluster:
         return [self.create(doc) for doc in yaml.safe_load_all(text) if doc]
 
     def _publish(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
-        if kind in ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget"):
+        if kind in CACHED_KINDS:
             self.cache.apply(kind, event, copy.deepcopy(obj))
 
     # -- generators -------------------------------------------------------------------------

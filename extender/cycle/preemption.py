@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 
 from cluster.backend import WriteError
 from cluster.cache import PodRecord
-from solver import InvalidInput, PodGroup, PreemptionPlan, plan_preemption
+from solver import DisruptionMode, InvalidInput, PodGroup, PreemptionPlan, plan_preemption
 from solver.model import PreemptionPolicy, placement_usage
 
 if TYPE_CHECKING:
@@ -154,7 +154,7 @@ class GroupPreemption:
     def _break_unit(self, key: str) -> None:
         cache = self.cycle.cache
         group = cache.podgroups.get(key)
-        if group is None or "all" not in ((group.raw.get("spec") or {}).get("disruptionMode") or {}):
+        if group is None or group.spec.disruption_mode is not DisruptionMode.ALL:
             return
         rest = [r for r in cache.members(key) if r.pod.node and not r.disrupted]
         if not rest:

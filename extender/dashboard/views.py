@@ -12,7 +12,6 @@ groups using it), and one rack's nodes are served on demand, so 10,000 nodes sta
 
 from __future__ import annotations
 
-import json
 import re
 import time
 from collections import Counter
@@ -21,7 +20,8 @@ from typing import Any, Iterable, Mapping
 from prometheus_client import CollectorRegistry
 
 from cluster import names
-from cluster.cache import ClusterCache, PodRecord
+from cluster.cache import ClusterCache, PodGroupRecord, PodRecord
+from cluster.convert import placement_domain
 from extender.cycle import WorkloadCycle
 from solver import Node
 
@@ -148,14 +148,6 @@ def _owner(members: list[PodRecord], raw: Mapping[str, Any]) -> dict:
     return {"kind": str(ref.get("kind", "")), "name": str(ref.get("name", ""))} if ref else {"kind": "", "name": ""}
 
 
-def _recorded_domain(raw: Mapping[str, Any]) -> str:
-    text = ((raw.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_PLACEMENT)
-    try:
-        return str(json.loads(text).get("domain", "")) if text else ""
-    except (ValueError, AttributeError):
-        return ""
-
-
 def state_of(cycle: WorkloadCycle, key: str) -> str:
     if key in cycle.preemption.nominations:
         return "preempting"
@@ -164,27 +156,23 @@ def state_of(cycle: WorkloadCycle, key: str) -> str:
 
 
 def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, key: str,
-              raw: Mapping[str, Any], now: float) -> dict:
-    spec = raw.get("spec") or {}
-    meta = raw.get("metadata") or {}
-    policy_spec = spec.get("schedulingPolicy") or {}
-    gang = "gang" in policy_spec
+              record: PodGroupRecord, now: float) -> dict:
+    spec = record.spec
     members = cache.members(key)
-    topology_keys = (spec.get("schedulingConstraints") or {}).get("topology") or []
     facts = history.facts(key)
     first_seen = facts.first_seen if facts else history.started
     placement = facts.placement if facts else None
     bound_at = facts.bound_at if facts else None
     return {
-        "key": key, "namespace": meta.get("namespace", "default"), "name": meta.get("name", ""),
-        "owner": _owner(members, raw),
-        "policy": "gang" if gang else "basic",
-        "min_count": int((policy_spec.get("gang") or {}).get("minCount", 1)) if gang else 1,
-        "priority": spec.get("priority", spec.get("priorityClassName", 0)),
-        "disruption_mode": "all" if "all" in (spec.get("disruptionMode") or {}) else "single",
+        "key": key, "namespace": record.namespace, "name": record.name,
+        "owner": _owner(members, record.raw),
+        "policy": spec.policy.value,
+        "min_count": spec.min_count,
+        "priority": spec.priority if spec.priority is not None else (spec.priority_class or 0),
+        "disruption_mode": spec.disruption_mode.value,
         "members": len(members), "bound": sum(1 for m in members if m.pod.node),
-        "topology_key": str(topology_keys[0].get("key", "")) if topology_keys else "",
-        "domain": _recorded_domain(raw) or (placement or {}).get("domain", ""),
+        "topology_key": spec.topology_key,
+        "domain": placement_domain(record.annotations) or (placement or {}).get("domain", ""),
         "state": state_of(cycle, key),
         "age_s": round(now - first_seen, 1),
         "time_to_place_s": round(bound_at - first_seen, 2) if bound_at else None,
@@ -194,7 +182,7 @@ def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, 
 
 def podgroups(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory) -> dict:
     now = time.time()
-    rows = [group_row(cache, cycle, history, key, record.raw, now)
+    rows = [group_row(cache, cycle, history, key, record, now)
             for key, record in sorted(dict(cache.podgroups).items())]
     return {"podgroups": rows, "states": dict(Counter(r["state"] for r in rows))}
 
@@ -203,7 +191,7 @@ def podgroup(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, k
     record = cache.podgroups.get(key)
     if record is None:
         return None
-    row = group_row(cache, cycle, history, key, record.raw, time.time())
+    row = group_row(cache, cycle, history, key, record, time.time())
     explanation = cycle.explanations.get(key, "")
     facts = history.facts(key)
     plan = cycle.plans.get(key)

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import grpc
 
-from cluster import names
+from cluster.convert import placement_domain
 from extender.cycle import Plan, WorkloadCycle
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
@@ -195,11 +195,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         if plan is not None:
             return plan.domain
         record = self.cache.podgroups.get(key)
-        raw = record.annotations.get(names.ANNOTATION_PLACEMENT) if record else None
-        try:
-            return str(json.loads(raw).get("domain", "")) if raw else ""
-        except (ValueError, AttributeError):
-            return ""
+        return placement_domain(record.annotations) if record else ""
 
     def _events(self, stream: EventStream, context: grpc.ServicerContext) -> Iterator[pb.Event]:
         try:
