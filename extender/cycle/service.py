@@ -33,7 +33,7 @@ from typing import Any, Callable, Mapping
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import ClusterCache, PodRecord
-from cluster.convert import pod_from_json, pod_group_name
+from cluster.convert import PlacementRecord, placement_annotation, placement_record, pod_from_json, pod_group_name
 from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Policy, SolveOptions,
                     assert_placement_valid, place, rank_candidates)
 from solver.model import PODS, add_resources, placement_usage
@@ -263,14 +263,13 @@ class WorkloadCycle:
         members go to the recorded nodes when those still fit. A record whose nodes no longer fit
         is abandoned (removed) and the members are planned afresh, in the bound members' domain."""
         record = self.cache.podgroups.get(group.key)
-        raw = (record.annotations if record else {}).get(names.ANNOTATION_PLACEMENT)
-        if not raw or not group.bound or not group.pending:
-            return None
         try:
-            recorded = json.loads(raw)["pods"]
-            assignments = {p.uid: recorded[p.name] for p in group.pending if p.name in recorded}
-        except (ValueError, KeyError, TypeError):
-            assignments = {}
+            recorded = placement_record(record.annotations) if record else None
+        except InvalidInput:
+            recorded = PlacementRecord()  # malformed: abandoned below, like a record that no longer fits
+        if recorded is None or not group.bound or not group.pending:
+            return None
+        assignments = {p.uid: recorded.pods[p.name] for p in group.pending if p.name in recorded.pods}
         snapshot = self.cache.snapshot(self.reservations(exclude_group=group.key))
         try:
             if not assignments or any(n not in candidates for n in assignments.values()):
@@ -283,7 +282,7 @@ class WorkloadCycle:
             except WriteError as werr:
                 log.warning("could not remove the placement record of %s: %s", group.key, werr)
             return None
-        return self._keep_plan(group, Placement(group.key, assignments, json.loads(raw).get("domain", ""),
+        return self._keep_plan(group, Placement(group.key, assignments, recorded.domain,
                                                 path="record"), 0.0)
 
     def _keep_plan(self, group: PodGroup, placement: Placement, elapsed: float) -> Placement:
@@ -430,7 +429,7 @@ class WorkloadCycle:
 
     def _is_gang(self, key: str) -> bool:
         record = self.cache.podgroups.get(key)
-        return bool(record and "gang" in ((record.raw.get("spec") or {}).get("schedulingPolicy") or {}))
+        return bool(record and record.spec.policy is Policy.GANG)
 
     def _bind_one(self, namespace: str, name: str, uid: str, node: str) -> None:
         try:
@@ -484,9 +483,8 @@ class WorkloadCycle:
         self.metrics.barrier.labels(outcome="released").inc()
         pending = {uid: node for uid, node in plan.assignments.items() if not self._bound_node(uid)}
         try:
-            self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: json.dumps(
-                {"domain": plan.domain, "pods": {self._pod_name(uid): n for uid, n in plan.assignments.items()}},
-                sort_keys=True)})
+            self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: placement_annotation(
+                plan.domain, {self._pod_name(uid): n for uid, n in plan.assignments.items()})})
         except WriteError as err:
             self._finish(plan, False, f"could not write the placement record: {err}")
             return
@@ -692,7 +690,7 @@ class WorkloadCycle:
         group = self.cache.podgroups.get(key)
         if group is None:
             return "unknown"
-        min_count = ((group.raw.get("spec") or {}).get("schedulingPolicy") or {}).get("gang", {}).get("minCount", 1)
+        min_count = group.spec.min_count
         bound = sum(1 for m in members if m.pod.node)
         if members and bound >= min(min_count, len(members)) and bound == len(members):
             return "scheduled"
