@@ -1,0 +1,333 @@
+"""A corpus of real workload shapes (``harness/corpus.py``: ZooKeeper, etcd, Kafka, CockroachDB,
+Cassandra, Redis cluster, training workers, GPU inference, local PVs) through the whole product
+path, side by side with upstream's in-tree gang scheduling, on one control plane.
+
+- **phalanx**: the StatefulSet carries ``scheduling.phalanx.dev/scheduling`` (gang) → phalanx's
+  controller and webhooks (as ``test_controller.py`` runs them) make the Workload and PodGroup and
+  stamp and release the pods → kube-scheduler with phalanx as extender and binder places them.
+- **in-tree**: the same StatefulSet without the annotation, its pod template naming a Workload and
+  PodGroup the user created (no released StatefulSet controller makes them), placed by a
+  kube-scheduler with ``GenericWorkload`` and ``TopologyAwareWorkloadScheduling``.
+
+The real StatefulSet controller makes the pods and claims, the real PV controller binds them, the
+fake kubelet runs bound pods. Each case runs on its own fresh nodes and namespace; the in-tree runs
+come first (so ``-x`` still leaves every in-tree row), then phalanx's. Per case: the gang is bound
+whole or not at all (at rest), every hard constraint holds on the result, phalanx binds whatever
+in-tree binds, and phalanx's soft-constraint result (distinct nodes, ScheduleAnyway skew) is at
+least in-tree's. A table row per case is printed and written to ``corpus.md`` in the module's tmp
+dir. Times are measurements (StatefulSet created → all pods bound), never asserted.
+
+Run alone:  .venv/bin/python -m pytest tests/e2e/test_corpus.py -q -p no:cacheprovider -s
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass, field
+
+import pytest
+import yaml
+from harness import ApiError, create, node, path, pods, scheduler_config, wait_for
+from harness.corpus import (CASES, Case, Result, hard_violations, in_tree_group, persistent_volume, soft_metrics,
+                            storage_class)
+
+from .conftest import PHALANX_SCHEDULER_CONFIG
+
+IN_TREE, PHALANX = "in-tree", "phalanx"
+SCHEDULER = {IN_TREE: "corpus-in-tree", PHALANX: "corpus-phalanx"}
+PREFIX = {IN_TREE: "it", PHALANX: "px"}
+BIND_TIMEOUT = 60.0   # per case: StatefulSet created -> all replicas bound
+SETTLE = 10.0         # a partly bound gang must finish or fall back to 0 within this, to be "at rest"
+API = "scheduling.k8s.io/v1beta1"
+IDS = [c.name for c in CASES]
+
+
+@dataclass
+class Outcome:
+    case: Case
+    side: str
+    bound: int = 0
+    seconds: float | None = None
+    metrics: dict = field(default_factory=dict)
+    violations: list[str] = field(default_factory=list)
+    note: str = ""
+    plans: int | None = None  # phalanx: Planned events on the PodGroup (1 = right the first time)
+
+    def cells(self) -> str:
+        if not self.bound:
+            return f"0/{self.case.replicas} | - | - ({self.note})" if self.note else f"0/{self.case.replicas} | - | -"
+        extra = f", zone skew {self.metrics['soft_skew']}" if self.metrics.get("soft_skew") is not None else ""
+        return (f"{self.bound}/{self.case.replicas} | {self.metrics['distinct_nodes']}{extra} | "
+                f"{self.seconds:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def schedulers(phalanx, start_scheduler):
+    """Two kube-schedulers side by side: in-tree gang scheduling, and phalanx as extender+binder."""
+    config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
+    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
+    config["profiles"] = [{"schedulerName": SCHEDULER[PHALANX]}]
+    return {
+        PHALANX: start_scheduler(config, name="corpus-phalanx"),
+        IN_TREE: start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="corpus-in-tree", feature_gates={
+            "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}),
+    }
+
+
+@pytest.fixture(scope="module")
+def controller(control_plane):
+    from phalanx_controller import PhalanxController
+
+    running = PhalanxController(control_plane)
+    running.start()
+    running.register()
+    yield running
+    running.close()
+
+
+@pytest.fixture(scope="module")
+def table(tmp_path_factory):
+    """Outcomes by (case, side); the markdown table is printed and written at the module's end."""
+    outcomes: dict[tuple[str, str], Outcome] = {}
+    yield outcomes
+    header = ("| case | in-tree bound | in-tree distinct nodes | in-tree time | phalanx bound | "
+              "phalanx distinct nodes | phalanx time | phalanx plans |\n|---|---|---|---|---|---|---|---|\n")
+    rows = []
+    for c in CASES:
+        ours, theirs = outcomes.get((c.name, PHALANX)), outcomes.get((c.name, IN_TREE))
+        if ours or theirs:
+            rows.append(f"| {c.title} | {theirs.cells() if theirs else 'not run | - | -'} | "
+                        f"{ours.cells() if ours else 'not run | - | -'} | "
+                        f"{ours.plans if ours and ours.plans is not None else '-'} |")
+    text = header + "\n".join(rows) + "\n"
+    out = tmp_path_factory.mktemp("corpus") / "corpus.md"
+    out.write_text(text)
+    print(f"\ncorpus: phalanx vs in-tree gang scheduling (written to {out}):\n{text}")
+
+
+# --- running one case --------------------------------------------------------------------------
+
+def read_result(rest, namespace: str, case: Case, node_names: list[str]) -> Result:
+    items = [p for p in pods(rest, namespace, label_selector=f"app={case.name}")
+             if not p["metadata"].get("deletionTimestamp")]
+    nodes = {n: rest.get(f"/api/v1/nodes/{n}") for n in node_names}
+    claims = {c["metadata"]["name"]: c for c in rest.list(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")}
+    volumes = {v["metadata"]["name"]: v for v in rest.list("/api/v1/persistentvolumes")
+               if v["spec"].get("storageClassName", "").startswith(namespace)}
+    return Result(items, nodes, claims, volumes)
+
+
+def bound_count(rest, namespace: str, case: Case) -> int:
+    return sum(1 for p in pods(rest, namespace, label_selector=f"app={case.name}")
+               if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp"))
+
+
+def at_rest_bound(rest, namespace: str, case: Case) -> int:
+    """The bound count once it is not a partial gang any more (or after SETTLE seconds)."""
+    deadline = time.monotonic() + SETTLE
+    while True:
+        count = bound_count(rest, namespace, case)
+        if count in (0, case.replicas) or time.monotonic() >= deadline:
+            return count
+        time.sleep(0.5)
+
+
+def the_group(rest, namespace: str) -> dict | None:
+    groups = rest.list(f"/apis/{API}/namespaces/{namespace}/podgroups")
+    return groups[0] if len(groups) == 1 else None
+
+
+def initially_scheduled(rest, namespace: str) -> bool:
+    group = the_group(rest, namespace) or {}
+    return any(c["type"] == "PodGroupInitiallyScheduled" and c["status"] == "True"
+               for c in group.get("status", {}).get("conditions") or [])
+
+
+def planned_events(rest, namespace: str) -> int:
+    return sum(1 for e in rest.list(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+               if e.get("reason") == "Planned" and (e.get("regarding") or {}).get("kind") == "PodGroup")
+
+
+def explain(rest, namespace: str, case: Case) -> str:
+    """Why the pods wait: PodGroup condition and the pods' last scheduling messages."""
+    parts = []
+    for group in rest.list(f"/apis/{API}/namespaces/{namespace}/podgroups"):
+        for cond in group.get("status", {}).get("conditions") or []:
+            parts.append(f"PodGroup {group['metadata']['name']} {cond['type']}={cond['status']} "
+                         f"{cond.get('reason', '')}: {cond.get('message', '')[:300]}")
+    for p in pods(rest, namespace, label_selector=f"app={case.name}")[:2]:
+        for cond in p.get("status", {}).get("conditions") or []:
+            if cond["type"] == "PodScheduled" and cond["status"] != "True":
+                parts.append(f"pod {p['metadata']['name']}: {cond.get('reason')}: {cond.get('message', '')[:300]}")
+    return "; ".join(parts)
+
+
+def cleanup(rest, namespace: str, case: Case, cluster_paths: list[str]) -> None:
+    """StatefulSet and pods gone before the next case (the fixtures then drop namespace and nodes)."""
+    rest.delete(path("apps/v1", "StatefulSet", namespace, case.name), {"propagationPolicy": "Background"})
+    rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": 0})
+    try:
+        wait_for(lambda: not pods(rest, namespace), 30, f"pods of {namespace} gone", interval=0.3)
+    except TimeoutError:
+        pass  # leftovers sit on this case's own nodes, which are deleted next
+    for item in cluster_paths:
+        rest.delete(item)
+
+
+def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
+    outcome = Outcome(case, side)
+    prefix = PREFIX[side]
+    sc_name = f"{namespace}-{case.storage.binding.lower()}" if case.storage else None
+    cluster_paths: list[str] = []
+    try:
+        names = case.node_names(prefix)
+        for name, (_, kwargs) in zip(names, case.nodes):
+            nodes.add(name, **kwargs)
+        if case.storage:
+            rest.post("/apis/storage.k8s.io/v1/storageclasses", storage_class(sc_name, case.storage.binding))
+            cluster_paths.append(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
+            for pv in case.persistent_volumes(prefix, sc_name, f"{prefix}-{case.short}-{namespace[-5:]}"):
+                rest.post("/api/v1/persistentvolumes", pv)
+                cluster_paths.append(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+        group = None
+        if side == IN_TREE:
+            for obj in in_tree_group(case, namespace):
+                create(rest, obj, namespace)
+            group = case.name
+        sts = case.statefulset(namespace, SCHEDULER[side], sc_name, group)
+        started = time.monotonic()
+        create(rest, sts, namespace)
+        try:
+            wait_for(lambda: bound_count(rest, namespace, case) == case.replicas, BIND_TIMEOUT,
+                     f"{side}: {case.name} all {case.replicas} bound", interval=0.2)
+            outcome.seconds = time.monotonic() - started
+            outcome.bound = case.replicas
+        except TimeoutError:
+            outcome.bound = at_rest_bound(rest, namespace, case)
+            outcome.note = f"not bound within {BIND_TIMEOUT:.0f} s"
+            outcome.violations.append(f"why: {explain(rest, namespace, case)}")
+        result = read_result(rest, namespace, case, names)
+        outcome.metrics = soft_metrics(result, case)
+        outcome.violations[:0] = hard_violations(result)
+        if outcome.bound:
+            try:
+                wait_for(lambda: initially_scheduled(rest, namespace), 10, "PodGroupInitiallyScheduled=True")
+            except TimeoutError as err:
+                outcome.violations.append(f"PodGroup condition: {err}")
+        if side == PHALANX:  # the product path: pods stamped with phalanx's PodGroup, gate lifted
+            outcome.plans = planned_events(rest, namespace)
+            pg = the_group(rest, namespace)
+            if pg is None or pg["spec"]["schedulingPolicy"] != {"gang": {"minCount": case.replicas}}:
+                outcome.violations.insert(0, f"phalanx's controller made no gang PodGroup of {case.replicas}: {pg}")
+            else:
+                unstamped = [p["metadata"]["name"] for p in result.pods
+                             if (p["spec"].get("schedulingGroup") or {}).get("podGroupName") != pg["metadata"]["name"]]
+                if unstamped:
+                    outcome.violations.insert(0, f"pods not in phalanx's PodGroup: {unstamped}")
+        return outcome
+    finally:
+        try:
+            cleanup(rest, namespace, case, cluster_paths)
+        except ApiError:
+            pass
+
+
+def record(table, outcome: Outcome) -> None:
+    table[(outcome.case.name, outcome.side)] = outcome
+    plans = f" | plans {outcome.plans}" if outcome.plans is not None else ""
+    print(f"\n  {outcome.side:8} {outcome.case.name:14} {outcome.cells()}{plans}", flush=True)
+
+
+def check_common(outcome: Outcome) -> None:
+    case = outcome.case
+    assert outcome.bound in (0, case.replicas), (
+        f"{outcome.side}: {case.name} partly bound at rest: {outcome.bound} of minCount {case.replicas}")
+    hard = [v for v in outcome.violations if not v.startswith("why: ")]
+    assert not hard, f"{outcome.side}: {case.name}: " + "; ".join(hard)
+
+
+# --- the tests: every in-tree row first, then phalanx's --------------------------------------
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_in_tree(case, rest, namespace, nodes, schedulers, table):
+    outcome = run_case(rest, namespace, nodes, case, IN_TREE)
+    record(table, outcome)
+    check_common(outcome)
+    assert outcome.bound == case.replicas, f"in-tree did not place {case.name}: {outcome.violations}"
+
+
+@pytest.mark.parametrize("case", CASES, ids=IDS)
+def test_phalanx(case, rest, namespace, nodes, schedulers, controller, table):
+    outcome = run_case(rest, namespace, nodes, case, PHALANX)
+    record(table, outcome)
+    check_common(outcome)
+    theirs = table.get((case.name, IN_TREE))
+    if theirs is None or not theirs.bound:
+        return  # nothing to compare with (run in-tree first: the module's order does)
+    assert outcome.bound == case.replicas, (
+        f"phalanx did not place {case.name}, in-tree did: {'; '.join(outcome.violations)}")
+    if case.soft_anti_affinity:
+        assert outcome.metrics["distinct_nodes"] >= theirs.metrics["distinct_nodes"], (
+            f"soft anti-affinity: phalanx used {outcome.metrics['distinct_nodes']} nodes, "
+            f"in-tree {theirs.metrics['distinct_nodes']}")
+    if case.soft_spread_key:
+        assert outcome.metrics["soft_skew"] <= theirs.metrics["soft_skew"], (
+            f"ScheduleAnyway spread over {case.soft_spread_key}: phalanx skew {outcome.metrics['soft_skew']}, "
+            f"in-tree {theirs.metrics['soft_skew']}")
+
+
+# --- the checks themselves, on made-up placements (no control plane) --------------------------
+
+def made_up(case: Case, placement: list[int], pv_nodes: list[int] | None = None) -> Result:
+    """``case``'s pods placed on its node number ``placement[i]``; with ``pv_nodes``, pod i's claim
+    is bound to a local PV on node ``pv_nodes[i]``."""
+    names = case.node_names("t")
+    nodes = {n: node(n, **kwargs) for n, (_, kwargs) in zip(names, case.nodes)}
+    for n in nodes.values():
+        n["spec"].setdefault("taints", [])
+    template = case.statefulset("ns", "s", "sc", None)["spec"]["template"]
+    pods_, claims, volumes = [], {}, {}
+    for i, where in enumerate(placement):
+        pod = {"metadata": {"name": f"{case.name}-{i}", "labels": dict(template["metadata"]["labels"])},
+               "spec": {**json.loads(json.dumps(template["spec"])), "nodeName": names[where]}}
+        if pv_nodes is not None:
+            pod["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": f"data-{i}"}}]
+            claims[f"data-{i}"] = {"metadata": {"name": f"data-{i}", "uid": f"u{i}"},
+                                   "spec": {"volumeName": f"pv{i}"}, "status": {"phase": "Bound"}}
+            volumes[f"pv{i}"] = persistent_volume(f"pv{i}", "sc", "1Gi", names[pv_nodes[i]])
+            volumes[f"pv{i}"]["spec"]["claimRef"] = {"uid": f"u{i}"}
+        pods_.append(pod)
+    return Result(pods_, nodes, claims, volumes)
+
+
+def by_name(name: str) -> Case:
+    return next(c for c in CASES if c.name == name)
+
+
+@pytest.mark.parametrize("name,placement,pv_nodes,expected", [
+    ("zookeeper", [0, 1, 2], None, None),
+    ("zookeeper", [0, 0, 1], None, "required anti-affinity"),
+    ("trainer", [3, 4, 5, 6], None, None),
+    ("trainer", [3, 3, 4, 5], None, "hostPort used twice"),
+    ("trainer", [0, 4, 5, 6], None, "required pod affinity"),
+    ("cockroachdb", [0, 1, 3, 4, 5], None, None),
+    ("cockroachdb", [0, 1, 2, 3, 4], None, "skew 3 > maxSkew 1"),
+    ("inference", [0, 0, 1, 2], None, None),
+    ("inference", [0, 1, 2, 3], None, "outside its required node affinity"),
+    ("inference", [0, 0, 0, 1], None, "nvidia.com/gpu requested 6 > allocatable 4"),
+    ("local-volumes", [1, 2, 5, 6], [1, 2, 5, 6], None),
+    ("local-volumes", [1, 2, 5, 7], [1, 2, 5, 6], "its PV pv3 is on another node"),
+])
+def test_the_checks_catch_broken_placements(name, placement, pv_nodes, expected):
+    found = hard_violations(made_up(by_name(name), placement, pv_nodes))
+    if expected is None:
+        assert found == []
+    else:
+        assert any(expected in v for v in found), found
+
+
+def test_soft_metrics_count_nodes_and_skew():
+    kafka = by_name("kafka")
+    assert soft_metrics(made_up(kafka, [0, 3, 5]), kafka) == {"distinct_nodes": 3, "soft_skew": 0}
+    assert soft_metrics(made_up(kafka, [0, 0, 1]), kafka) == {"distinct_nodes": 2, "soft_skew": 3}
