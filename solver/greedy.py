@@ -77,7 +77,7 @@ def greedy_domain(problem: Problem, hosts: np.ndarray, minimum: int | None = Non
                   ) -> dict[int, list[tuple[int, int]]] | None:
     """Greedy placement in one domain: shape index -> [(node index, count)], or None when fewer
     than ``minimum`` pods fit (default: the pods the group needs)."""
-    if problem.constrained:
+    if problem.constrained and not _only_own_node_limits(problem):
         return constrained_greedy(problem, hosts, minimum)
     snap = problem.snapshot
     free = snap.free[hosts].copy()
@@ -92,6 +92,8 @@ def greedy_domain(problem: Problem, hosts: np.ndarray, minimum: int | None = Non
         cols = np.nonzero(shape.vec)[0]
         cap = np.min(free[:, cols] // shape.vec[cols], axis=1)
         cap = np.where(shape.eligibility.mask[hosts], np.minimum(cap, shape.count), 0)
+        for lim in problem.rules.limits:  # per-node limits of this shape alone (see _only_own_node_limits)
+            cap = np.minimum(cap, lim.limit[hosts] // lim.coeffs[0]) if lim.shapes == (s,) else cap
         slack = slack_all.copy()  # free main resource before this shape
         picks: list[tuple[int, int]] = []
         local = np.arange(len(hosts))
@@ -112,6 +114,14 @@ def greedy_domain(problem: Problem, hosts: np.ndarray, minimum: int | None = Non
     if placed < (max(problem.needed, 1) if minimum is None else minimum):
         return None
     return result
+
+
+def _only_own_node_limits(problem: Problem) -> bool:
+    """The rules are per-node limits of one shape each (self anti-affinity on the hostname, host
+    ports, local PVs of one shape): the packing greedy honours them as capacities."""
+    r = problem.rules
+    return (not (r.pairs or r.anti or r.coloc or r.spreads or r.soft or r.totals)
+            and all(len(lim.shapes) == 1 for lim in r.limits))
 
 
 class _State:

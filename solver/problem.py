@@ -268,13 +268,20 @@ class Problem:
         offset = cum[lo - 1] if lo > 0 else 0
         nodes = int(np.searchsorted(cum[lo:hi] - offset, placed)) + 1 if placed > 0 else 0
         max_main = max(s.main for s in self.shapes)
+        # every touched node strands at least what is left on it when it is filled to its bound:
+        # the `nodes` smallest such residues bound the stranded term of any placement with that
+        # many nodes (one with more nodes already scores worse on the nodes term)
+        hosts = order[lo:hi]
+        residue = np.maximum(self.free_main[hosts] - self.pods_ub[hosts] * max_main, 0)
+        k = min(nodes, len(residue))
+        stranded = int(np.partition(residue, k - 1)[:k].sum()) if k > 0 else 0
         levels = len(self.group.preferred_keys)
         return Objective(
             unplaced=self.pending_total - placed,
             preference=0,
             spread=(1 if placed else 0,) * levels,
             nodes=nodes,
-            stranded=0,
+            stranded=stranded,
             domain_free=max(0, int(self.domain_free_main[bound.domain]) - placed * max_main),
         )
 
