@@ -79,7 +79,7 @@ def objective_message(placement: Placement) -> pb.Objective | None:
     if o is None:
         return None
     return pb.Objective(unplaced=o.unplaced, spread=list(o.spread), nodes=o.nodes, stranded=o.stranded,
-                        domain_free=o.domain_free)
+                        domain_free=o.domain_free, preference=o.preference)
 
 
 class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):

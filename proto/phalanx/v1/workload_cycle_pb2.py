@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%proto/phalanx/v1/workload_cycle.proto\x12\nphalanx.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"4\n\x11PlaceGroupRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"`\n\x0fPlaceGroupReply\x12\x0e\n\x06placed\x18\x01 \x01(\x08\x12(\n\tplacement\x18\x02 \x01(\x0b\x32\x15.phalanx.v1.Placement\x12\x13\n\x0b\x65xplanation\x18\x03 \x01(\t\"\xef\x01\n\tPlacement\x12;\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32&.phalanx.v1.Placement.AssignmentsEntry\x12\x0e\n\x06\x64omain\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07optimal\x18\x04 \x01(\x08\x12\x10\n\x03gap\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12(\n\tobjective\x18\x06 \x01(\x0b\x32\x15.phalanx.v1.Objective\x1a\x32\n\x10\x41ssignmentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_gap\"c\n\tObjective\x12\x10\n\x08unplaced\x18\x01 \x01(\x03\x12\x0e\n\x06spread\x18\x02 \x03(\x03\x12\r\n\x05nodes\x18\x03 \x01(\x03\x12\x10\n\x08stranded\x18\x04 \x01(\x03\x12\x13\n\x0b\x64omain_free\x18\x05 \x01(\x03\"1\n\x0eGetPlanRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x98\x01\n\x04Plan\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12(\n\tplacement\x18\x04 \x01(\x0b\x32\x15.phalanx.v1.Placement\x12\x1a\n\x12members_at_barrier\x18\x05 \x01(\x05\x12\x1a\n\x12\x65xpires_in_seconds\x18\x06 \x01(\x01\"6\n\x13\x45xplainGroupRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x9c\x01\n\x11\x45xplainGroupReply\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x13\n\x0b\x65xplanation\x18\x04 \x01(\t\x12\x18\n\x10members_existing\x18\x05 \x01(\x05\x12\x15\n\rmembers_bound\x18\x06 \x01(\x05\x12\x11\n\tmin_count\x18\x07 \x01(\x05\"&\n\x11ListGroupsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\";\n\x0fListGroupsReply\x12(\n\x06groups\x18\x01 \x03(\x0b\x32\x18.phalanx.v1.GroupSummary\"\xcd\x01\n\x0cGroupSummary\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x11\n\tmin_count\x18\x05 \x01(\x05\x12\x18\n\x10members_existing\x18\x06 \x01(\x05\x12\x15\n\rmembers_bound\x18\x07 \x01(\x05\x12\x14\n\x0ctopology_key\x18\x08 \x01(\t\x12\x0e\n\x06\x64omain\x18\t \x01(\t\x12\x13\n\x0b\x65xplanation\x18\n \x01(\t\"5\n\x12WatchEventsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x9a\x02\n\x05\x45vent\x12\r\n\x05group\x18\x01 \x01(\t\x12,\n\x08\x63\x61tegory\x18\x02 \x01(\x0e\x32\x1a.phalanx.v1.Event.Category\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x14\n\x0cpayload_json\x18\x04 \x01(\t\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x64ropped\x18\x06 \x01(\x04\"u\n\x08\x43\x61tegory\x12\x18\n\x14\x43\x41TEGORY_UNSPECIFIED\x10\x00\x12\x11\n\rCATEGORY_PLAN\x10\x01\x12\x11\n\rCATEGORY_BIND\x10\x02\x12\x14\n\x10\x43\x41TEGORY_PREEMPT\x10\x03\x12\x13\n\x0f\x43\x41TEGORY_STATUS\x10\x04\x32\xf0\x02\n\rWorkloadCycle\x12H\n\nPlaceGroup\x12\x1d.phalanx.v1.PlaceGroupRequest\x1a\x1b.phalanx.v1.PlaceGroupReply\x12\x37\n\x07GetPlan\x12\x1a.phalanx.v1.GetPlanRequest\x1a\x10.phalanx.v1.Plan\x12N\n\x0c\x45xplainGroup\x12\x1f.phalanx.v1.ExplainGroupRequest\x1a\x1d.phalanx.v1.ExplainGroupReply\x12H\n\nListGroups\x12\x1d.phalanx.v1.ListGroupsRequest\x1a\x1b.phalanx.v1.ListGroupsReply\x12\x42\n\x0bWatchEvents\x12\x1e.phalanx.v1.WatchEventsRequest\x1a\x11.phalanx.v1.Event0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n%proto/phalanx/v1/workload_cycle.proto\x12\nphalanx.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"4\n\x11PlaceGroupRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"`\n\x0fPlaceGroupReply\x12\x0e\n\x06placed\x18\x01 \x01(\x08\x12(\n\tplacement\x18\x02 \x01(\x0b\x32\x15.phalanx.v1.Placement\x12\x13\n\x0b\x65xplanation\x18\x03 \x01(\t\"\xef\x01\n\tPlacement\x12;\n\x0b\x61ssignments\x18\x01 \x03(\x0b\x32&.phalanx.v1.Placement.AssignmentsEntry\x12\x0e\n\x06\x64omain\x18\x02 \x01(\t\x12\x0c\n\x04path\x18\x03 \x01(\t\x12\x0f\n\x07optimal\x18\x04 \x01(\x08\x12\x10\n\x03gap\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12(\n\tobjective\x18\x06 \x01(\x0b\x32\x15.phalanx.v1.Objective\x1a\x32\n\x10\x41ssignmentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x06\n\x04_gap\"w\n\tObjective\x12\x10\n\x08unplaced\x18\x01 \x01(\x03\x12\x0e\n\x06spread\x18\x02 \x03(\x03\x12\r\n\x05nodes\x18\x03 \x01(\x03\x12\x10\n\x08stranded\x18\x04 \x01(\x03\x12\x13\n\x0b\x64omain_free\x18\x05 \x01(\x03\x12\x12\n\npreference\x18\x06 \x01(\x03\"1\n\x0eGetPlanRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x98\x01\n\x04Plan\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12(\n\tplacement\x18\x04 \x01(\x0b\x32\x15.phalanx.v1.Placement\x12\x1a\n\x12members_at_barrier\x18\x05 \x01(\x05\x12\x1a\n\x12\x65xpires_in_seconds\x18\x06 \x01(\x01\"6\n\x13\x45xplainGroupRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x9c\x01\n\x11\x45xplainGroupReply\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x13\n\x0b\x65xplanation\x18\x04 \x01(\t\x12\x18\n\x10members_existing\x18\x05 \x01(\x05\x12\x15\n\rmembers_bound\x18\x06 \x01(\x05\x12\x11\n\tmin_count\x18\x07 \x01(\x05\"&\n\x11ListGroupsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\";\n\x0fListGroupsReply\x12(\n\x06groups\x18\x01 \x03(\x0b\x32\x18.phalanx.v1.GroupSummary\"\xcd\x01\n\x0cGroupSummary\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0e\n\x06policy\x18\x04 \x01(\t\x12\x11\n\tmin_count\x18\x05 \x01(\x05\x12\x18\n\x10members_existing\x18\x06 \x01(\x05\x12\x15\n\rmembers_bound\x18\x07 \x01(\x05\x12\x14\n\x0ctopology_key\x18\x08 \x01(\t\x12\x0e\n\x06\x64omain\x18\t \x01(\t\x12\x13\n\x0b\x65xplanation\x18\n \x01(\t\"5\n\x12WatchEventsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"\x9a\x02\n\x05\x45vent\x12\r\n\x05group\x18\x01 \x01(\t\x12,\n\x08\x63\x61tegory\x18\x02 \x01(\x0e\x32\x1a.phalanx.v1.Event.Category\x12\x0c\n\x04kind\x18\x03 \x01(\t\x12\x14\n\x0cpayload_json\x18\x04 \x01(\t\x12(\n\x04time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x64ropped\x18\x06 \x01(\x04\"u\n\x08\x43\x61tegory\x12\x18\n\x14\x43\x41TEGORY_UNSPECIFIED\x10\x00\x12\x11\n\rCATEGORY_PLAN\x10\x01\x12\x11\n\rCATEGORY_BIND\x10\x02\x12\x14\n\x10\x43\x41TEGORY_PREEMPT\x10\x03\x12\x13\n\x0f\x43\x41TEGORY_STATUS\x10\x04\x32\xf0\x02\n\rWorkloadCycle\x12H\n\nPlaceGroup\x12\x1d.phalanx.v1.PlaceGroupRequest\x1a\x1b.phalanx.v1.PlaceGroupReply\x12\x37\n\x07GetPlan\x12\x1a.phalanx.v1.GetPlanRequest\x1a\x10.phalanx.v1.Plan\x12N\n\x0c\x45xplainGroup\x12\x1f.phalanx.v1.ExplainGroupRequest\x1a\x1d.phalanx.v1.ExplainGroupReply\x12H\n\nListGroups\x12\x1d.phalanx.v1.ListGroupsRequest\x1a\x1b.phalanx.v1.ListGroupsReply\x12\x42\n\x0bWatchEvents\x12\x1e.phalanx.v1.WatchEventsRequest\x1a\x11.phalanx.v1.Event0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -43,27 +43,27 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_PLACEMENT_ASSIGNMENTSENTRY']._serialized_start=420
   _globals['_PLACEMENT_ASSIGNMENTSENTRY']._serialized_end=470
   _globals['_OBJECTIVE']._serialized_start=480
-  _globals['_OBJECTIVE']._serialized_end=579
-  _globals['_GETPLANREQUEST']._serialized_start=581
-  _globals['_GETPLANREQUEST']._serialized_end=630
-  _globals['_PLAN']._serialized_start=633
-  _globals['_PLAN']._serialized_end=785
-  _globals['_EXPLAINGROUPREQUEST']._serialized_start=787
-  _globals['_EXPLAINGROUPREQUEST']._serialized_end=841
-  _globals['_EXPLAINGROUPREPLY']._serialized_start=844
-  _globals['_EXPLAINGROUPREPLY']._serialized_end=1000
-  _globals['_LISTGROUPSREQUEST']._serialized_start=1002
-  _globals['_LISTGROUPSREQUEST']._serialized_end=1040
-  _globals['_LISTGROUPSREPLY']._serialized_start=1042
-  _globals['_LISTGROUPSREPLY']._serialized_end=1101
-  _globals['_GROUPSUMMARY']._serialized_start=1104
-  _globals['_GROUPSUMMARY']._serialized_end=1309
-  _globals['_WATCHEVENTSREQUEST']._serialized_start=1311
-  _globals['_WATCHEVENTSREQUEST']._serialized_end=1364
-  _globals['_EVENT']._serialized_start=1367
-  _globals['_EVENT']._serialized_end=1649
-  _globals['_EVENT_CATEGORY']._serialized_start=1532
-  _globals['_EVENT_CATEGORY']._serialized_end=1649
-  _globals['_WORKLOADCYCLE']._serialized_start=1652
-  _globals['_WORKLOADCYCLE']._serialized_end=2020
+  _globals['_OBJECTIVE']._serialized_end=599
+  _globals['_GETPLANREQUEST']._serialized_start=601
+  _globals['_GETPLANREQUEST']._serialized_end=650
+  _globals['_PLAN']._serialized_start=653
+  _globals['_PLAN']._serialized_end=805
+  _globals['_EXPLAINGROUPREQUEST']._serialized_start=807
+  _globals['_EXPLAINGROUPREQUEST']._serialized_end=861
+  _globals['_EXPLAINGROUPREPLY']._serialized_start=864
+  _globals['_EXPLAINGROUPREPLY']._serialized_end=1020
+  _globals['_LISTGROUPSREQUEST']._serialized_start=1022
+  _globals['_LISTGROUPSREQUEST']._serialized_end=1060
+  _globals['_LISTGROUPSREPLY']._serialized_start=1062
+  _globals['_LISTGROUPSREPLY']._serialized_end=1121
+  _globals['_GROUPSUMMARY']._serialized_start=1124
+  _globals['_GROUPSUMMARY']._serialized_end=1329
+  _globals['_WATCHEVENTSREQUEST']._serialized_start=1331
+  _globals['_WATCHEVENTSREQUEST']._serialized_end=1384
+  _globals['_EVENT']._serialized_start=1387
+  _globals['_EVENT']._serialized_end=1669
+  _globals['_EVENT_CATEGORY']._serialized_start=1552
+  _globals['_EVENT_CATEGORY']._serialized_end=1669
+  _globals['_WORKLOADCYCLE']._serialized_start=1672
+  _globals['_WORKLOADCYCLE']._serialized_end=2040
 # @@protoc_insertion_point(module_scope)

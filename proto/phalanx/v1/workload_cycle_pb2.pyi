@@ -52,18 +52,20 @@ class Placement(_message.Message):
     def __init__(self, assignments: _Optional[_Mapping[str, str]] = ..., domain: _Optional[str] = ..., path: _Optional[str] = ..., optimal: _Optional[bool] = ..., gap: _Optional[float] = ..., objective: _Optional[_Union[Objective, _Mapping]] = ...) -> None: ...
 
 class Objective(_message.Message):
-    __slots__ = ("unplaced", "spread", "nodes", "stranded", "domain_free")
+    __slots__ = ("unplaced", "spread", "nodes", "stranded", "domain_free", "preference")
     UNPLACED_FIELD_NUMBER: _ClassVar[int]
     SPREAD_FIELD_NUMBER: _ClassVar[int]
     NODES_FIELD_NUMBER: _ClassVar[int]
     STRANDED_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FREE_FIELD_NUMBER: _ClassVar[int]
+    PREFERENCE_FIELD_NUMBER: _ClassVar[int]
     unplaced: int
     spread: _containers.RepeatedScalarFieldContainer[int]
     nodes: int
     stranded: int
     domain_free: int
-    def __init__(self, unplaced: _Optional[int] = ..., spread: _Optional[_Iterable[int]] = ..., nodes: _Optional[int] = ..., stranded: _Optional[int] = ..., domain_free: _Optional[int] = ...) -> None: ...
+    preference: int
+    def __init__(self, unplaced: _Optional[int] = ..., spread: _Optional[_Iterable[int]] = ..., nodes: _Optional[int] = ..., stranded: _Optional[int] = ..., domain_free: _Optional[int] = ..., preference: _Optional[int] = ...) -> None: ...
 
 class GetPlanRequest(_message.Message):
     __slots__ = ("namespace", "name")
