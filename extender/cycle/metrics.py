@@ -22,7 +22,7 @@ class CycleMetrics:
                                           "Duration of one PodGroup scheduling attempt (snapshot + solver)",
                                           buckets=LATENCY_BUCKETS, registry=r)
         self.plans_released = Counter(names.METRIC_PLANS_RELEASED.removesuffix("_total"),
-                                      "Plans released before binding, by first word of the reason",
+                                      "Plans released before binding, by reason (a fixed set, see extender/cycle/replans.py)",
                                       ["reason"], registry=r)
         self.barrier = Counter(names.METRIC_BARRIER_OUTCOMES.removesuffix("_total"),
                                "Bind barrier outcomes", ["outcome"], registry=r)

@@ -5,6 +5,7 @@ cluster event; without a memory of failures, a 1,000-pod gang that does not fit 
 solver 1,000 times per retry. The queue remembers each group's last failed attempt:
 
     attempt fails  --> backoff 0.5 s, doubling per consecutive failure, capped at 10 s
+    plans released past their re-plan limit --> the same backoff, doubling per release past it
     capacity freed (a node added or changed, a bound pod gone or finished) --> retry at once
     attempt succeeds --> forgotten
 
@@ -45,9 +46,11 @@ class PodGroupQueue:
             return ""
         return attempt.message
 
-    def failed_attempt(self, key: str, capacity_version: int, message: str) -> None:
+    def failed_attempt(self, key: str, capacity_version: int, message: str, failures: int = 0) -> None:
+        """Back ``key`` off; ``failures`` (when more than the consecutive count) sets the delay, for
+        failures a successful plan does not end (re-plans past their limit, see replans.py)."""
         previous = self.failed.get(key)
-        failures = previous.failures + 1 if previous else 1
+        failures = max(failures, previous.failures + 1 if previous else 1)
         delay = min(MAX_BACKOFF, INITIAL_BACKOFF * 2 ** (failures - 1))
         self.failed[key] = Attempt(failures, self.clock() + delay, capacity_version, message)
 

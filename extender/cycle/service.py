@@ -7,16 +7,27 @@ kube-scheduler phase that calls them (DESIGN section 4):
   minCount members gets no node ("waiting for members"). The first member to arrive once the group
   is complete triggers a *workload cycle*: one snapshot minus the other groups' reservations, one
   solver call for every pending member. A feasible answer becomes a :class:`Plan` whose capacity
-  is *reserved* until its deadline; each member is then answered with its planned node only. A
-  plan whose node the in-tree filters dropped is stale: it is released and the group re-planned.
+  is *reserved* until its deadline; each member is then answered with its planned node only.
   Pods without a group are kept off capacity reserved for plans.
+
+  What phalanx cannot model, it learns: every filter call's candidate list is kube-scheduler's
+  verdict for that pod (:mod:`.verdicts`), and each cycle passes the verdicts to the solver as
+  per-pod allowed nodes, with the other plans' members not yet bound as assumed pods (as
+  kube-scheduler's cache has them). When the in-tree filters dropped a member's planned node, the
+  member first swaps nodes with a not-yet-answered identical member whose node they passed
+  (*re-slot*: the plan's nodes are unchanged, nothing else moves); only when none exists is the
+  plan released and the group re-planned — and only so often (:mod:`.replans`): then the group
+  backs off and its status names what kube-scheduler rejected. Never a livelock.
 - **bind** (binding cycle, one goroutine per pod): a gang member waits at the :class:`Barrier`
   until every planned member has arrived (or is already bound). Then the placement record is
   written on the PodGroup (so a restart finishes the gang, never splits it), all members are bound
   in parallel, and every waiter returns. On timeout nothing is bound and the plan is released.
 
 Plan life cycle: ``planned`` --all members at bind--> ``binding`` --bindings made--> ``bound``;
-``planned`` --deadline, stale node, barrier timeout--> released (reservations freed).
+``planned`` --deadline, stale node, barrier timeout--> released (reservations freed, counted by
+reason, see :mod:`.replans`).
+
+No input reaching a verb raises out of it: a pod that does not convert is answered with the reason.
 """
 
 from __future__ import annotations
@@ -26,7 +37,7 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
@@ -34,13 +45,16 @@ from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import ClusterCache, PodRecord
 from cluster.convert import PlacementRecord, placement_annotation, placement_record, pod_from_json, pod_group_name
-from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Policy, SolveOptions,
+from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Policy, SolveOptions, Snapshot,
                     assert_placement_valid, place, rank_candidates)
 from solver.model import PODS, add_resources, placement_usage
 
+from . import replans
 from .metrics import CycleMetrics
 from .preemption import GroupPreemption
 from .queue import PodGroupQueue
+from .replans import ReplanBudget
+from .verdicts import SWEEP_INTERVAL, Verdicts
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -59,6 +73,14 @@ class Plan:
     arrived: set[str] = field(default_factory=set)
     failed_uids: set[str] = field(default_factory=set)
     error: str = ""
+    members: dict[str, Pod] = field(default_factory=dict)  # pending pod uid -> its record when planned
+    answered: set[str] = field(default_factory=set)  # members filter answered with their node
+
+    def swap(self, a: str, b: str) -> None:
+        """Exchange two identical members' nodes (re-slot): the plan's nodes stay the same."""
+        self.assignments[a], self.assignments[b] = self.assignments[b], self.assignments[a]
+        if self.placement is not None:
+            self.placement = replace(self.placement, assignments=dict(self.assignments))
 
     def reservations(self, exclude_bound: set[str] = frozenset()) -> dict[str, dict[str, int]]:
         held = {uid: node for uid, node in self.assignments.items() if uid not in exclude_bound}
@@ -76,6 +98,22 @@ class FilterAnswer:
 
 class BindError(RuntimeError):
     """Binding refused or failed; kube-scheduler un-reserves the pod and retries it."""
+
+
+def _convert(pod_json: Any) -> tuple[Pod, str] | str:
+    """The pod and its PodGroup's name ("" for none), or why the JSON is not a pod phalanx can
+    read: the border where no bad input gets past as an exception."""
+    try:
+        return pod_from_json(pod_json), pod_group_name(pod_json)
+    except InvalidInput as err:
+        return f"phalanx: {err}"
+    except (AttributeError, TypeError, ValueError, KeyError) as err:  # a field of the wrong type
+        return f"phalanx: malformed pod: {type(err).__name__}: {err}"
+
+
+def _uid_of(pod_json: Any) -> str:
+    meta = pod_json.get("metadata") if isinstance(pod_json, Mapping) else None
+    return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
 
 
 def _now_rfc3339() -> str:
@@ -112,6 +150,10 @@ class WorkloadCycle:
         self._listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
         self.preemption = GroupPreemption(self)
         self.queue = PodGroupQueue(clock)
+        self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
+        self.replans = ReplanBudget()  # group -> plans released since it last bound
+        for reason in replans.REASONS:
+            self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start
         self._capacity_seen = cache.capacity_version
         self._changed_nodes: set[str] = set()
         self._changed_lock = threading.Lock()
@@ -142,18 +184,33 @@ class WorkloadCycle:
                 del self.plans[key]
                 self.metrics.plans.set(len(self.plans))
             elif plan.state == "planned" and plan.deadline < now:
-                self._release(key, "plan expired before all members reached bind")
+                self._release(key, replans.EXPIRED, "plan expired before all members reached bind")
 
-    def _release(self, key: str, why: str) -> None:
+    def _release(self, key: str, reason: str, why: str, pod: str = "", node: str = "") -> None:
+        """The one door out of ``planned`` short of binding: ``reason`` is one of
+        :data:`replans.REASONS`, ``why`` the words for people."""
         plan = self.plans.pop(key, None)
         if plan is None:
             return
         plan.state = "failed"
         plan.error = why
-        self.metrics.plans_released.labels(reason=why.split(" ")[0].rstrip(":")).inc()
         self.metrics.plans.set(len(self.plans))
         self._emit("plan_released", group=key, reason=why)
         self._arrival.notify_all()
+        self._count_release(key, reason, why, pod, node)
+
+    def _count_release(self, key: str, reason: str, why: str, pod: str = "", node: str = "") -> None:
+        """Count a release; past the reason's limit the group backs off instead of re-planning."""
+        self.metrics.plans_released.labels(reason=reason).inc()
+        give_up = self.replans.record(key, reason, why, pod, node)
+        if not give_up:
+            return
+        self.queue.failed_attempt(key, self.cache.capacity_version, give_up,
+                                  failures=self.replans.past_limits(key))
+        self.explanations[key] = give_up
+        self._set_status(key, False, names.REASON_UNSCHEDULABLE, give_up)
+        self._event_key(key, "FailedScheduling", give_up, "Warning")
+        self._emit("unschedulable", group=key, message=give_up)
 
     def reservations(self, exclude_group: str = "") -> dict[str, dict[str, int]]:
         """Capacity held by plans (other than ``exclude_group``), per node, minus bound members."""
@@ -174,16 +231,21 @@ class WorkloadCycle:
     def filter(self, pod_json: Mapping[str, Any], candidates: list[str]) -> FilterAnswer:
         """kube-scheduler's filter phase, after its own filters: which of ``candidates`` may the
         pod go to. Never raises for bad pod content: it answers with reasons instead."""
-        try:
-            pod = pod_from_json(pod_json)
-        except InvalidInput as err:
-            return FilterAnswer([], unresolvable={n: f"phalanx: {err}" for n in candidates})
-        group = pod_group_name(pod_json)
+        converted = _convert(pod_json)
+        if isinstance(converted, str):
+            return FilterAnswer([], unresolvable={n: converted for n in candidates})
+        pod, group = converted
+        if not group:
+            with self._lock:
+                self._expire()
+                return self._filter_plain(pod, candidates)
+        # built off the lock (10,000 names cost ~1 ms): what kube-scheduler left out of the nodes
+        # phalanx knows (a C-level copy of the keys, safe while the cache's thread adds nodes)
+        passed = frozenset(candidates)
+        self.verdicts.learn(pod, frozenset(self.cache.nodes.keys() - passed))
         with self._lock:
             self._expire()
-            if not group:
-                return self._filter_plain(pod, candidates)
-            return self._filter_member(pod, f"{pod.namespace}/{group}", candidates)
+            return self._filter_member(pod, f"{pod.namespace}/{group}", passed)
 
     def _filter_plain(self, pod: Pod, candidates: list[str]) -> FilterAnswer:
         """A pod without a group: only keep it off capacity reserved for planned groups."""
@@ -207,22 +269,20 @@ class WorkloadCycle:
                     break
         return FilterAnswer([n for n in candidates if n not in failed], failed=failed)
 
-    def _filter_member(self, pod: Pod, key: str, candidates: list[str]) -> FilterAnswer:
+    def _filter_member(self, pod: Pod, key: str, candidates: frozenset[str]) -> FilterAnswer:
         def no(reason: str) -> FilterAnswer:
             return FilterAnswer([], unresolvable={n: reason for n in candidates})
 
         plan = self.plans.get(key)
         if plan is not None and pod.uid in plan.assignments and plan.state == "planned":
-            node = plan.assignments[pod.uid]
-            if node in candidates:
-                # the other candidates are dropped without a reason (they count as unresolvable):
-                # one node fits, so no reason would ever be shown, and 10,000 of them cost ~1 ms
-                return FilterAnswer([node])
-            self._release(key, f"stale: planned node {node} was filtered out for {pod.key}")
+            answer = self._answer_planned(plan, pod, candidates)
+            if answer is not None:
+                return answer
+            self._release_rejected(plan, pod)
         elif plan is not None and plan.state == "binding":
             return no(f"phalanx: podgroup {key} is binding")
         elif plan is not None:
-            self._release(key, f"re-plan: new member {pod.key}")
+            self._release(key, replans.NEW_MEMBER, f"re-plan: new member {pod.key}")
 
         waiting = self.preemption.waiting(key)
         if waiting:
@@ -234,13 +294,66 @@ class WorkloadCycle:
         backing_off = self.queue.backing_off(key, self.cache.capacity_version)
         if backing_off:
             return no(backing_off)  # nothing freed since the last attempt failed: do not re-solve
-        placement = self._resume(group, candidates) or self._cycle(group, candidates)
+        placement = self._resume(group, candidates) or self._cycle(group, fresh=pod.uid)
         if not placement.assignments:
             return no(self.explanations.get(key) or f"podgroup {key}: no placement")
-        node = placement.assignments.get(pod.uid)
-        if node is None or node not in candidates:
+        plan = self.plans.get(key)
+        if plan is None or pod.uid not in plan.assignments:
             return no(f"phalanx: podgroup {key} planned without {pod.key}")
+        answer = self._answer_planned(plan, pod, candidates)
+        if answer is None:
+            # the solver chose a node kube-scheduler's filters just refused: a plan known to fail
+            # holds nothing; the group is re-planned at the next call, as often as replans allows
+            self._release_rejected(plan, pod)
+            return no(self.explanations.get(key) or f"phalanx: podgroup {key}: planned node "
+                      f"{plan.assignments[pod.uid]} for {pod.key} was filtered out; re-planning")
+        return answer
+
+    def _answer_planned(self, plan: Plan, pod: Pod, candidates: frozenset[str]) -> FilterAnswer | None:
+        """The planned node when kube-scheduler's filters passed it, else a re-slotted one, else
+        None (the plan is stale for this pod)."""
+        node = plan.assignments[pod.uid]
+        if node not in candidates:
+            node = self._reslot(plan, pod, candidates)
+            if not node:
+                return None
+        plan.answered.add(pod.uid)
+        # the other candidates are dropped without a reason (they count as unresolvable): one node
+        # fits, so no reason would ever be shown, and 10,000 of them cost ~1 ms
         return FilterAnswer([node])
+
+    def _reslot(self, plan: Plan, pod: Pod, candidates: frozenset[str]) -> str:
+        """kube-scheduler's filters dropped ``pod``'s planned node: swap with a member of the same
+        plan that has the same shape key and no volumes, has not been answered (nor reached bind,
+        nor bound) and whose planned node IS among ``pod``'s candidates. The plan's multiset of
+        nodes is unchanged, so nothing else moves; so a topology-spread plan works in whatever
+        order kube-scheduler sends its members. A partner whose own verdict passed ``pod``'s old
+        node is preferred. Returns the new node, or "" when no swap exists."""
+        if pod.volumes:
+            return ""
+        mine = plan.assignments[pod.uid]
+        partner = ""
+        for uid, node in plan.assignments.items():
+            if uid == pod.uid or node == mine or node not in candidates or uid in plan.answered or uid in plan.arrived:
+                continue
+            other = plan.members.get(uid)
+            if other is None or other.volumes or other.spec.shape_key != pod.spec.shape_key or self._bound_node(uid):
+                continue
+            verdict = self.verdicts.get(uid)
+            partner = partner or uid
+            if verdict is None or mine not in verdict.excluded:
+                partner = uid
+                break
+        if not partner:
+            return ""
+        plan.swap(pod.uid, partner)
+        self._emit("reslotted", group=plan.group, pod=pod.key, node=plan.assignments[pod.uid], was=mine)
+        return plan.assignments[pod.uid]
+
+    def _release_rejected(self, plan: Plan, pod: Pod) -> None:
+        node = plan.assignments[pod.uid]
+        self._release(plan.group, replans.FILTERED_OUT, f"stale: planned node {node} was filtered out for {pod.key}",
+                      pod.name, node)
 
     def _group_view(self, key: str, pod: Pod) -> PodGroup | str:
         """The group with its members as the cache knows them plus this pod (the cache may lag
@@ -255,8 +368,19 @@ class WorkloadCycle:
         if group is None:
             return f"phalanx: podgroup {key} does not exist yet"
         if group.policy is Policy.GANG and len(group.members) < group.min_count:
+            malformed = self._malformed_member(key)
+            if malformed:  # it will never convert as it is: say so, not "waiting" for ever
+                message = f"podgroup {key}: {malformed}"
+                self._set_status(key, False, names.REASON_UNSCHEDULABLE, message)
+                return message
             return f"podgroup {key}: waiting for members, {len(group.members)} of {group.min_count} exist"
         return group
+
+    def _malformed_member(self, key: str) -> str:
+        """``member <pod> is malformed: <error>`` for a member of ``key`` whose JSON the cache could
+        not convert, or ""."""
+        invalid = self.cache.invalid_members(key)
+        return f"member {invalid[0].pod} is malformed: {invalid[0].error}" if invalid else ""
 
     def _resume(self, group: PodGroup, candidates: list[str]) -> Placement | None:
         """After a restart (or a lost member), finish a gang from its placement record: the pending
@@ -270,7 +394,7 @@ class WorkloadCycle:
         if recorded is None or not group.bound or not group.pending:
             return None
         assignments = {p.uid: recorded.pods[p.name] for p in group.pending if p.name in recorded.pods}
-        snapshot = self.cache.snapshot(self.reservations(exclude_group=group.key))
+        snapshot = self._snapshot_for(group.key)
         try:
             if not assignments or any(n not in candidates for n in assignments.values()):
                 raise PlacementInvalid("recorded nodes are not among the candidates")
@@ -293,6 +417,7 @@ class WorkloadCycle:
         self.preemption.release(key)
         self.queue.succeeded(key)
         self.plans[key] = Plan(
+            members={uid: by_uid[uid] for uid in placement.assignments},
             group=key,
             assignments=dict(placement.assignments),
             requests={uid: by_uid[uid].spec.requests for uid in placement.assignments},
@@ -314,27 +439,30 @@ class WorkloadCycle:
                    path=placement.path, ms=elapsed * 1000.0)
         return placement
 
-    def _cycle(self, group: PodGroup, candidates: list[str]) -> Placement:
-        """One workload cycle for ``group``: snapshot, solve, plan or explain."""
+    def _snapshot_for(self, key: str) -> Snapshot:
+        """What a cycle for ``key`` sees: the cluster minus the other plans' (and nominations')
+        reservations, with the other plans' members not yet bound as assumed pods on their planned
+        nodes — kube-scheduler's cache counts them as assumed, so inter-pod rules must too."""
+        assumed = {uid: node for other, plan in self.plans.items() if other != key and plan.state != "failed"
+                   for uid, node in plan.assignments.items()}  # the cache leaves the bound ones out
+        return self.cache.snapshot(self.reservations(exclude_group=key), assumed=assumed)
+
+    def _cycle(self, group: PodGroup, fresh: str = "") -> Placement:
+        """One workload cycle for ``group``: snapshot, solve, plan or explain. ``fresh`` is the pod
+        of the filter call that triggered it (its verdict is the newest, see Verdicts.allowed)."""
         started = time.perf_counter()
         key = group.key
         capacity_version = self.cache.capacity_version  # before the snapshot: a later change retries
-        snapshot = self.cache.snapshot(self.reservations(exclude_group=key))
-        # kube-scheduler's candidates already passed its own filters for this pod; members of a
-        # group share a template, so they bound where the group may go (plus bound members' nodes)
-        allowed = set(candidates) | {p.node for p in group.bound}
-        chosen = self.domains.get(key)
-        if chosen and chosen[0] == group.topology_key:
-            # a group keeps the domain it was first placed in, even while the cache has not yet
-            # seen its members' bindings (a Basic group's members arrive and bind one by one)
-            allowed = {n for n in allowed if n in self.cache.nodes and
-                       self.cache.nodes[n].labels.get(chosen[0]) == chosen[1]}
-        snapshot = snapshot.only_nodes(allowed)
+        snapshot = self._snapshot_for(key)
+        allowed = self.verdicts.allowed(group, snapshot.index.keys(), fresh)
+        reach = self._reach(group, allowed)
+        if reach is not None:
+            snapshot = snapshot.only_nodes(reach)
         try:
-            placement = place(snapshot, group, self.options)
+            placement = place(snapshot, group, self.options, allowed=allowed)
         except InvalidInput as err:
             self.metrics.attempts.labels(result="error").inc()
-            self._set_status(group, False, names.REASON_SCHEDULER_ERROR, str(err))
+            self._set_status(key, False, names.REASON_SCHEDULER_ERROR, str(err))
             return Placement(key, {}, explanation=None)
         elapsed = time.perf_counter() - started
         self.metrics.attempt_duration.observe(elapsed)
@@ -347,17 +475,34 @@ class WorkloadCycle:
             self.explanations[key] = message
             if not preempting:  # while victims terminate, the nomination makes the group wait
                 self.queue.failed_attempt(key, capacity_version, message)
-            self._set_status(group, False, names.REASON_UNSCHEDULABLE, message)
+            self._set_status(key, False, names.REASON_UNSCHEDULABLE, message)
             self._event(group, "FailedScheduling", message, "Warning")
             self._emit("unschedulable", group=key, message=message)
             return placement
         self.metrics.attempts.labels(result="scheduled").inc()
         return self._keep_plan(group, placement, elapsed)
 
+    def _reach(self, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> set[str] | None:
+        """The nodes any pending member may take, or None for all: the union of the verdicts when
+        every pending member has one (no member goes outside it, whatever the solver does with the
+        per-pod sets) plus the bound members' nodes, cut to the domain the group keeps."""
+        reach = None
+        if allowed and len(allowed) == len(group.pending):
+            reach = set().union(*{id(nodes): nodes for nodes in allowed.values()}.values())
+            reach |= {p.node for p in group.bound}
+        chosen = self.domains.get(group.key)
+        if chosen and chosen[0] == group.topology_key:
+            # a group keeps the domain it was first placed in, even while the cache has not yet
+            # seen its members' bindings (a Basic group's members arrive and bind one by one)
+            nodes = self.cache.nodes
+            reach = {n for n in (nodes if reach is None else reach)
+                     if n in nodes and nodes[n].labels.get(chosen[0]) == chosen[1]}
+        return reach
+
     # -- prioritize --------------------------------------------------------------------------
     def prioritize(self, pod_json: Mapping[str, Any], candidates: list[str]) -> dict[str, int]:
         """Planned node scores 10, the rest 0; pods without a plan score all nodes 0."""
-        uid = str((pod_json.get("metadata") or {}).get("uid", ""))
+        uid = _uid_of(pod_json)
         with self._lock:
             for plan in self.plans.values():
                 node = plan.assignments.get(uid)
@@ -371,11 +516,11 @@ class WorkloadCycle:
         extender's filter was never asked. Group preemption is phalanx's job, not per-pod: run the
         group's cycle on every node and, when it does not fit, plan and start a group preemption.
         The answer to kube-scheduler is always "no per-pod preemption"."""
-        try:
-            pod = pod_from_json(pod_json)
-        except InvalidInput:
+        converted = _convert(pod_json)
+        if isinstance(converted, str):
             return
-        key = f"{pod.namespace}/{pod_group_name(pod_json)}"
+        pod, name = converted
+        key = f"{pod.namespace}/{name}"
         with self._lock:
             self._expire()
             if key in self.plans or self.preemption.waiting(key):
@@ -384,7 +529,7 @@ class WorkloadCycle:
             if isinstance(group, str):
                 self.explanations[key] = group
                 return
-            self._cycle(group, list(self.cache.nodes))
+            self._cycle(group)
 
     def preempt_candidates(self, pod_json: Mapping[str, Any], candidates: Mapping[str, Mapping[str, Any]]
                            ) -> dict[str, Mapping[str, Any]]:
@@ -393,7 +538,11 @@ class WorkloadCycle:
         group are dropped whenever a cheaper candidate exists (breaking one is the last resort; the
         rest of a broken group is then evicted by phalanx, see GroupPreemption). Victims stay those
         on the candidate node, as kube-scheduler requires."""
-        proposed = {node: [p.get("UID", "") for p in v.get("Pods") or ()] for node, v in candidates.items()}
+        try:
+            proposed = {node: [str(p.get("UID", "")) for p in v.get("Pods") or ()] for node, v in candidates.items()}
+        except (AttributeError, TypeError) as err:
+            log.info("preempt: keeping kube-scheduler's candidates, unreadable: %s", err)
+            return dict(candidates) if isinstance(candidates, Mapping) else {}
         with self._lock:
             snapshot = self.cache.snapshot(with_bound=True)
             known = {p.uid for p in snapshot.bound}
@@ -457,7 +606,7 @@ class WorkloadCycle:
                         arrived = sum(1 for u in plan.assignments if u in plan.arrived or self._bound_node(u))
                         why = f"barrier timed out: {arrived} of {len(plan.assignments)} members reached bind"
                         if self.plans.get(plan.group) is plan:
-                            self._release(plan.group, why)
+                            self._release(plan.group, replans.BARRIER_TIMEOUT, why)
                         self._event_key(plan.group, "BarrierTimeout", why, "Warning")
                         raise BindError(f"phalanx: podgroup {plan.group}: {why}; nothing was bound")
                     self._arrival.wait(timeout=left)
@@ -489,7 +638,7 @@ class WorkloadCycle:
             self._finish(plan, False, f"could not write the placement record: {err}")
             return
         if group is not None:
-            self._set_status(group, True, "Scheduled",
+            self._set_status(key, True, "Scheduled",
                              f"{len(plan.assignments)} pods going to binding in {plan.domain or 'the cluster'}")
         futures = {uid: self._binder.submit(self._bind_uid, uid, node) for uid, node in pending.items()}
         failed = {uid: f.result() for uid, f in futures.items() if f.result()}
@@ -517,8 +666,12 @@ class WorkloadCycle:
         with self._lock:
             plan.state = "bound" if ok else "failed"
             plan.error = error
-            if not ok and self.plans.get(plan.group) is plan:
+            if ok:  # learned for this group's members, now moot
+                self.verdicts.forget(plan.assignments)
+                self.replans.forget(plan.group)
+            elif self.plans.get(plan.group) is plan:
                 del self.plans[plan.group]
+                self._count_release(plan.group, replans.BIND_FAILED, error)
             self.metrics.plans.set(len(self.plans))
             self._arrival.notify_all()
         if ok:
@@ -529,8 +682,8 @@ class WorkloadCycle:
             self._emit("bind_failed", group=plan.group, error=error)
 
     # -- status and events -------------------------------------------------------------------
-    def _set_status(self, group: PodGroup, ok: bool, reason: str, message: str) -> None:
-        record = self.cache.podgroups.get(group.key)
+    def _set_status(self, key: str, ok: bool, reason: str, message: str) -> None:
+        record = self.cache.podgroups.get(key)
         conditions = list(((record.raw.get("status") or {}).get("conditions") or []) if record else [])
         current = next((c for c in conditions if c.get("type") == names.CONDITION_INITIALLY_SCHEDULED), None)
         if current and current.get("status") == "True":
@@ -547,10 +700,11 @@ class WorkloadCycle:
                 "status") == status else _now_rfc3339(),
         }
         others = [c for c in conditions if c.get("type") != names.CONDITION_INITIALLY_SCHEDULED]
+        namespace, name = key.split("/", 1)
         try:
-            self.writer.patch_podgroup_status(group.namespace, group.name, {"conditions": others + [condition]})
+            self.writer.patch_podgroup_status(namespace, name, {"conditions": others + [condition]})
         except WriteError as err:
-            log.warning("could not update status of %s: %s", group.key, err)
+            log.warning("could not update status of %s: %s", key, err)
 
     def _event(self, group: PodGroup, reason: str, note: str, type_: str = "Normal") -> None:
         self._event_key(group.key, reason, note, type_)
@@ -569,7 +723,11 @@ class WorkloadCycle:
         # runs on whichever thread applied the event (possibly holding a backend lock): only note
         # the work and wake the requeue thread, never take the cycle's lock here
         if kind == "PodGroup" and event_type == "DELETED":
-            self.domains.pop(record if isinstance(record, str) else record.key, None)
+            key = record if isinstance(record, str) else record.key
+            self.domains.pop(key, None)
+            self.replans.forget(key)
+        if kind == "Pod" and (isinstance(record, str) or (isinstance(record, PodRecord) and record.pod.node)):
+            self.verdicts.forget([record if isinstance(record, str) else record.pod.uid])  # deleted or bound
         if kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
             self.domains.pop(record.pod.group, None)  # evicted or preempted: free to land anywhere
         if kind == "Node":
@@ -593,7 +751,7 @@ class WorkloadCycle:
                 why = "deleted" if node is None else "cordoned or tainted"
                 for key, plan in list(self.plans.items()):
                     if plan.state == "planned" and node_name in plan.assignments.values():
-                        self._release(key, f"stale: node {node_name} was {why}")
+                        self._release(key, replans.NODE_CHANGED, f"stale: node {node_name} was {why}")
 
     def _requeue_loop(self) -> None:
         """kube-scheduler retries a pod the extender rejected on its next cluster event, which may
@@ -601,16 +759,27 @@ class WorkloadCycle:
         else wakes the pod. So when room appears, phalanx checks the groups backing off and, for
         each that now fits, touches one pending member (annotation ``scheduling.phalanx.dev/retry``):
         that pod update makes kube-scheduler retry it, and its binding wakes the rest."""
+        swept = time.monotonic()
         while not self._closed:
-            self._wake.wait()
+            woken = self._wake.wait(timeout=SWEEP_INTERVAL)
             self._wake.clear()
-            time.sleep(0.2)  # let a burst of events land first
             try:
+                if time.monotonic() - swept >= SWEEP_INTERVAL:
+                    swept = time.monotonic()
+                    self.verdicts.sweep(self._still_pending)  # off the cycle's lock
+                if not woken:
+                    continue
+                time.sleep(0.2)  # let a burst of events land first
                 self._invalidate_plans()
                 if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
                     self._requeue_fitting()
             except Exception:  # noqa: BLE001 - the loop must survive a bad group
                 log.exception("requeue pass failed")
+
+    def _still_pending(self, uid: str) -> bool | None:
+        """For the verdict sweep: True while the pod waits for a node, None when unknown."""
+        record = self.cache.pods.get(uid)
+        return None if record is None else not record.pod.node and record.active
 
     def _requeue_fitting(self) -> None:
         nudges = []
@@ -622,9 +791,10 @@ class WorkloadCycle:
                 if isinstance(group, str):
                     self.queue.succeeded(key)
                     continue
-                snapshot = self.cache.snapshot(self.reservations(exclude_group=key))
+                snapshot = self._snapshot_for(key)
+                allowed = self.verdicts.allowed(group, snapshot.index.keys())
                 try:
-                    fits = bool(place(snapshot, group, self.options).assignments)
+                    fits = bool(place(snapshot, group, self.options, allowed=allowed).assignments)
                 except InvalidInput:
                     fits = False
                 if fits:
@@ -653,7 +823,7 @@ class WorkloadCycle:
             if isinstance(group, str):
                 self.explanations[key] = group
                 return group
-            placement = self._resume(group, list(self.cache.nodes)) or self._cycle(group, list(self.cache.nodes))
+            placement = self._resume(group, list(self.cache.nodes)) or self._cycle(group)
             if placement.assignments:
                 return placement
             return placement.explanation.message() if placement.explanation else self.explanations.get(key, "")

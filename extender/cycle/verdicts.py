@@ -1,0 +1,142 @@
+"""kube-scheduler's verdicts: what phalanx cannot model, it learns from the filter calls.
+
+Each extender filter call carries the nodes kube-scheduler's own filters passed for one pod,
+judged against its cache (which counts pods waiting at phalanx's bind barrier as assumed). That
+list is the pod's *verdict*: a plan that puts the pod on a node it left out will be rejected,
+whatever the reason (DRA devices, an out-of-tree plugin, a rule phalanx models differently). The
+cycle passes the verdicts to the solver as per-pod allowed node sets.
+
+A verdict is kept as the nodes it *excluded* (the nodes phalanx knew at the time, minus the
+candidates): a node added later was never judged and stays allowed, and a pod nothing was
+excluded for needs no restriction at all — the common case costs nothing.
+
+Life cycle of a verdict (one per pending pod uid)::
+
+    filter(pod, candidates) --> learned (replaces the pod's previous verdict)
+    pod bound / deleted, its group's plan bound --> forgotten
+    pod unknown to the cache for VERDICT_TTL (a re-list dropped it unseen) --> swept
+    more than MAX_VERDICTS pods --> the oldest forgotten first
+
+Identical excluded sets are stored once (interned): 1,000 members of a gang usually share one.
+
+Its own lock is a leaf (nothing is called while it is held), so the cache's listeners may forget
+verdicts without taking the cycle's lock.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from dataclasses import dataclass
+from typing import AbstractSet, Callable, Iterable
+
+from solver import Pod, PodGroup
+
+#: pods with a verdict at most; beyond it the oldest is forgotten (a forgotten pod is only
+#: unrestricted until its next filter call). 50,000 pending group members is far beyond any
+#: cluster phalanx serves; with interned sets the cost is ~300 bytes per pod.
+MAX_VERDICTS = 50_000
+#: seconds a verdict is kept for a pod the cache does not know (the cache may lag a filter call by
+#: a watch event, so an unknown pod is not gone at once; a re-list removes pods without an event)
+VERDICT_TTL = 600.0
+#: seconds between sweeps (on the requeue thread, off the cycle's lock)
+SWEEP_INTERVAL = 60.0
+
+
+@dataclass(frozen=True)
+class Verdict:
+    excluded: frozenset[str]  # nodes kube-scheduler's filters left out
+    shape_key: tuple
+    portable: bool  # may stand in for an identical sibling (see Verdicts.allowed)
+    at: float
+
+
+class Verdicts:
+    def __init__(self, clock: Callable[[], float]) -> None:
+        self.clock = clock
+        self._lock = threading.Lock()
+        self._by_uid: OrderedDict[str, Verdict] = OrderedDict()
+        self._sets: dict[frozenset[str], list] = {}  # interned excluded set -> [the set, references]
+
+    def __len__(self) -> int:
+        return len(self._by_uid)
+
+    @property
+    def distinct_sets(self) -> int:
+        return len(self._sets)
+
+    def learn(self, pod: Pod, excluded: frozenset[str]) -> None:
+        """kube-scheduler's filters left ``excluded`` out for ``pod`` (filter phase)."""
+        at = self.clock()
+        with self._lock:
+            self._drop(pod.uid)
+            entry = self._sets.get(excluded)
+            if entry is None:
+                entry = self._sets[excluded] = [excluded, 0]
+            entry[1] += 1
+            self._by_uid[pod.uid] = Verdict(entry[0], pod.spec.shape_key, not pod.volumes, at)
+            while len(self._by_uid) > MAX_VERDICTS:
+                self._drop(next(iter(self._by_uid)))
+
+    def get(self, uid: str) -> Verdict | None:
+        with self._lock:
+            return self._by_uid.get(uid)
+
+    def forget(self, uids: Iterable[str]) -> None:
+        with self._lock:
+            for uid in uids:
+                self._drop(uid)
+
+    def sweep(self, still_pending: Callable[[str], bool | None]) -> None:
+        """Forget verdicts of pods that are bound (``still_pending`` False) or that the cache has
+        not known (None) for VERDICT_TTL. Runs off the cycle's lock (the requeue thread)."""
+        horizon = self.clock() - VERDICT_TTL
+        with self._lock:
+            items = list(self._by_uid.items())
+        gone = []
+        for uid, verdict in items:
+            pending = still_pending(uid)
+            if pending is False or (pending is None and verdict.at < horizon):
+                gone.append(uid)
+        self.forget(gone)
+
+    def allowed(self, group: PodGroup, nodes: AbstractSet[str], fresh: str = "") -> dict[str, frozenset[str]]:
+        """The ``nodes`` each pending member of ``group`` may take, for :func:`solver.place`.
+
+        A member's own verdict applies to it. A member without one borrows a sibling's only where
+        that is sound: the same ``pod.spec.shape_key`` (requests, node eligibility, inter-pod
+        terms, spread, host ports) AND neither pod mounts volumes (``pod.volumes`` empty) — each
+        StatefulSet pod has its own PersistentVolumeClaim, so kube-scheduler's verdict for pod-0
+        says nothing about pod-1's volume topology. Among siblings the ``fresh`` pod's verdict
+        (the pod of the current filter call) is preferred, then the most recent. Members with
+        neither, or whose verdict excluded nothing, are not named: unrestricted."""
+        pending = group.pending
+        with self._lock:
+            own = {p.uid: self._by_uid[p.uid] for p in pending if p.uid in self._by_uid}
+        borrowed: dict[tuple, Verdict] = {}
+        for verdict in sorted((v for v in own.values() if v.portable), key=lambda v: v.at):
+            borrowed[verdict.shape_key] = verdict  # the most recent wins...
+        newest = own.get(fresh)
+        if newest is not None and newest.portable:
+            borrowed[newest.shape_key] = newest  # ...and the current call's above all
+        allowed: dict[str, frozenset[str]] = {}
+        sets: dict[int, frozenset[str]] = {}  # one difference per distinct (interned) set
+        for pod in pending:
+            verdict = own.get(pod.uid)
+            if verdict is None and not pod.volumes:
+                verdict = borrowed.get(pod.spec.shape_key)
+            if verdict is not None and verdict.excluded:
+                key = id(verdict.excluded)
+                if key not in sets:
+                    sets[key] = frozenset(nodes - verdict.excluded)
+                allowed[pod.uid] = sets[key]
+        return allowed
+
+    def _drop(self, uid: str) -> None:
+        verdict = self._by_uid.pop(uid, None)
+        if verdict is None:
+            return
+        entry = self._sets[verdict.excluded]
+        entry[1] -= 1
+        if not entry[1]:
+            del self._sets[verdict.excluded]

@@ -1,0 +1,252 @@
+"""What phalanx cannot model, it learns — and never loops: kube-scheduler's per-pod verdicts reach
+the solver, a rejected member is re-slotted before the group is re-planned, re-plans are bounded,
+other plans' members are assumed pods, and no bad input raises out of a verb."""
+
+import pytest
+
+from cluster import names
+from extender.cycle import WorkloadCycle, replans, service, verdicts
+from extender.cycle.verdicts import Verdicts
+from solver import Pod, PodGroup, PodSpec
+from solver.model import VolumeClaim
+
+from .k8s_objects import pod, podgroup
+from .test_cycle_service import all_nodes, bind_all, condition, make_gang
+
+
+class FakeClock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+@pytest.fixture
+def cycle(sim, clock):
+    service_ = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, clock=clock)
+    yield service_
+    service_.close()
+
+
+@pytest.fixture
+def solves(monkeypatch):
+    """Every solver call of the cycle: (snapshot, group, allowed)."""
+    calls = []
+    real = service.place
+
+    def spy(snapshot, group, options, allowed=None):
+        calls.append((snapshot, group, allowed))
+        return real(snapshot, group, options, allowed=allowed)
+
+    monkeypatch.setattr(service, "place", spy)
+    return calls
+
+
+def uid(p):
+    return p["metadata"]["uid"]
+
+
+def released(cycle, reason):
+    return cycle.metrics.plans_released.labels(reason=reason)._value.get()
+
+
+# -- per-pod verdicts --------------------------------------------------------------------------------
+def test_each_pods_verdict_reaches_the_solver_and_identical_siblings_borrow_it(sim, cycle, solves):
+    sim.create(podgroup("db", 3))
+    small = [sim.create(pod(f"db-{i}", "db", gpu=1)) for i in range(2)]
+    big = sim.create(pod("db-2", "db", gpu=2))  # another shape: the small pods' verdict is not its
+    others = [n for n in all_nodes(sim) if n != "n-0-0"]
+    answer = cycle.filter(small[1], others)
+    assert answer.nodes and answer.nodes[0] != "n-0-0"
+    _, _, allowed = solves[-1]
+    assert allowed == {uid(small[0]): frozenset(others), uid(small[1]): frozenset(others)}
+    assert uid(big) not in allowed
+
+
+def test_a_verdict_is_borrowed_only_by_an_identical_sibling_without_volumes():
+    store = Verdicts(clock=lambda: 0.0)
+    claim = (VolumeClaim("default/data-db-0"),)
+    spec = PodSpec(requests={"cpu": 1000})
+    a, b = Pod("a", "db-0", spec), Pod("b", "db-1", spec)
+    with_volume, other_shape = Pod("c", "db-2", spec, volumes=claim), Pod("d", "db-3", PodSpec(requests={"cpu": 2}))
+    group = PodGroup("default", "db", (a, b, with_volume, other_shape), min_count=4)
+    nodes = {"n1", "n2", "n3"}
+    store.learn(a, frozenset({"n3"}))
+    assert store.allowed(group, nodes) == {"a": {"n1", "n2"}, "b": {"n1", "n2"}}
+    store.learn(with_volume, frozenset({"n1"}))  # its own verdict applies to it, and to it only
+    assert store.allowed(group, nodes) == {"a": {"n1", "n2"}, "b": {"n1", "n2"}, "c": {"n2", "n3"}}
+    store.forget(["a"])
+    assert store.allowed(group, nodes) == {"c": {"n2", "n3"}}  # a pod with volumes lends nothing
+    store.learn(b, frozenset())  # nothing excluded: no restriction at all
+    assert store.allowed(group, nodes) == {"c": {"n2", "n3"}}
+
+
+def test_a_verdict_says_nothing_about_nodes_added_after_it(sim, cycle, solves):
+    from .k8s_objects import node as k8s_node
+    pods = make_gang(sim, "big", 5, gpu=4)  # 16 GPUs, 20 needed
+    assert cycle.filter(pods[0], all_nodes(sim)).nodes == []
+    sim.create(k8s_node("n-9", rack="r0", gpus=4))
+    assert len(cycle.filter(pods[1], all_nodes(sim)).nodes) == 1
+
+
+def test_verdicts_are_forgotten_when_pods_go_and_when_the_group_binds(sim, cycle):
+    baseline = len(cycle.verdicts)
+    for round_ in range(20):
+        sim.create(podgroup(f"g{round_}", 3))
+        members = [sim.create(pod(f"g{round_}-{i}", f"g{round_}", gpu=64)) for i in range(3)]  # never fit
+        for m in members:
+            cycle.filter(m, all_nodes(sim)[1:])
+        assert len(cycle.verdicts) == baseline + 3
+        for m in members:
+            sim.delete("Pod", f"default/{m['metadata']['name']}")
+        sim.delete("PodGroup", f"default/g{round_}")
+    assert len(cycle.verdicts) == baseline and cycle.verdicts.distinct_sets == 0
+    assert not cycle.replans.groups
+    gang = make_gang(sim, "db", 3, gpu=1)
+    _, errors = bind_all(cycle, sim, gang)
+    assert errors == [] and len(cycle.verdicts) == baseline
+
+
+def test_verdicts_are_bounded_and_swept(monkeypatch, clock):
+    monkeypatch.setattr(verdicts, "MAX_VERDICTS", 10)
+    store = Verdicts(clock)
+    for i in range(25):
+        store.learn(Pod(f"u{i}", f"p{i}"), frozenset({f"n{i % 3}"}))
+    assert len(store) == 10 and store.get("u24") and not store.get("u0")
+    clock.now += verdicts.VERDICT_TTL + 1
+    store.sweep(lambda u: None if u == "u24" else (u != "u23"))  # u24 unknown, u23 bound
+    assert len(store) == 8 and not store.get("u23") and not store.get("u24")
+
+
+# -- re-slot before re-plan ----------------------------------------------------------------------
+def test_a_rejected_member_swaps_with_an_unanswered_identical_member(sim, cycle, solves):
+    pods = make_gang(sim, "g", 2, gpu=4)  # one node each
+    cycle.place_group("default/g")  # planned, nobody answered yet
+    plan = cycle.plan_of("default/g")
+    mine, theirs = plan.assignments[uid(pods[0])], plan.assignments[uid(pods[1])]
+    answer = cycle.filter(pods[0], [n for n in all_nodes(sim) if n != mine])
+    assert answer.nodes == [theirs]
+    assert cycle.plan_of("default/g") is plan and plan.assignments[uid(pods[1])] == mine
+    assert len(solves) == 1 and released(cycle, replans.FILTERED_OUT) == 0
+    assert cycle.filter(pods[1], all_nodes(sim)).nodes == [mine]
+
+
+def test_no_swap_with_a_member_already_answered_the_plan_is_released(sim, cycle, solves):
+    pods = make_gang(sim, "g", 2, gpu=4)
+    first = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    second = cycle.filter(pods[1], all_nodes(sim)).nodes[0]  # answered: kube-scheduler assumes it there
+    answer = cycle.filter(pods[0], [n for n in all_nodes(sim) if n != first])
+    assert released(cycle, replans.FILTERED_OUT) == 1 and len(solves) == 2
+    assert answer.nodes and answer.nodes[0] != first
+    assert second
+
+
+# -- bounded re-plans ----------------------------------------------------------------------------
+def test_a_planned_node_kube_scheduler_always_rejects_is_not_replanned_for_ever(sim, cycle, clock, solves):
+    pods = make_gang(sim, "db", 3, gpu=1)
+    key = "default/db"
+    victim = pods[2]
+    for _ in range(50):  # kube-scheduler's filters reject whatever node phalanx plans for db-2
+        plan = cycle.plan_of(key)
+        planned = plan.assignments.get(uid(victim)) if plan else None
+        cycle.filter(victim, [n for n in all_nodes(sim) if n != planned])
+    limit = replans.LIMITS[replans.FILTERED_OUT]
+    assert len(solves) == limit  # the first plan and limit - 1 re-plans, then it backs off
+    assert released(cycle, replans.FILTERED_OUT) == limit
+    assert cycle.plan_of(key) is None
+    answer = cycle.filter(victim, all_nodes(sim))
+    message = next(iter(answer.unresolvable.values()))
+    assert "kube-scheduler's filters rejected the planned node" in message and "for db-2" in message
+    assert "not modelled by phalanx" in message
+    cond = condition(sim, "db")
+    assert cond["status"] == "False" and cond["reason"] == names.REASON_UNSCHEDULABLE and cond["message"] == message
+    warnings = [e for e in sim.events if e["type"] == "Warning" and e["reason"] == "FailedScheduling"]
+    assert warnings and warnings[-1]["note"] == message
+    assert cycle.group_state(key) == "unschedulable"
+    # the backoff ends: one more try, rejected again, and a longer backoff than the first
+    first_delay = cycle.queue.failed[key].retry_at - clock.now
+    clock.now += first_delay + 0.01
+    for _ in range(20):
+        plan = cycle.plan_of(key)
+        planned = plan.assignments.get(uid(victim)) if plan else None
+        cycle.filter(victim, [n for n in all_nodes(sim) if n != planned])
+    assert len(solves) == limit + 1
+    assert cycle.queue.failed[key].retry_at - clock.now > first_delay
+
+
+def test_binding_forgets_the_releases(sim, cycle):
+    pods = make_gang(sim, "db", 2, gpu=1)
+    planned = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    cycle.filter(pods[0], [n for n in all_nodes(sim) if n != planned])  # one rejection
+    assert cycle.replans.groups["default/db"].counts[replans.FILTERED_OUT] == 1
+    _, errors = bind_all(cycle, sim, pods)
+    assert errors == [] and "default/db" not in cycle.replans.groups
+
+
+def test_release_reasons_are_a_fixed_set(sim, cycle):
+    pods = make_gang(sim, "g", 2, gpu=1)
+    planned = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    cycle.filter(pods[0], [n for n in all_nodes(sim) if n != planned])
+    sim.create(pod("g-9", "g", gpu=1))
+    cycle.filter(sim.get("Pod", "default/g-9"), all_nodes(sim))
+    labels = {s.labels["reason"] for m in cycle.metrics.plans_released.collect() for s in m.samples}
+    assert labels == set(replans.REASONS)
+    assert released(cycle, replans.FILTERED_OUT) == 1 and released(cycle, replans.NEW_MEMBER) == 1
+
+
+# -- assumed pods of other plans ---------------------------------------------------------------------
+def test_other_plans_members_not_yet_bound_are_assumed_pods(sim, cycle, solves):
+    a = make_gang(sim, "a", 2, gpu=1)
+    planned = {uid(p): cycle.filter(p, all_nodes(sim)).nodes[0] for p in a}
+    b = make_gang(sim, "b", 2, gpu=1)
+    cycle.filter(b[0], all_nodes(sim))
+    snapshot, group, _ = solves[-1]
+    assert group.key == "default/b"
+    assert {p.uid: p.node for p in snapshot.assumed} == planned
+    _, errors = bind_all(cycle, sim, a)
+    assert errors == []
+    c = make_gang(sim, "c", 1, gpu=1)
+    cycle.filter(c[0], all_nodes(sim))
+    snapshot, _, _ = solves[-1]
+    assert not {p.uid for p in snapshot.assumed} & set(planned)  # bound now: no longer assumed
+
+
+# -- malformed members, bad input ------------------------------------------------------------------
+def test_a_group_with_a_malformed_member_is_unschedulable_not_waiting(sim, cycle):
+    sim.create(podgroup("db", 3))
+    pods = [sim.create(pod(f"db-{i}", "db", gpu=1)) for i in range(2)]
+    sim.create(pod("db-2", "db", cpu="lots"))  # the cache cannot convert it
+    answer = cycle.filter(pods[0], all_nodes(sim))
+    message = next(iter(answer.unresolvable.values()))
+    assert answer.nodes == [] and message.startswith("podgroup default/db: member default/db-2 is malformed: ")
+    assert "lots" in message
+    cond = condition(sim, "db")
+    assert cond["reason"] == names.REASON_UNSCHEDULABLE and cond["message"] == message
+
+
+BAD_PODS = [
+    None,
+    [],
+    {"metadata": {"name": "b", "labels": ["x"]}},
+    {"metadata": {"name": "b"}, "spec": {"schedulingGroup": "db"}},
+    {"metadata": {"name": "b"}, "spec": {"containers": "not a list", "schedulingGroup": {"podGroupName": "db"}}},
+    {"metadata": {"name": "b"}, "spec": {"containers": [{"resources": {"requests": {"cpu": ["1"]}}}]}},
+    {"metadata": {"name": "b"}, "spec": {"tolerations": "x", "schedulingGroup": {"podGroupName": "db"}}},
+    {"metadata": "b"},
+]
+
+
+@pytest.mark.parametrize("bad", BAD_PODS)
+def test_no_bad_pod_json_raises_out_of_a_verb(sim, cycle, bad):
+    sim.create(podgroup("db", 1))
+    answer = cycle.filter(bad, all_nodes(sim))
+    assert answer.nodes == [] and all(r.startswith("phalanx: ") for r in answer.unresolvable.values())
+    assert set(cycle.prioritize(bad, all_nodes(sim)).values()) <= {0}
+    cycle.preempt_for_group(bad)
+    assert cycle.preempt_candidates(bad, {"n-0-0": {"Pods": "junk"}}) == {"n-0-0": {"Pods": "junk"}}
