@@ -38,7 +38,7 @@ from solver import (
     Toleration,
     effective_requests,
 )
-from solver.model import HONOR, IGNORE, LABEL_SELECTOR_OPERATORS, SELECTOR_OPERATORS, WILDCARD_IP
+from solver.model import DEFAULT_PREFERENCES, HONOR, IGNORE, LABEL_SELECTOR_OPERATORS, SELECTOR_OPERATORS, WILDCARD_IP
 
 from . import names
 from .quantity import parse_quantity
@@ -471,7 +471,19 @@ def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
         priority=priority,
         created=_timestamp(meta.get("creationTimestamp")),
         preemption_policy=spec.preemption_policy,
+        default_preference=placement_preference(meta),
     )
+
+
+def placement_preference(meta: JSON) -> str:
+    """``scheduling.phalanx.dev/placement-preference``: ``pack`` (the default) or ``spread``; anything
+    else is rejected with the annotation named, so the PodGroup says what is wrong."""
+    raw = ((meta.get("annotations") or {}).get(names.ANNOTATION_PLACEMENT_PREFERENCE) or "pack")
+    value = str(raw).strip().lower()
+    if value not in DEFAULT_PREFERENCES:
+        raise InvalidInput(f"{names.ANNOTATION_PLACEMENT_PREFERENCE} must be one of "
+                           f"{', '.join(DEFAULT_PREFERENCES)}, got {raw!r}")
+    return value
 
 
 # -- the placement record (scheduling.phalanx.dev/placement on a PodGroup) --------------------------

@@ -16,6 +16,8 @@ LABEL_POD_GROUP = "scheduling.phalanx.dev/pod-group"  # pod -> PodGroup, CRD fla
 GATE_PODGROUP_SYNC = "scheduling.phalanx.dev/podgroup-sync"  # pod scheduling gate while minCount syncs
 ANNOTATION_PLACEMENT = "scheduling.phalanx.dev/placement"  # PodGroup: write-ahead pod->node record
 ANNOTATION_PREFERRED_TOPOLOGY = "scheduling.phalanx.dev/preferred-topology"  # ordered keys, comma-separated
+# PodGroup: what members without soft rules of their own get, "pack" (default) or "spread"
+ANNOTATION_PLACEMENT_PREFERENCE = "scheduling.phalanx.dev/placement-preference"
 ANNOTATION_RETRY = "scheduling.phalanx.dev/retry"  # pod: touched to make kube-scheduler retry a group that now fits
 MANAGED_BY_VALUE = "phalanx.dev/statefulset-controller"
 # ResourceClaim phalanx created for a PodGroup (shared claims without DRAWorkloadResourceClaims):

@@ -413,3 +413,17 @@ def test_placement_record_round_trip_and_bad_records():
             placement_record({names.ANNOTATION_PLACEMENT: raw})
     assert placement_domain({names.ANNOTATION_PLACEMENT: '{"domain": "r"}'}) == "r"
     assert placement_domain({names.ANNOTATION_PLACEMENT: "[1]"}) == ""
+
+
+def test_placement_preference_annotation_defaults_to_pack_and_rejects_unknown_values():
+    from cluster.convert import podgroup_from_json
+    from solver import InvalidInput
+
+    def group(annotations):
+        return {"metadata": {"name": "db", "namespace": "x", "annotations": annotations},
+                "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
+
+    assert podgroup_from_json(group({})).default_preference == "pack"
+    assert podgroup_from_json(group({"scheduling.phalanx.dev/placement-preference": "Spread"})).default_preference == "spread"
+    with pytest.raises(InvalidInput, match="placement-preference must be one of pack, spread"):
+        podgroup_from_json(group({"scheduling.phalanx.dev/placement-preference": "sideways"}))
