@@ -55,7 +55,8 @@ class GroupReleases:
 
 
 class ReplanBudget:
-    """Releases per group since it last bound (read and written under the cycle's lock)."""
+    """Releases per group since it last bound. Counted under the cycle's lock; a deleted
+    PodGroup's entry is dropped from the cache's thread (one atomic pop, as the cycle's domains)."""
 
     def __init__(self) -> None:
         self.groups: dict[str, GroupReleases] = {}
