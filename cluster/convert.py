@@ -221,12 +221,15 @@ def pod_requests(spec: JSON, where: str) -> dict[str, int]:
 
 
 def pod_group_name(obj: JSON) -> str:
-    """The PodGroup a pod belongs to: the built-in field, else phalanx's CRD-flavor label."""
-    spec = obj.get("spec") or {}
-    named = (spec.get("schedulingGroup") or {}).get("podGroupName")
+    """The PodGroup a pod belongs to: the built-in field, else phalanx's CRD-flavor label. Raises
+    InvalidInput when the pod is not an object or those fields have the wrong type."""
+    obj = _mapping(obj, "pod")
+    spec = _mapping(obj.get("spec"), "pod: spec")
+    named = _mapping(spec.get("schedulingGroup"), "pod: spec.schedulingGroup").get("podGroupName")
     if named:
         return str(named)
-    return str(((obj.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_GROUP, ""))
+    labels = _mapping(_mapping(obj.get("metadata"), "pod: metadata").get("labels"), "pod: metadata.labels")
+    return str(labels.get(names.LABEL_POD_GROUP, ""))
 
 
 def pod_group_key(obj: Any) -> str:

@@ -27,6 +27,7 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from cluster import names
 from cluster.convert import pod_group_name
+from solver import InvalidInput
 from extender.cycle import BindError, WorkloadCycle
 from extender.dashboard import dashboard_blueprint
 
@@ -107,7 +108,11 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
 
     def do_preempt(data: Any) -> dict:
         args = wire.PreemptionArgs(data)
-        if pod_group_name(args.pod):
+        try:
+            group = pod_group_name(args.pod)
+        except InvalidInput:  # a pod phalanx cannot read: kube-scheduler's own choice stands
+            return wire.preemption_result(dict(args.meta_victims))
+        if group:
             cycle.preempt_for_group(args.pod)  # group preemption is phalanx's own job
             return wire.preemption_result({})
         return wire.preemption_result(cycle.preempt_candidates(args.pod, args.meta_victims))

@@ -76,3 +76,76 @@ def test_oversize_body_is_a_400():
 
     resp = APP.post("/scheduler/filter", data=b" " * (MAX_BODY_BYTES + 1), content_type="application/json")
     assert resp.status_code == 400 and b"too large" in resp.data
+
+
+# -- the fields kube-scheduler's filters read, corrupted at any depth -----------------------------
+
+RICH = json.loads(json.dumps(POD))
+RICH["metadata"]["labels"] = {"app": "db"}
+RICH["spec"]["affinity"] = {
+    "podAntiAffinity": {
+        "requiredDuringSchedulingIgnoredDuringExecution": [
+            {"labelSelector": {"matchLabels": {"app": "db"},
+                               "matchExpressions": [{"key": "tier", "operator": "In", "values": ["a"]}]},
+             "topologyKey": "kubernetes.io/hostname", "matchLabelKeys": ["app"]}],
+        "preferredDuringSchedulingIgnoredDuringExecution": [
+            {"weight": 50, "podAffinityTerm": {"labelSelector": {"matchLabels": {"app": "db"}},
+                                               "topologyKey": "topology.kubernetes.io/zone",
+                                               "namespaceSelector": {}}}]},
+    "podAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "db"}}, "topologyKey": "topology.kubernetes.io/zone",
+         "namespaces": ["default"]}]},
+}
+RICH["spec"]["topologySpreadConstraints"] = [
+    {"maxSkew": 1, "topologyKey": "topology.kubernetes.io/zone", "whenUnsatisfiable": "DoNotSchedule",
+     "labelSelector": {"matchLabels": {"app": "db"}}, "minDomains": 2, "nodeAffinityPolicy": "Honor",
+     "nodeTaintsPolicy": "Ignore", "matchLabelKeys": ["app"]}]
+RICH["spec"]["containers"][0]["ports"] = [{"containerPort": 80, "hostPort": 8080, "protocol": "TCP", "hostIP": ""}]
+RICH["spec"]["volumes"] = [{"name": "data", "persistentVolumeClaim": {"claimName": "data-g-0"}},
+                           {"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {}}}}]
+
+
+def _paths(value, prefix=()):
+    yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, prefix + (k,))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, prefix + (i,))
+
+
+RICH_PATHS = [p for p in _paths(RICH) if p]
+
+
+def _replace(body, path, value):
+    body = json.loads(json.dumps(body))
+    target = body
+    for step in path[:-1]:
+        target = target[step]
+    target[path[-1]] = value
+    return body
+
+
+@pytest.mark.parametrize("verb", ["filter", "preempt"])
+def test_constraint_fields_corrupted_at_any_depth_never_fail_with_500(verb):
+    """Affinity terms, selectors, spread constraints, ports and volumes with any nested value
+    replaced by arbitrary JSON: the answer is a 200 (with phalanx's reason for every node when the
+    pod cannot be read) or a 400, never a 500."""
+    @settings(max_examples=1500, database=None, deadline=None)
+    @given(st.sampled_from(RICH_PATHS), JSON)
+    def run(path, value) -> None:
+        body = dict(VALID[verb], Pod=_replace(RICH, path, value))
+        resp = APP.post(f"/scheduler/{verb}", data=json.dumps(body), content_type="application/json")
+        assert resp.status_code in (200, 400), (path, value, resp.status_code, resp.data[:300])
+
+    run()
+
+
+def test_a_malformed_affinity_term_is_answered_with_its_reason():
+    body = dict(VALID["filter"], Pod=_replace(RICH, ("spec", "affinity", "podAntiAffinity"), "x"))
+    resp = APP.post("/scheduler/filter", data=json.dumps(body), content_type="application/json")
+    assert resp.status_code == 200
+    answer = json.loads(resp.data)
+    reasons = set((answer.get("FailedAndUnresolvableNodes") or {}).values())
+    assert reasons and all(r.startswith("phalanx: ") and "podAntiAffinity" in r for r in reasons), answer
