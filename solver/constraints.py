@@ -414,7 +414,9 @@ class _Builder:
             self.exclude(s, ~self.in_domains(key, existing > 0), REASON_AFFINITY)
             return
         selected = self.selected(scope)
-        if not selected:  # no pod to be near, and the pod does not match its own term
+        if s not in selected:
+            # no pod to be near, and the pod does not match its own term: kube-scheduler refuses it
+            # whenever it takes it before the members it would follow, so the plan may not rely on them
             self.exclude(s, np.ones(len(self.snap.nodes), dtype=bool), REASON_AFFINITY)
             return
         # no matching pod anywhere yet: this shape and every member it selects share one domain

@@ -160,6 +160,15 @@ class _State:
         ok = self.on_domain(sp.key, (after - m <= sp.skew).astype(np.int64)) > 0
         return ok & (self.ids[sp.key] >= 0)
 
+    def spread_kept(self, sp: Spread) -> np.ndarray:
+        """Hosts where one more pod that ``sp`` counts (but does not constrain) keeps the pods of
+        ``sp.shape`` already placed within maxSkew: the plan must hold whatever order kube-scheduler
+        takes the members in, so a later-counted pod may not push their domain past the minimum."""
+        c = sp.existing + self.per_domain(sp.key, sp.members)
+        m = sp.global_min(c)
+        crowded = (self.per_domain(sp.key, (sp.shape,)) > 0) & (c + 1 - m > sp.skew)
+        return ~(self.on_domain(sp.key, crowded.astype(np.int64)) > 0)
+
     def candidates(self, s: int) -> np.ndarray:
         problem = self.problem
         shape = problem.shapes[s]
@@ -187,6 +196,8 @@ class _State:
         for sp in rules.spreads:
             if sp.hard and sp.shape == s:
                 ok &= self.spread_ok(sp, s)
+            elif sp.hard and s in sp.members:
+                ok &= self.spread_kept(sp)
         for j, (shapes, _, _) in enumerate(rules.totals):
             if s in shapes and self.total_left[j] <= 0:
                 ok[:] = False

@@ -116,12 +116,22 @@ def _check_pod_rules(snapshot: Snapshot, group: PodGroup, placement: Mapping[str
         for term in pod.spec.pod_affinity:
             if term.topology_key not in node_labels:
                 raise PlacementInvalid(f"{where}: node lacks {term.topology_key} for pod affinity")
-            near = any(o.uid != pod.uid and same_domain(pod, o, term.topology_key)
-                       and _term_selects(term, o, snapshot.namespaces) for o in everyone)
-            first = not any(_term_selects(term, o, snapshot.namespaces) for o in snapshot.placed_pods) and all(
-                _term_selects(t, pod, snapshot.namespaces) for t in pod.spec.pod_affinity)
-            if not near and not first:
+            none_placed = not any(_term_selects(term, o, snapshot.namespaces) for o in snapshot.placed_pods)
+            # with matching pods already placed only they count: kube-scheduler taking this pod before
+            # the new member beside it would refuse it, and the plan must hold in any order
+            near = any(same_domain(pod, o, term.topology_key) and _term_selects(term, o, snapshot.namespaces)
+                       for o in snapshot.placed_pods)
+            first = none_placed and all(_term_selects(t, pod, snapshot.namespaces) for t in pod.spec.pod_affinity)
+            if not (first if none_placed else near):
+                # none placed: only a pod matching its own terms may open a domain (kube-scheduler may
+                # take this pod before the members it would follow)
                 raise PlacementInvalid(f"{where}: no pod matching its affinity on {term.topology_key}")
+            if none_placed and any(o.uid != pod.uid and _term_selects(term, o, snapshot.namespaces)
+                                   and not same_domain(pod, o, term.topology_key) for o in new):
+                # only the first pod kube-scheduler takes may open a domain: once it is placed, every
+                # later pod must join a domain holding a matching pod, so the members share one
+                raise PlacementInvalid(f"{where}: pods matching its affinity span several "
+                                       f"{term.topology_key} domains and none was there before")
         for c in pod.spec.spread:
             if c.hard:
                 _check_spread(snapshot, pod, c, everyone, labels_of, where)

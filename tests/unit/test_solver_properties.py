@@ -7,7 +7,13 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from solver import (
+    DO_NOT_SCHEDULE,
+    SCHEDULE_ANYWAY,
+    HostPort,
+    LabelSelector,
     Node,
+    PodAffinityTerm,
+    SpreadConstraint,
     Pod,
     PodGroup,
     PodSpec,
@@ -21,6 +27,7 @@ from solver import (
     place,
 )
 from solver.errors import PlacementInvalid
+from solver.problem import Problem
 
 RACK = "topology.kubernetes.io/rack"
 ZONE = "topology.kubernetes.io/zone"
@@ -64,7 +71,7 @@ def instances(draw, max_nodes=5, max_pods=4):
     return Snapshot(nodes, bound), group
 
 
-def brute_force(snap, group):
+def brute_force(snap, group, problem=None):
     """The best objective over every assignment of pending pods to nodes or to nothing."""
     pending = group.pending
     options = [None] + [n.name for n in snap.nodes]
@@ -77,7 +84,7 @@ def brute_force(snap, group):
             assert_placement_valid(snap, group, placement)
         except PlacementInvalid:
             continue
-        objective = evaluate(snap, group, placement)
+        objective = evaluate(snap, group, placement, problem)
         best = objective if best is None or objective < best else best
     return best
 
@@ -119,3 +126,83 @@ def test_exact_objective_equals_the_brute_force_optimum(instance):
         assert exact.optimal
         assert exact.objective == optimum
         assert exact.objective == evaluate(snap, group, exact.assignments)
+
+
+# -- inter-pod, spread and port rules: random small instances, brute force as the judge ------------------
+HOST = "kubernetes.io/hostname"
+WEB = LabelSelector((("app", "web"),))
+DEFAULT_NS = frozenset({"default"})
+
+
+@st.composite
+def rule_specs(draw):
+    """The rules of one shape: any mix of hostname/zone anti-affinity (required or preferred), zone
+    spread (DoNotSchedule or ScheduleAnyway), a host port and now and then a required zone affinity."""
+    kw: dict = {}
+    if draw(st.booleans()):
+        term = PodAffinityTerm(draw(st.sampled_from([HOST, ZONE])), WEB, DEFAULT_NS,
+                               weight=draw(st.sampled_from([0, 0, 10, 100])))
+        kw["preferred_anti_affinity" if term.weight else "pod_anti_affinity"] = (term,)
+    if draw(st.booleans()):
+        kw["spread"] = (SpreadConstraint(draw(st.integers(1, 2)), ZONE,
+                                         draw(st.sampled_from([DO_NOT_SCHEDULE, SCHEDULE_ANYWAY])), WEB),)
+    if draw(st.integers(0, 3)) == 0:
+        kw["host_ports"] = (HostPort(8080),)
+    if draw(st.integers(0, 4)) == 0:
+        kw["pod_affinity"] = (PodAffinityTerm(ZONE, WEB, DEFAULT_NS),)
+    return kw
+
+
+@st.composite
+def rule_instances(draw, max_assignments=5000):
+    n_zones = draw(st.integers(2, 3))
+    n_nodes = draw(st.integers(2, 6))
+    nodes = [Node(f"n{i}", {"cpu": draw(st.integers(1, 4)) * 1000, "pods": 110},
+                  {HOST: f"n{i}", ZONE: f"z{i % n_zones}"}) for i in range(n_nodes)]
+    budget = draw(st.integers(2, 5))
+    members = []
+    for s in range(draw(st.integers(1, 2))):
+        labels = {"app": draw(st.sampled_from(["web", "web", "db"]))}
+        spec = PodSpec({"cpu": draw(st.integers(1, 2)) * 1000}, **draw(rule_specs()))
+        for k in range(draw(st.integers(1, 4))):
+            if len(members) < budget and (n_nodes + 1) ** (len(members) + 1) <= max_assignments:
+                members.append(Pod(f"p{s}-{k}", f"g-{len(members)}", spec, group="default/g", labels=labels))
+    bound = []
+    for b in range(draw(st.integers(0, 2))):
+        extra = {}
+        kind = draw(st.sampled_from(["plain", "anti", "port"]))
+        if kind == "anti":
+            extra["pod_anti_affinity"] = (PodAffinityTerm(draw(st.sampled_from([HOST, ZONE])), WEB, DEFAULT_NS),)
+        elif kind == "port":
+            extra["host_ports"] = (HostPort(8080),)
+        bound.append(Pod(f"b{b}", f"b{b}", PodSpec({"cpu": 0}, **extra), node=f"n{draw(st.integers(0, n_nodes - 1))}",
+                         labels={"app": draw(st.sampled_from(["web", "db"]))}))
+    min_count = draw(st.integers(1, len(members)))
+    group = PodGroup("default", "g", tuple(members), Policy.GANG, min_count)
+    return Snapshot(nodes, bound), group
+
+
+def brute_force_rules(snap, group):
+    """As :func:`brute_force`, scoring every valid assignment with one Problem (its soft rules)."""
+    return brute_force(snap, group, Problem(snap, group))
+
+
+@settings(max_examples=120, deadline=None)
+@given(rule_instances())
+def test_with_rules_exact_matches_the_brute_force_optimum_and_greedy_stays_valid(instance):
+    snap, group = instance
+    greedy = place(snap, group, SolveOptions(path="greedy"))
+    if greedy.assignments:
+        assert_placement_valid(snap, group, greedy.assignments)
+    exact = place(snap, group, SolveOptions(path="exact"))
+    optimum = brute_force_rules(snap, group)
+    if optimum is None:
+        assert not exact.assignments and not greedy.assignments
+        return
+    assert exact.assignments, exact.explanation and exact.explanation.message()
+    assert_placement_valid(snap, group, exact.assignments)
+    assert exact.optimal
+    assert exact.objective == optimum
+    assert exact.objective == evaluate(snap, group, exact.assignments, Problem(snap, group))
+    if greedy.assignments:
+        assert exact.objective <= greedy.objective
