@@ -24,7 +24,9 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import Iterator
 
 import pytest
 import yaml
@@ -52,14 +54,16 @@ class Outcome:
     metrics: dict = field(default_factory=dict)
     violations: list[str] = field(default_factory=list)
     note: str = ""
+    why: str = ""             # when not bound: the PodGroup condition and the pods' PodScheduled messages
     plans: int | None = None  # phalanx: Planned events on the PodGroup (1 = right the first time)
+    events: list[str] = field(default_factory=list)  # phalanx's other events on it (timeouts, failures)
 
     def cells(self) -> str:
-        if not self.bound:
-            return f"0/{self.case.replicas} | - | - ({self.note})" if self.note else f"0/{self.case.replicas} | - | -"
+        """bound | distinct nodes (and ScheduleAnyway skew) | time, as table cells."""
         extra = f", zone skew {self.metrics['soft_skew']}" if self.metrics.get("soft_skew") is not None else ""
-        return (f"{self.bound}/{self.case.replicas} | {self.metrics['distinct_nodes']}{extra} | "
-                f"{self.seconds:.1f} s")
+        nodes = f"{self.metrics.get('distinct_nodes')}{extra}" if self.bound else "-"
+        took = f"{self.seconds:.1f} s" if self.seconds is not None else (self.note or "-")
+        return f"{self.bound}/{self.case.replicas} | {nodes} | {took}"
 
 
 @pytest.fixture(scope="module")
@@ -144,9 +148,22 @@ def initially_scheduled(rest, namespace: str) -> bool:
                for c in group.get("status", {}).get("conditions") or [])
 
 
-def planned_events(rest, namespace: str) -> int:
-    return sum(1 for e in rest.list(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
-               if e.get("reason") == "Planned" and (e.get("regarding") or {}).get("kind") == "PodGroup")
+def group_events(rest, namespace: str) -> list[dict]:
+    """phalanx's events on the namespace's PodGroup, oldest first."""
+    items = [e for e in rest.list(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+             if e.get("reportingController") == "phalanx.dev/scheduler"
+             and (e.get("regarding") or {}).get("kind") == "PodGroup"]
+    return sorted(items, key=lambda e: e.get("eventTime") or "")
+
+
+def pod_scheduling_events(rest, namespace: str) -> list[str]:
+    """kube-scheduler's FailedScheduling events on the pods, oldest first, one line per pod and message."""
+    items = [e for e in rest.list(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+             if (e.get("regarding") or {}).get("kind") == "Pod" and e.get("reason") == "FailedScheduling"]
+    seen: dict[str, None] = {}
+    for e in sorted(items, key=lambda e: e.get("eventTime") or e["metadata"].get("creationTimestamp") or ""):
+        seen[f"pod {e['regarding']['name']}: {e.get('note', '')[:240]}"] = None
+    return list(seen)
 
 
 def explain(rest, namespace: str, case: Case) -> str:
@@ -175,27 +192,44 @@ def cleanup(rest, namespace: str, case: Case, cluster_paths: list[str]) -> None:
         rest.delete(item)
 
 
-def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
-    outcome = Outcome(case, side)
+def provision(rest, namespace: str, nodes, case: Case, side: str) -> tuple[list[str], str | None, list[str]]:
+    """The case's nodes, StorageClass and PVs (and, in-tree, the user's Workload and PodGroup).
+    Returns the node names, the StorageClass name and the cluster-scoped paths to delete."""
     prefix = PREFIX[side]
-    sc_name = f"{namespace}-{case.storage.binding.lower()}" if case.storage else None
+    names = case.node_names(prefix)
+    for name, (_, kwargs) in zip(names, case.nodes):
+        nodes.add(name, **kwargs)
+    sc_name, cluster_paths = None, []
+    if case.storage:
+        sc_name = f"{namespace}-{case.storage.binding.lower()}"
+        rest.post("/apis/storage.k8s.io/v1/storageclasses", storage_class(sc_name, case.storage.binding))
+        cluster_paths.append(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
+        for pv in case.persistent_volumes(prefix, sc_name, f"{prefix}-{case.short}-{namespace[-5:]}"):
+            rest.post("/api/v1/persistentvolumes", pv)
+            cluster_paths.append(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+    if side == IN_TREE:
+        for obj in in_tree_group(case, namespace):
+            create(rest, obj, namespace)
+    return names, sc_name, cluster_paths
+
+
+def product_path_violations(rest, namespace: str, case: Case, result: Result) -> list[str]:
+    """phalanx's controller made one gang PodGroup of minCount = replicas and stamped every pod."""
+    pg = the_group(rest, namespace)
+    if pg is None or pg["spec"]["schedulingPolicy"] != {"gang": {"minCount": case.replicas}}:
+        return [f"phalanx's controller made no gang PodGroup of {case.replicas}: {pg}"]
+    unstamped = [p["metadata"]["name"] for p in result.pods
+                 if (p["spec"].get("schedulingGroup") or {}).get("podGroupName") != pg["metadata"]["name"]]
+    return [f"pods not in phalanx's PodGroup: {unstamped}"] if unstamped else []
+
+
+def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
+    """Create the case as a user would, wait (bounded) for its pods to be bound, read back the result."""
+    outcome = Outcome(case, side)
     cluster_paths: list[str] = []
     try:
-        names = case.node_names(prefix)
-        for name, (_, kwargs) in zip(names, case.nodes):
-            nodes.add(name, **kwargs)
-        if case.storage:
-            rest.post("/apis/storage.k8s.io/v1/storageclasses", storage_class(sc_name, case.storage.binding))
-            cluster_paths.append(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
-            for pv in case.persistent_volumes(prefix, sc_name, f"{prefix}-{case.short}-{namespace[-5:]}"):
-                rest.post("/api/v1/persistentvolumes", pv)
-                cluster_paths.append(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
-        group = None
-        if side == IN_TREE:
-            for obj in in_tree_group(case, namespace):
-                create(rest, obj, namespace)
-            group = case.name
-        sts = case.statefulset(namespace, SCHEDULER[side], sc_name, group)
+        names, sc_name, cluster_paths = provision(rest, namespace, nodes, case, side)
+        sts = case.statefulset(namespace, SCHEDULER[side], sc_name, case.name if side == IN_TREE else None)
         started = time.monotonic()
         create(rest, sts, namespace)
         try:
@@ -206,25 +240,23 @@ def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
         except TimeoutError:
             outcome.bound = at_rest_bound(rest, namespace, case)
             outcome.note = f"not bound within {BIND_TIMEOUT:.0f} s"
-            outcome.violations.append(f"why: {explain(rest, namespace, case)}")
+            outcome.why = explain(rest, namespace, case)
         result = read_result(rest, namespace, case, names)
         outcome.metrics = soft_metrics(result, case)
-        outcome.violations[:0] = hard_violations(result)
+        outcome.violations = hard_violations(result)
         if outcome.bound:
             try:
                 wait_for(lambda: initially_scheduled(rest, namespace), 10, "PodGroupInitiallyScheduled=True")
             except TimeoutError as err:
                 outcome.violations.append(f"PodGroup condition: {err}")
-        if side == PHALANX:  # the product path: pods stamped with phalanx's PodGroup, gate lifted
-            outcome.plans = planned_events(rest, namespace)
-            pg = the_group(rest, namespace)
-            if pg is None or pg["spec"]["schedulingPolicy"] != {"gang": {"minCount": case.replicas}}:
-                outcome.violations.insert(0, f"phalanx's controller made no gang PodGroup of {case.replicas}: {pg}")
-            else:
-                unstamped = [p["metadata"]["name"] for p in result.pods
-                             if (p["spec"].get("schedulingGroup") or {}).get("podGroupName") != pg["metadata"]["name"]]
-                if unstamped:
-                    outcome.violations.insert(0, f"pods not in phalanx's PodGroup: {unstamped}")
+        if side == PHALANX:
+            outcome.violations[:0] = product_path_violations(rest, namespace, case, result)
+            events = group_events(rest, namespace)
+            outcome.plans = sum(1 for e in events if e["reason"] == "Planned")
+            outcome.events = [f"{e['reason']}: {e.get('note', '')[:200]}" for e in events
+                              if e["reason"] not in ("Planned", "Bound")]
+            if outcome.events:  # something went wrong on the way: what kube-scheduler said to the pods
+                outcome.events += pod_scheduling_events(rest, namespace)
         return outcome
     finally:
         try:
@@ -233,18 +265,28 @@ def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
             pass
 
 
+@contextmanager
+def scratch_namespace(rest, name: str) -> Iterator[str]:
+    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        rest.delete(f"/api/v1/namespaces/{name}")
+
+
 def record(table, outcome: Outcome) -> None:
     table[(outcome.case.name, outcome.side)] = outcome
     plans = f" | plans {outcome.plans}" if outcome.plans is not None else ""
     print(f"\n  {outcome.side:8} {outcome.case.name:14} {outcome.cells()}{plans}", flush=True)
+    for line in outcome.events:
+        print(f"    {line}", flush=True)
 
 
 def check_common(outcome: Outcome) -> None:
     case = outcome.case
     assert outcome.bound in (0, case.replicas), (
         f"{outcome.side}: {case.name} partly bound at rest: {outcome.bound} of minCount {case.replicas}")
-    hard = [v for v in outcome.violations if not v.startswith("why: ")]
-    assert not hard, f"{outcome.side}: {case.name}: " + "; ".join(hard)
+    assert not outcome.violations, f"{outcome.side}: {case.name}: " + "; ".join(outcome.violations)
 
 
 # --- the tests: every in-tree row first, then phalanx's --------------------------------------
@@ -254,19 +296,24 @@ def test_in_tree(case, rest, namespace, nodes, schedulers, table):
     outcome = run_case(rest, namespace, nodes, case, IN_TREE)
     record(table, outcome)
     check_common(outcome)
-    assert outcome.bound == case.replicas, f"in-tree did not place {case.name}: {outcome.violations}"
+    assert outcome.bound == case.replicas, f"in-tree did not place {case.name}: {outcome.why}"
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
 def test_phalanx(case, rest, namespace, nodes, schedulers, controller, table):
+    if (case.name, IN_TREE) not in table:  # run alone (-k): measure in-tree first, in its own namespace
+        with scratch_namespace(rest, f"{namespace[:50]}-it") as other:
+            record(table, run_case(rest, other, nodes, case, IN_TREE))
+        for name in list(nodes.names):
+            nodes.delete(name)
     outcome = run_case(rest, namespace, nodes, case, PHALANX)
     record(table, outcome)
     check_common(outcome)
-    theirs = table.get((case.name, IN_TREE))
-    if theirs is None or not theirs.bound:
-        return  # nothing to compare with (run in-tree first: the module's order does)
+    theirs = table[(case.name, IN_TREE)]
+    if not theirs.bound:
+        return  # in-tree placed nothing: only the checks above apply
     assert outcome.bound == case.replicas, (
-        f"phalanx did not place {case.name}, in-tree did: {'; '.join(outcome.violations)}")
+        f"phalanx did not place {case.name}, in-tree did: {outcome.why}; events: {outcome.events}")
     if case.soft_anti_affinity:
         assert outcome.metrics["distinct_nodes"] >= theirs.metrics["distinct_nodes"], (
             f"soft anti-affinity: phalanx used {outcome.metrics['distinct_nodes']} nodes, "
