@@ -76,3 +76,52 @@ def gpu_gang(name: str, size: int, gpus_per_pod: int, key: str = "", priority: i
         for i in range(size)
     )
     return PodGroup("bench", name, members, Policy.GANG, size, key, preferred, priority=priority)
+
+
+#: Constraint gangs of ``phalanx bench solver`` (see :func:`constraint_instance`).
+CONSTRAINT_KINDS = ("hostname-anti", "zone-spread", "volume-topology")
+
+
+def constraint_instance(kind: str, nodes: list[Node], fill: float, seed: int, name: str,
+                        size: int) -> tuple[Snapshot, PodGroup]:
+    """A filled snapshot and a 1-GPU gang carrying one kind of kube-scheduler rule:
+
+    - ``hostname-anti``: required anti-affinity on the hostname against the gang's own label (one
+      member per node), inside one rack (the required key);
+    - ``zone-spread``: a ``DoNotSchedule`` zone spread, maxSkew 1, over the gang's own label, no
+      required key (the whole cluster);
+    - ``volume-topology``: every member its own WaitForFirstConsumer claim, local PVs (one per node)
+      on a random 20% of the nodes, inside one rack.
+    """
+    from solver import (LabelSelector, NodeAffinity, PersistentVolume, PodAffinityTerm, Requirement,
+                        SpreadConstraint, VolumeClaim, VolumeInventory)
+
+    snap = filled_snapshot(nodes, fill, seed)
+    labels = {"app": name}
+    selector = LabelSelector((("app", name),))
+    extra: dict = {}
+    key = LABEL_RACK
+    volumes = None
+    if kind == "hostname-anti":
+        extra["pod_anti_affinity"] = (PodAffinityTerm(LABEL_HOSTNAME, selector, frozenset({"bench"})),)
+    elif kind == "zone-spread":
+        extra["spread"] = (SpreadConstraint(1, LABEL_ZONE, selector=selector),)
+        key = ""
+    elif kind == "volume-topology":
+        rng = np.random.default_rng(seed + 1000)
+        hosts = rng.choice(len(nodes), size=max(1, len(nodes) // 5), replace=False)
+        pvs = tuple(PersistentVolume(f"pv-{i}", "local", 100 * 2**30, frozenset({"ReadWriteOnce"}),
+                                     NodeAffinity(((Requirement(LABEL_HOSTNAME, "In", (nodes[i].name,)),),)))
+                    for i in sorted(int(h) for h in hosts))
+        snap = snap.with_context(volumes=VolumeInventory(pvs))
+        volumes = lambda i: (VolumeClaim(f"bench/{name}-data-{i}", storage_class="local", request=2**30,  # noqa: E731
+                                         access_modes=frozenset({"ReadWriteOnce"}), delayed=True),)
+    else:
+        raise ValueError(f"unknown constraint kind {kind!r}")
+    spec = PodSpec({"cpu": 8_000, "memory": 64 * 2**30, GPU: 1}, **extra)
+    members = tuple(
+        Pod(uid=f"{name}-{i}", name=f"{name}-{i}", namespace="bench", group=f"bench/{name}", spec=spec,
+            labels=labels, volumes=volumes(i) if volumes else ())
+        for i in range(size)
+    )
+    return snap, PodGroup("bench", name, members, Policy.GANG, size, key)
