@@ -213,14 +213,16 @@ def provision(rest, namespace: str, nodes, case: Case, side: str) -> tuple[list[
     return names, sc_name, cluster_paths
 
 
-def product_path_violations(rest, namespace: str, case: Case, result: Result) -> list[str]:
-    """phalanx's controller made one gang PodGroup of minCount = replicas and stamped every pod."""
+def membership_violations(rest, namespace: str, case: Case, result: Result) -> list[str]:
+    """One gang PodGroup of minCount = replicas (phalanx's controller made it, or the user did), and
+    every pod in it (stamped by phalanx's webhook, or copied from the template by the StatefulSet
+    controller)."""
     pg = the_group(rest, namespace)
     if pg is None or pg["spec"]["schedulingPolicy"] != {"gang": {"minCount": case.replicas}}:
-        return [f"phalanx's controller made no gang PodGroup of {case.replicas}: {pg}"]
+        return [f"no single gang PodGroup of {case.replicas}: {pg}"]
     unstamped = [p["metadata"]["name"] for p in result.pods
                  if (p["spec"].get("schedulingGroup") or {}).get("podGroupName") != pg["metadata"]["name"]]
-    return [f"pods not in phalanx's PodGroup: {unstamped}"] if unstamped else []
+    return [f"pods not in the PodGroup: {unstamped}"] if unstamped else []
 
 
 def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
@@ -243,14 +245,13 @@ def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
             outcome.why = explain(rest, namespace, case)
         result = read_result(rest, namespace, case, names)
         outcome.metrics = soft_metrics(result, case)
-        outcome.violations = hard_violations(result)
+        outcome.violations = membership_violations(rest, namespace, case, result) + hard_violations(result)
         if outcome.bound:
             try:
                 wait_for(lambda: initially_scheduled(rest, namespace), 10, "PodGroupInitiallyScheduled=True")
             except TimeoutError as err:
                 outcome.violations.append(f"PodGroup condition: {err}")
         if side == PHALANX:
-            outcome.violations[:0] = product_path_violations(rest, namespace, case, result)
             events = group_events(rest, namespace)
             outcome.plans = sum(1 for e in events if e["reason"] == "Planned")
             outcome.events = [f"{e['reason']}: {e.get('note', '')[:200]}" for e in events
