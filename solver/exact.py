@@ -365,9 +365,18 @@ class RuleEncoder:
                 model.add(m <= c[int(d)])
         pref = []
         if sp.hard:
+            # when the shape is the only one counted, a domain without its pods keeps its existing
+            # count; where that is within maxSkew of the lowest existing count, the bound holds either
+            # way (m can be the true minimum), so state it without the indicator: same solutions, a
+            # much tighter relaxation (``low``: the least the global minimum can be)
+            low = 0 if sp.min_zero or not sp.counted.any() else int(sp.existing[sp.counted].min())
+            alone = sp.members == (sp.shape,)
             for d, per in per_domain.items():
                 mine = per.get(sp.shape)
                 if not mine:
+                    continue
+                if alone and int(sp.existing[d]) <= low + sp.skew:
+                    model.add(c[d] <= m + sp.skew)
                     continue
                 y = used(sum(mine), self.counts[sp.shape])
                 model.add(sum(mine) >= y)
