@@ -32,7 +32,6 @@ No input reaching a verb raises out of it: a pod that does not convert is answer
 
 from __future__ import annotations
 
-import json
 import logging
 import threading
 import time
@@ -51,6 +50,7 @@ from solver.model import PODS, add_resources, placement_usage
 
 from . import replans
 from .metrics import CycleMetrics
+from .parked import ParkedMembers
 from .preemption import GroupPreemption
 from .queue import PodGroupQueue
 from .replans import ReplanBudget
@@ -151,6 +151,8 @@ class WorkloadCycle:
         self.preemption = GroupPreemption(self)
         self.queue = PodGroupQueue(clock)
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
+        self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
+        self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
         self.replans = ReplanBudget()  # group -> plans released since it last bound
         for reason in replans.REASONS:
             self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start
@@ -271,7 +273,10 @@ class WorkloadCycle:
 
     def _filter_member(self, pod: Pod, key: str, candidates: frozenset[str]) -> FilterAnswer:
         def no(reason: str) -> FilterAnswer:
+            self.parked.park(key, pod.uid, pod.namespace, pod.name)
             return FilterAnswer([], unresolvable={n: reason for n in candidates})
+
+        self.parked.here(pod.uid)
 
         plan = self.plans.get(key)
         if plan is not None and pod.uid in plan.assignments and plan.state == "planned":
@@ -429,6 +434,11 @@ class WorkloadCycle:
         )
         self.explanations.pop(key, None)
         self.metrics.plans.set(len(self.plans))
+        parked = self.parked.take(key, placement.assignments)
+        if parked:  # kube-scheduler holds them back after phalanx said "no node": retry them now
+            with self._changed_lock:
+                self._nudges.extend(parked)
+            self._wake.set()
         if group.topology_key and placement.domain:
             self.domains[key] = (group.topology_key, placement.domain)
         where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
@@ -726,8 +736,11 @@ class WorkloadCycle:
             key = record if isinstance(record, str) else record.key
             self.domains.pop(key, None)
             self.replans.forget(key)
+            self.parked.forget_group(key)
         if kind == "Pod" and (isinstance(record, str) or (isinstance(record, PodRecord) and record.pod.node)):
-            self.verdicts.forget([record if isinstance(record, str) else record.pod.uid])  # deleted or bound
+            uid = record if isinstance(record, str) else record.pod.uid
+            self.verdicts.forget([uid])  # deleted or bound
+            self.parked.forget_pod(uid)
         if kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
             self.domains.pop(record.pod.group, None)  # evicted or preempted: free to land anywhere
         if kind == "Node":
@@ -769,12 +782,26 @@ class WorkloadCycle:
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
                 if not woken:
                     continue
+                self._touch_parked()
                 time.sleep(0.2)  # let a burst of events land first
                 self._invalidate_plans()
                 if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
                     self._requeue_fitting()
             except Exception:  # noqa: BLE001 - the loop must survive a bad group
                 log.exception("requeue pass failed")
+
+    def _touch_parked(self) -> None:
+        """Touch the parked members of groups that were just planned (off the cycle's lock)."""
+        with self._changed_lock:
+            nudges, self._nudges = self._nudges, []
+        for namespace, name in nudges:
+            self._nudge(namespace, name)
+
+    def _nudge(self, namespace: str, name: str) -> None:
+        try:
+            self.writer.annotate_pod(namespace, name, {names.ANNOTATION_RETRY: _now_rfc3339()})
+        except WriteError as err:
+            log.info("could not nudge %s/%s: %s", namespace, name, err)
 
     def _still_pending(self, uid: str) -> bool | None:
         """For the verdict sweep: True while the pod waits for a node, None when unknown."""
@@ -801,10 +828,7 @@ class WorkloadCycle:
                     self.queue.succeeded(key)
                     nudges.append(pending[0])
         for pod in nudges:
-            try:
-                self.writer.annotate_pod(pod.namespace, pod.name, {names.ANNOTATION_RETRY: _now_rfc3339()})
-            except WriteError as err:
-                log.info("could not nudge %s: %s", pod.key, err)
+            self._nudge(pod.namespace, pod.name)
 
     # -- on demand (gRPC PlaceGroup, the demo driver) ----------------------------------------
     def place_group(self, key: str) -> Placement | str:

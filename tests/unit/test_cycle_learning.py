@@ -250,3 +250,22 @@ def test_no_bad_pod_json_raises_out_of_a_verb(sim, cycle, bad):
     assert set(cycle.prioritize(bad, all_nodes(sim)).values()) <= {0}
     cycle.preempt_for_group(bad)
     assert cycle.preempt_candidates(bad, {"n-0-0": {"Pods": "junk"}}) == {"n-0-0": {"Pods": "junk"}}
+
+
+def test_members_answered_no_node_are_touched_when_their_plan_forms(sim, cycle):
+    """kube-scheduler parks a member phalanx answered "waiting for members"; when another member's
+    call completes the group and plans it, the parked ones are touched (retry annotation) so they
+    reach bind before the barrier gives up — and the touched ones are no longer parked."""
+    sim.create(podgroup("g", 3))
+    early = [sim.create(pod(f"g-{i}", "g")) for i in range(2)]
+    nodes = all_nodes(sim)
+    for member in early:
+        assert cycle.filter(member, nodes).nodes == []  # 2 of 3 exist: waiting for members
+    assert len(cycle.parked) == 2
+    last = sim.create(pod("g-2", "g"))
+    assert cycle.filter(last, nodes).nodes  # completes the group: planned
+    assert len(cycle.parked) == 0
+    cycle._touch_parked()
+    touched = {p["metadata"]["name"] for p in sim.list("Pod")
+               if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})}
+    assert touched == {"g-0", "g-1"}

@@ -1,0 +1,67 @@
+"""Members kube-scheduler has parked because phalanx answered them with no node.
+
+A member filtered before its group is complete (or while the group backs off) is answered "no
+node"; kube-scheduler puts it among its unschedulable pods and retries it only on a later cluster
+event. When the group's plan then forms from another member's call, the parked ones must reach
+bind before the barrier gives up: phalanx touches each of them (annotation
+``scheduling.phalanx.dev/retry``), an update that makes kube-scheduler retry the pod at once.
+
+Bounded: a pod leaves when it is filtered again, deleted or bound, a group when its PodGroup is
+deleted or its plan takes the pods.
+"""
+
+from __future__ import annotations
+
+import threading
+
+
+class ParkedMembers:
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._by_group: dict[str, dict[str, tuple[str, str]]] = {}
+        self._group_of: dict[str, str] = {}
+
+    def park(self, group: str, uid: str, namespace: str, name: str) -> None:
+        with self._lock:
+            self._by_group.setdefault(group, {})[uid] = (namespace, name)
+            self._group_of[uid] = group
+
+    def here(self, uid: str) -> None:
+        """The pod is in a filter call now: kube-scheduler is not holding it back."""
+        self.forget_pod(uid)
+
+    def take(self, group: str, uids) -> list[tuple[str, str]]:
+        """The parked members among ``uids`` (namespace, name), no longer parked."""
+        with self._lock:
+            parked = self._by_group.get(group)
+            if not parked:
+                return []
+            out = []
+            for uid in uids:
+                ref = parked.pop(uid, None)
+                if ref is not None:
+                    self._group_of.pop(uid, None)
+                    out.append(ref)
+            if not parked:
+                del self._by_group[group]
+            return out
+
+    def forget_pod(self, uid: str) -> None:
+        with self._lock:
+            group = self._group_of.pop(uid, None)
+            if group is None:
+                return
+            parked = self._by_group.get(group)
+            if parked is not None:
+                parked.pop(uid, None)
+                if not parked:
+                    del self._by_group[group]
+
+    def forget_group(self, group: str) -> None:
+        with self._lock:
+            for uid in self._by_group.pop(group, {}):
+                self._group_of.pop(uid, None)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._group_of)
