@@ -325,6 +325,41 @@ def test_phalanx(case, rest, namespace, nodes, schedulers, controller, table):
             f"in-tree {theirs.metrics['soft_skew']}")
 
 
+def scaled_up(rest, namespace: str, nodes, case: Case, side: str, replicas: int) -> int:
+    """Create ``case``, wait until it is bound, scale it to ``replicas``, wait again; the distinct
+    nodes its pods then use."""
+    names, sc_name, cluster_paths = provision(rest, namespace, nodes, case, side)
+    try:
+        create(rest, case.statefulset(namespace, SCHEDULER[side], sc_name, case.name if side == IN_TREE else None),
+               namespace)
+        wait_for(lambda: bound_count(rest, namespace, case) == case.replicas, BIND_TIMEOUT,
+                 f"{side}: {case.name} all {case.replicas} bound", interval=0.2)
+        rest.patch(path("apps/v1", "StatefulSet", namespace, case.name), {"spec": {"replicas": replicas}})
+        wait_for(lambda: bound_count(rest, namespace, case) == replicas, BIND_TIMEOUT,
+                 f"{side}: {case.name} all {replicas} bound after scale-up", interval=0.2)
+        result = read_result(rest, namespace, case, names)
+        assert not hard_violations(result), hard_violations(result)
+        return len({p["spec"]["nodeName"] for p in result.pods})
+    finally:
+        cleanup(rest, namespace, case, cluster_paths)
+
+
+def test_soft_anti_affinity_holds_after_scale_up(rest, namespace, nodes, schedulers, controller):
+    """The reported case: a gang StatefulSet with soft anti-affinity, scaled up through phalanx's
+    controller (minCount synced, the new pod gated then released) keeps its replicas on distinct
+    nodes while room exists — at least as spread as in-tree on the same objects."""
+    case = by_name("etcd")
+    replicas = len(case.nodes)
+    with scratch_namespace(rest, f"{namespace[:50]}-it") as other:
+        theirs = scaled_up(rest, other, nodes, case, IN_TREE, replicas)
+    for name in list(nodes.names):
+        nodes.delete(name)
+    ours = scaled_up(rest, namespace, nodes, case, PHALANX, replicas)
+    print(f"\n  scale-up {case.name} 3 -> {replicas}: distinct nodes in-tree {theirs}, phalanx {ours}")
+    assert ours == replicas, f"phalanx: {replicas} replicas with soft anti-affinity on {ours} of {replicas} nodes"
+    assert ours >= theirs
+
+
 # --- the checks themselves, on made-up placements (no control plane) --------------------------
 
 def made_up(case: Case, placement: list[int], pv_nodes: list[int] | None = None) -> Result:
