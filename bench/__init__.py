@@ -13,6 +13,7 @@ SUITES = {
     "trace": "bench.trace_bench",
     "controller": "bench.controller_bench",
     "extender": "bench.extender_bench",
+    "faults": "bench.faults_bench",
 }
 
 

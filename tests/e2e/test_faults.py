@@ -1,6 +1,8 @@
 """phalanx when the real API server goes away and comes back: it keeps answering from its cache,
 /readyz turns false once the watches are stale, and after the restart it recovers (re-list or
-watch resume) and sees objects created while it was cut off."""
+watch resume) and sees objects created while it was cut off. And the quick fault run: phalanx
+serve, kube-scheduler, kube-apiserver and the controller leader killed at moments read from the
+API, the at-rest invariants checked after each (the driver: harness/faults.py)."""
 
 from __future__ import annotations
 
@@ -10,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from harness import ControlPlane, create_node, locate, wait_for
+from harness.faults import FaultConfig, fault_control_plane, run_faults
 
 from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
@@ -49,3 +52,23 @@ def test_api_server_down_then_back(lonely_plane):
         wait_for(lambda: backend.ready()[0], timeout=60, message="ready again")
     finally:
         backend.stop()
+
+
+@pytest.fixture
+def fault_plane():
+    with fault_control_plane("phalanx-e2e-faults-") as plane:
+        yield plane
+
+
+def test_kills_leave_no_partial_gang(fault_plane):
+    """The quick fault run (the full one is ``phalanx bench faults``): one kill of each kind, then a
+    few drawn, each followed by rest and the invariants (tests/e2e/harness/faults.py)."""
+    log: list[str] = []
+    cfg = FaultConfig(seed=7, faults=7, sizes={4: 0.5, 16: 0.4, 64: 0.1},
+                      sequence=("serve", "scheduler", "apiserver", "controller", "serve", "serve", "scheduler"),
+                      log=log.append)
+    summary, rows = run_faults(fault_plane, cfg)
+    assert len(rows) == 7 and summary["faults"] == 7
+    bad = [(r["i"], r["kind"], r["phase"], r["violations"]) for r in rows if r["violations"]]
+    fault_plane.keep_logs = fault_plane.keep_logs or bool(bad)
+    assert not bad, "seed 7: " + "\n".join(log) + f"\nlogs: {fault_plane.workdir}/logs"
