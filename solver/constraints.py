@@ -95,10 +95,13 @@ class DomainAnti:
 
 @dataclass
 class Coloc:
-    """Required affinity among members: every pod of ``shapes`` in one domain of ``key``."""
+    """Required affinity among members: when any pod of ``owner`` (the shape carrying the term) is
+    placed, every placed pod of ``shapes`` (owner and the members its term selects) shares one
+    domain of ``key``; an owner left unplaced (minCount below the group's size) binds nobody."""
 
     key: str
     shapes: tuple[int, ...]
+    owner: int = -1
 
 
 @dataclass
@@ -177,48 +180,103 @@ class Rules:
 
 # -- what placed pods contribute ------------------------------------------------------------------
 
+def _index_pods(snapshot: "Snapshot", pods: tuple[Pod, ...]) -> dict:
+    by_ns: dict[str, list[Pod]] = {}
+    anti: list[Pod] = []
+    ports: dict[int, list] = {}
+    for pod in pods:
+        i = snapshot.index.get(pod.node)
+        if i is None:
+            continue
+        by_ns.setdefault(pod.namespace, []).append(pod)
+        if pod.spec.pod_anti_affinity:
+            anti.append(pod)
+        if pod.spec.host_ports:
+            ports.setdefault(i, []).extend(pod.spec.host_ports)
+    return {"by_ns": by_ns, "anti": anti, "ports": ports}
+
+
+def _bound_cache(snapshot: "Snapshot") -> dict:
+    """A cache for what depends only on the bound pods, shared by every snapshot over the same
+    nodes whose bound-pod tuple is the very same object (a watch cache hands the same tuple to
+    each cycle until a pod changes), so 100,000 bound pods are indexed once, not per cycle."""
+    entry = snapshot._static.get("bound-cache")
+    if entry is None or entry[0] is not snapshot.bound:
+        entry = (snapshot.bound, {})
+        snapshot._static["bound-cache"] = entry
+    return entry[1]
+
+
+def placed_anti_affinity(snapshot: "Snapshot") -> bool:
+    """Does any placed pod carry required anti-affinity (which may exclude any new pod)? One scan
+    of the bound pods per bound-pod tuple, without building the index."""
+    shared = _bound_cache(snapshot)
+    bound = shared.get("any-anti")
+    if bound is None:
+        bound = shared["any-anti"] = any(p.spec.pod_anti_affinity for p in snapshot.bound)
+    return bound or any(p.spec.pod_anti_affinity for p in snapshot.assumed)
+
+
 def placed_index(snapshot: "Snapshot") -> dict:
-    """Per snapshot, once: placed pods by namespace, the ones with required anti-affinity, and the
+    """Placed pods (bound + assumed) by namespace, the ones with required anti-affinity, and the
     host ports in use per node."""
-    cache = snapshot._caches
-    key = ("placed-index", id(snapshot.bound), id(snapshot.assumed))
-    index = cache.get(key)
+    key = ("placed-index", id(snapshot.assumed))
+    index = snapshot._caches.get(key)
     if index is None:
-        by_ns: dict[str, list[Pod]] = {}
-        anti: list[Pod] = []
-        ports: dict[int, list] = {}
-        for pod in snapshot.placed_pods:
-            i = snapshot.index.get(pod.node)
-            if i is None:
-                continue
-            by_ns.setdefault(pod.namespace, []).append(pod)
-            if pod.spec.pod_anti_affinity:
-                anti.append(pod)
-            if pod.spec.host_ports:
-                ports.setdefault(i, []).extend(pod.spec.host_ports)
-        index = {"by_ns": by_ns, "anti": anti, "ports": ports}
-        cache[key] = index
+        shared = _bound_cache(snapshot)
+        index = shared.get("index")
+        if index is None:
+            index = shared["index"] = _index_pods(snapshot, snapshot.bound)
+        if snapshot.assumed:
+            extra = _index_pods(snapshot, snapshot.assumed)
+            by_ns = {ns: list(pods) for ns, pods in index["by_ns"].items()}
+            for ns, pods in extra["by_ns"].items():
+                by_ns.setdefault(ns, []).extend(pods)
+            ports = {i: list(v) for i, v in index["ports"].items()}
+            for i, v in extra["ports"].items():
+                ports.setdefault(i, []).extend(v)
+            index = {"by_ns": by_ns, "anti": index["anti"] + extra["anti"], "ports": ports}
+        snapshot._caches[key] = index
     return index
 
 
-def _scoped_pods(snapshot: "Snapshot", scope: Scope) -> Iterable[Pod]:
-    by_ns = placed_index(snapshot)["by_ns"]
+def _scoped(pods_by_ns: Mapping[str, list[Pod]], scope: Scope) -> Iterable[Pod]:
     if scope.namespace_selector is not None:
-        return (p for pods in by_ns.values() for p in pods)
-    return (p for ns in scope.namespaces for p in by_ns.get(ns, ()))
+        return (p for pods in pods_by_ns.values() for p in pods)
+    return (p for ns in scope.namespaces for p in pods_by_ns.get(ns, ()))
+
+
+def _count(snapshot: "Snapshot", pods: Iterable[Pod], scope: Scope) -> np.ndarray:
+    counts = np.zeros(len(snapshot.nodes), dtype=np.int64)
+    for pod in pods:
+        if scope.selects(pod, snapshot.namespaces):
+            i = snapshot.index.get(pod.node)
+            if i is not None:
+                counts[i] += 1
+    return counts
 
 
 def placed_counts(snapshot: "Snapshot", scope: Scope) -> np.ndarray:
-    """Matching placed pods per node."""
-    cache = snapshot._caches
-    key = ("placed-counts", id(snapshot.bound), id(snapshot.assumed), scope)
-    counts = cache.get(key)
+    """Matching placed pods per node (bound ones counted once per bound-pod tuple)."""
+    key = ("placed-counts", id(snapshot.assumed), scope)
+    counts = snapshot._caches.get(key)
     if counts is None:
-        counts = np.zeros(len(snapshot.nodes), dtype=np.int64)
-        for pod in _scoped_pods(snapshot, scope):
-            if scope.selects(pod, snapshot.namespaces):
-                counts[snapshot.index[pod.node]] += 1
-        cache[key] = counts
+        shared = _bound_cache(snapshot)
+        base = shared.get(("counts", scope, id(snapshot.namespaces)))
+        if base is None:
+            by_ns: dict[str, list[Pod]] = {}
+            for pod in snapshot.bound:
+                by_ns.setdefault(pod.namespace, []).append(pod)
+            bound_by_ns = shared.setdefault("by_ns", by_ns)
+            base = shared[("counts", scope, id(snapshot.namespaces))] = _count(
+                snapshot, _scoped(bound_by_ns, scope), scope)
+        counts = base
+        if snapshot.assumed:
+            assumed_by_ns: dict[str, list[Pod]] = {}
+            for pod in snapshot.assumed:
+                assumed_by_ns.setdefault(pod.namespace, []).append(pod)
+            counts = base + _count(snapshot, _scoped(assumed_by_ns, scope), scope)
+        snapshot._caches[key] = counts
     return counts
 
 
@@ -474,7 +532,7 @@ class _Builder:
         # no matching pod anywhere yet: this shape and every member it selects share one domain
         # (sufficient whichever member kube-scheduler takes first)
         shapes = tuple(sorted(set(selected) | {s}))
-        self.rules.coloc.append(Coloc(key, shapes))
+        self.rules.coloc.append(Coloc(key, shapes, s))
 
     def soft(self, s: int, term: PodAffinityTerm, kind: str) -> None:
         scope = Scope.of_term(term)

@@ -314,12 +314,31 @@ class RuleEncoder:
                 for t in r.others:
                     if per.get(t):
                         model.add(sum(per[t]) <= counts[t] * (1 - y))
-        for i, _ in enumerate(self.node_coloc):
+        def owner_placed(c):
+            """1 when any pod of the term's owner is placed (the rule then binds), else free."""
+            owned = placed[c.owner] if c.owner >= 0 else []
+            return used(sum(owned), counts[c.owner]) if owned else 0
+
+        for i, c in enumerate(self.node_coloc):
             if self.coloc_vars[i]:
-                model.add(sum(self.coloc_vars[i]) <= 1)
+                o = owner_placed(c)
+                if isinstance(o, int):
+                    continue  # the owner can go nowhere: nothing to keep together
+                model.add(sum(self.coloc_vars[i]) <= 1 + len(self.coloc_vars[i]) * (1 - o))
         for c in self.dom_coloc:
-            total = sum(counts[t] for t in c.shapes)
-            zs = [used(sum(ex), total) for per in self.terms[c.key].values() if (ex := pods(per, c.shapes))]
+            o = owner_placed(c)
+            if isinstance(o, int):
+                continue
+            zs = []
+            for per in self.terms[c.key].values():
+                if not pods(per, c.shapes):
+                    continue
+                z = model.new_bool_var("")
+                zs.append(z)
+                for t in c.shapes:
+                    if per.get(t):  # the owner's pods always follow z; the others only when it is placed
+                        slack = 0 if t == c.owner else counts[t] * (1 - o)
+                        model.add(sum(per[t]) <= counts[t] * z + slack)
             if zs:
                 model.add(sum(zs) <= 1)
         for sp in self.dom_spreads:

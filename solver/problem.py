@@ -17,7 +17,7 @@ import numpy as np
 from .errors import InvalidInput
 from .model import PODS, Pod, PodGroup
 from .objective import Objective, Weights, main_resource, preferred_paths
-from .constraints import Rules, build_rules, placed_index, signature_scopes, volume_signature
+from .constraints import Rules, build_rules, placed_anti_affinity, signature_scopes, volume_signature
 from .snapshot import Eligibility, Snapshot
 
 
@@ -108,7 +108,7 @@ class Problem:
         if self.allowed or self.group.default_preference != "pack" or any(
                 p.spec.has_pod_constraints or p.volumes for p in pending):
             return False
-        return not placed_index(self.snapshot)["anti"]
+        return not placed_anti_affinity(self.snapshot)
 
     @cached_property
     def shape_of(self) -> dict[str, int]:

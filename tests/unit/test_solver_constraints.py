@@ -468,3 +468,23 @@ MALFORMED = [
 def test_malformed_records_raise_invalid_input(build):
     with pytest.raises(InvalidInput):
         build()
+
+
+def test_an_unplaced_affinity_owner_does_not_hold_the_pods_it_selects_together():
+    """Required zone affinity binds the members it selects only when its owner is placed: with
+    minCount 1, two web pods with a host port on two one-node zones both go, and the owner (which
+    would need a third node) stays out — brute force's answer."""
+    from solver.model import HostPort, LabelSelector, PodAffinityTerm
+
+    zone, host = "topology.kubernetes.io/zone", "kubernetes.io/hostname"
+    nodes = [Node(f"n{i}", {"cpu": 8000, "pods": 110}, labels={host: f"n{i}", zone: f"z{i}"}) for i in range(2)]
+    web = LabelSelector((("app", "web"),))
+    plain = PodSpec({"cpu": 1000}, host_ports=(HostPort(80),))
+    owner = PodSpec({"cpu": 1000}, host_ports=(HostPort(80),),
+                    pod_affinity=(PodAffinityTerm(zone, web, frozenset({"default"})),))
+    members = (Pod("a0", "a0", plain, labels={"app": "web"}), Pod("a1", "a1", plain, labels={"app": "web"}),
+               Pod("b0", "b0", owner, labels={"app": "web"}))
+    group = PodGroup("default", "g", members, min_count=1)
+    placement = place(Snapshot(nodes), group, SolveOptions(path="exact"))
+    assert_placement_valid(Snapshot(nodes), group, placement.assignments)
+    assert len(placement.assignments) == 2
