@@ -77,3 +77,12 @@ METRIC_BARRIER_WAITING = "phalanx_barrier_waiting"
 METRIC_EXTENDER_REQUESTS = "phalanx_extender_requests_total"
 METRIC_EXTENDER_LATENCY = "phalanx_extender_request_duration_seconds"
 METRIC_CACHE_SKIPPED = "phalanx_cache_skipped_objects_total"
+
+# -- repair after a webhook outage (pods of a StatefulSet admitted without their PodGroup) -----------
+# PodGroup phalanx manages: comma-separated names of the StatefulSet's pods that are bound to nodes
+# without naming the group (phalanx never deletes them); removed once there are none.
+ANNOTATION_UNSTAMPED_BOUND = "scheduling.phalanx.dev/unstamped-bound-pods"
+EVENT_UNSTAMPED_PODS_RECREATED = "UnstampedPodsRecreated"  # unbound unstamped pods deleted for re-admission
+EVENT_UNSTAMPED_PODS_BOUND = "UnstampedPodsBound"  # bound unstamped pods: reported, never deleted
+METRIC_UNSTAMPED_PODS_DELETED = "phalanx_controller_unstamped_pods_deleted_total"
+METRIC_UNSTAMPED_PODS_BOUND = "phalanx_controller_unstamped_bound_pods"  # gauge, over all StatefulSets

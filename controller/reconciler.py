@@ -18,6 +18,10 @@ Life cycle of the two objects, per StatefulSet:
                                    the pods of its deleted PodGroup (see ``finish_cascade``)
     shared claims from templates, -> one ResourceClaim per PodGroup and entry, owned by the PodGroup,
     cluster without KEP-5729         created before the pods are released (see ``ensure_claims``)
+    pods admitted unstamped       -> unbound ones do not count as "pods exist"; they are deleted for
+    (webhook down, Ignore)           re-admission through the webhook; bound ones are reported and
+                                     kept (see ``repair_unstamped``)
+    StatefulSet gone or deleting  -> nothing is created: the StatefulSet is read live before a create
 
 Composition: a StatefulSet with a parent *controller* ownerReference and the
 ``scheduling.k8s.io/group-template-name`` annotation gets only a PodGroup, instantiated from the
@@ -78,9 +82,44 @@ class CreationFailed(RuntimeError):
     """Creating or syncing the Workload/PodGroup failed; the caller retries with backoff."""
 
 
+class StatefulSetGone(RuntimeError):
+    """The StatefulSet was deleted (or is being deleted, or was replaced) under a sync: nothing is
+    created for it."""
+
+
+@dataclass
+class Repair:
+    """What ``repair_unstamped`` did: ``deleted`` unbound unstamped pods (names), ``bound`` unstamped
+    pods left in place and reported, ``deferred`` unbound ones not deleted this time (backoff)."""
+
+    deleted: list = field(default_factory=list)
+    bound: list = field(default_factory=list)
+    deferred: int = 0
+
+
+MAX_LISTED_PODS = 20  # pod names spelled out in an event or the unstamped-bound annotation
+
+
+def _listed(pod_names: list[str]) -> str:
+    shown = ", ".join(pod_names[:MAX_LISTED_PODS])
+    more = len(pod_names) - MAX_LISTED_PODS
+    return shown + (f" and {more} more" if more > 0 else "")
+
+
 def owned_pods(pods: list[dict], sts: Mapping[str, Any]) -> list[dict]:
     uid = sts["metadata"]["uid"]
     return [p for p in pods if (objects.controller_of(p) or {}).get("uid") == uid]
+
+
+def unstamped(pod: Mapping[str, Any], flavor: Flavor) -> bool:
+    """A live pod that names no PodGroup (admitted while the pod webhook was unavailable)."""
+    return flavor.pod_group_of(pod) is None and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+
+
+def repairable(pod: Mapping[str, Any], flavor: Flavor) -> bool:
+    """Unstamped and bound to no node: deleting it loses nothing, and the StatefulSet controller
+    recreates it through the webhook. Such pods do not count as "the StatefulSet has pods"."""
+    return unstamped(pod, flavor) and not (pod.get("spec") or {}).get("nodeName")
 
 
 def _stale(obj: Mapping[str, Any], sts: Mapping[str, Any]) -> bool:
@@ -95,7 +134,7 @@ class Reconciler:
                  on_creation_error: Callable[[], None] = lambda: None):
         self.kube, self.flavor, self.recorder = kube, flavor, recorder
         self.on_creation_error = on_creation_error
-        self._created: dict[str, bool] = {}  # UIDs of Workloads/PodGroups created here, oldest first
+        self._created: dict[str, str] = {}  # UID -> resource of Workloads/PodGroups created here, oldest first
         self._created_lock = threading.Lock()
 
     # -- reads -----------------------------------------------------------------------------------
@@ -110,10 +149,31 @@ class Reconciler:
         found = self.kube.list_pages(path, labelSelector=selector)[0] if selector else self._list(path)
         return owned_pods(found, sts)
 
+    def _holding(self, pods: list[dict]) -> bool:
+        """Pods that forbid creating the Workload/PodGroup now (KEP-6277: none once pods exist):
+        every pod but those admitted unstamped and still unbound, which ``repair_unstamped``
+        replaces."""
+        return any(not repairable(p, self.flavor) for p in pods)
+
     def created_here(self, uid: str | None) -> bool:
         """True once for an object this reconciler created: its watch ADDED event needs no sync."""
         with self._created_lock:
-            return self._created.pop(uid, False) if uid else False
+            return self._created.pop(uid, None) is not None if uid else False
+
+    def forget_created(self, uid: str | None) -> None:
+        """The object is gone (its DELETED event): no ADDED event will come for it."""
+        with self._created_lock:
+            self._created.pop(uid, None)
+
+    def prune_created(self, resource: str, listed_uids: set[str]) -> None:
+        """After a re-list of ``resource``: objects created here that the list lacks are gone."""
+        with self._created_lock:
+            for uid in [u for u, r in self._created.items() if r == resource and u not in listed_uids]:
+                del self._created[uid]
+
+    def created_count(self) -> int:
+        with self._created_lock:
+            return len(self._created)
 
     # -- the workflow ----------------------------------------------------------------------------
     def sync(self, sts: dict, write: bool = True) -> Resolution:
@@ -165,7 +225,7 @@ class Reconciler:
         if len(found) > 1:
             return self._ambiguous(sts, "Workloads", found, write)
         if not found:
-            if pods:
+            if self._holding(pods):
                 return Resolution(None, "no Workload, and the StatefulSet already has pods", True)
             if not write:
                 return Resolution(None, "the Workload is not created yet", pending=True)
@@ -222,7 +282,7 @@ class Reconciler:
         if len(found) > 1:
             return self._ambiguous(sts, "PodGroups", found, write)
         if not found:
-            if pods:
+            if self._holding(pods):
                 return Resolution(None, "no PodGroup, and the StatefulSet already has pods", True)
             if not write:
                 return Resolution(None, "the PodGroup is not created yet", pending=True)
@@ -242,8 +302,17 @@ class Reconciler:
             self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_AMBIGUOUS, why)
         return Resolution(None, why)
 
+    def _alive(self, sts: Mapping[str, Any]) -> bool:
+        """The StatefulSet, read live, is this one (same UID) and not being deleted."""
+        meta = sts["metadata"]
+        live = self.kube.get_or_none(api_path("apps/v1", "statefulsets", meta["namespace"], meta["name"]))
+        return (live is not None and live["metadata"].get("uid") == meta.get("uid")
+                and not live["metadata"].get("deletionTimestamp"))
+
     def _create(self, sts: dict, resource: str, body: dict, reason: str) -> dict:
         ns = sts["metadata"]["namespace"]
+        if not self._alive(sts):  # a deleted StatefulSet (stale cache, queued key) gets nothing new
+            raise StatefulSetGone(f"StatefulSet {ns}/{sts['metadata']['name']} is gone or being deleted")
         try:
             created = self.kube.create(self.flavor.path(resource, ns), body)
         except KubeError as err:
@@ -253,7 +322,7 @@ class Reconciler:
             raise CreationFailed(str(err)) from err
         self.recorder.event(sts, "Normal", reason, f"Created {body['kind']} {created['metadata']['name']}")
         with self._created_lock:
-            self._created[created["metadata"]["uid"]] = True
+            self._created[created["metadata"]["uid"]] = resource
             while len(self._created) > MAX_REMEMBERED:  # an ADDED event that never came
                 del self._created[next(iter(self._created))]
         return created
@@ -334,6 +403,83 @@ class Reconciler:
                     if err.status not in (404, 409, 422):
                         raise
         return released
+
+    def repair_unstamped(self, sts: Mapping[str, Any], found: Resolution, delete: bool = True) -> Repair:
+        """Mend the gang after a pod-webhook outage (``failurePolicy: Ignore`` admitted the
+        StatefulSet's pods without their PodGroup reference and gate).
+
+        Unbound unstamped pods (no ``spec.nodeName``) are deleted, with preconditions on their UID
+        and resourceVersion (a pod bound meanwhile changed version and is kept), so the StatefulSet
+        controller recreates them through the webhook, stamped and gated: only once the PodGroup
+        exists, and not with ``delete`` False (the caller's backoff while the webhook stays down).
+        Bound unstamped pods are never deleted: a Warning event on the StatefulSet names them and
+        says what to do, and the PodGroup phalanx manages carries their names in the
+        ``unstamped-bound-pods`` annotation until none is left. ``found`` is this sync's result.
+        """
+        group = found.podgroup
+        if group is None and not found.has_pods:
+            return Repair()
+        loose = [p for p in found.pods if unstamped(p, self.flavor)]
+        bound = sorted(p["metadata"]["name"] for p in loose if (p.get("spec") or {}).get("nodeName"))
+        result = Repair(bound=bound)
+        meta = sts["metadata"]
+        ns, name = meta["namespace"], meta["name"]
+        if group is not None and not group["metadata"].get("deletionTimestamp"):
+            for pod in loose:
+                pmeta = pod["metadata"]
+                if (pod.get("spec") or {}).get("nodeName") or pmeta.get("deletionTimestamp"):
+                    continue
+                if not delete:
+                    result.deferred += 1
+                    continue
+                try:
+                    self.kube.delete(api_path("v1", "pods", ns, pmeta["name"]), {"preconditions": {
+                        "uid": pmeta["uid"], "resourceVersion": pmeta.get("resourceVersion")}})
+                    result.deleted.append(pmeta["name"])
+                except KubeError as err:
+                    if err.status not in (404, 409):  # gone, or changed (e.g. bound) since listed
+                        raise
+            if result.deleted:
+                self.recorder.event(sts, "Normal", names.EVENT_UNSTAMPED_PODS_RECREATED,
+                                    f"Deleted unbound pods {_listed(result.deleted)}: admitted without PodGroup "
+                                    f"{group['metadata']['name']} (the pod webhook was unavailable); the "
+                                    "StatefulSet controller recreates them in the group")
+            self._mark_unstamped_bound(group, bound)
+        if bound:
+            if group is not None:
+                where = f"PodGroup {group['metadata']['name']} waits for them"
+                todo = (f"delete them when convenient (kubectl delete pod -n {ns} "
+                        f"{' '.join(bound[:MAX_LISTED_PODS])}) and the StatefulSet controller recreates them in the gang")
+            else:  # KEP-6277 creates nothing once pods run; freed room would go to unstamped siblings
+                where = "so phalanx creates no Workload or PodGroup for the StatefulSet"
+                todo = (f"scale it to 0 and back when convenient (kubectl scale statefulset -n {ns} {name} "
+                        f"--replicas=0, then --replicas={objects.replicas(sts)}) and every pod joins the gang")
+            self.recorder.event(sts, "Warning", names.EVENT_UNSTAMPED_PODS_BOUND,
+                                f"pods {_listed(bound)} were admitted without a PodGroup (the pod webhook was "
+                                f"unavailable) and are bound to nodes, {where}; phalanx never deletes running "
+                                f"pods: {todo}")
+        return result
+
+    def _mark_unstamped_bound(self, group: Mapping[str, Any], bound: list[str]) -> None:
+        """Keep the managed PodGroup's unstamped-bound-pods annotation equal to ``bound``."""
+        gmeta = group["metadata"]
+        if not objects.is_managed(group):
+            return  # a user's or parent's PodGroup is never mutated
+        annotations = gmeta.get("annotations") or {}
+        current = annotations.get(names.ANNOTATION_UNSTAMPED_BOUND)
+        wanted = _listed(bound) if bound else None
+        if current == wanted:
+            return
+        at = "/metadata/annotations/" + names.ANNOTATION_UNSTAMPED_BOUND.replace("~", "~0").replace("/", "~1")
+        if wanted is None:
+            patch = [{"op": "test", "path": at, "value": current}, {"op": "remove", "path": at}]
+        else:
+            patch = [{"op": "add", "path": at, "value": wanted}]
+        try:
+            self.kube.patch(self.flavor.path("podgroups", gmeta["namespace"], gmeta["name"]), patch, JSON_PATCH)
+        except KubeError as err:
+            if err.status not in (404, 409, 422):  # gone or changed: the next sync sets it
+                raise
 
     def _live_members(self, podgroup: Mapping[str, Any]) -> list[dict]:
         meta = podgroup["metadata"]

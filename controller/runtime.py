@@ -6,6 +6,16 @@ holds the Lease. A key is never processed by two workers at once; a failed key c
 exponential backoff (50 ms doubling to 60 s), so an API server that refuses Workloads is retried
 without a hot loop — and, because the pod webhook admits no pod of an opted-in StatefulSet until
 its PodGroup exists, no such pod runs outside its group meanwhile.
+
+Every reconcile (watch event, periodic resync, the start-up list) also repairs pods admitted
+without their PodGroup while the webhook was unreachable (``Reconciler.repair_unstamped``); a
+StatefulSet whose recreated pods keep arriving unstamped (the webhook still down) is repaired again
+only after a backoff (5 s doubling to 5 min), never in a hot delete loop.
+
+State is bounded by the live StatefulSets: every per-StatefulSet entry (the last watched UID,
+repair backoff, unstamped-bound counts, event de-duplication) goes on its DELETED event, on a
+re-list that no longer lists it, and when a reconcile finds it gone. A reconcile reads the
+StatefulSet live, never from the watch cache, so a deleted one never gets new objects.
 """
 
 from __future__ import annotations
@@ -18,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable, Mapping
 
-from prometheus_client import CollectorRegistry, Counter
+from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from cluster import names
 from cluster.kube import KubeError, api_path
@@ -26,11 +36,13 @@ from cluster.kube import KubeError, api_path
 from . import objects
 from .leader import LeaderElector
 from .objects import BUILTIN, CRD, Flavor
-from .reconciler import CreationFailed, Reconciler
+from .reconciler import CreationFailed, Reconciler, StatefulSetGone
 
 log = logging.getLogger(__name__)
 
 WORKLOAD_RESOURCES = {"workloads", "podgroups"}
+REPAIR_BASE_DELAY = 5.0  # seconds before a StatefulSet's unstamped pods are deleted a second time
+REPAIR_MAX_DELAY = 300.0
 
 
 def discover_flavor(kube: Any) -> Flavor:
@@ -106,14 +118,18 @@ class Watcher(threading.Thread):
     """List, then watch, one collection; every object seen goes to ``handle``. Relists on 410 Gone
     and on any error (after a pause)."""
 
-    def __init__(self, kube: Any, path: str, handle: Callable[[str, dict], None], halt: threading.Event):
+    def __init__(self, kube: Any, path: str, handle: Callable[[str, dict], None], halt: threading.Event,
+                 on_list: Callable[[list[dict]], None] | None = None):
         super().__init__(name=f"watch {path}", daemon=True)
         self.kube, self.path, self.handle, self.halt = kube, path, handle, halt
+        self.on_list = on_list  # told the whole list first: what it lacks is gone (missed DELETEDs)
 
     def run(self) -> None:
         while not self.halt.is_set():
             try:
                 items, rv = self.kube.list_pages(self.path)
+                if self.on_list is not None:
+                    self.on_list(items)
                 for obj in items:
                     self.handle("ADDED", obj)
                 while not self.halt.is_set():
@@ -134,11 +150,13 @@ class Watcher(threading.Thread):
 
 class EventRecorder:
     """Core/v1 Events on the StatefulSet, posted by a background thread (off the reconcile path);
-    the same event is not repeated within ``quiet`` seconds."""
+    the same event is not repeated within ``quiet`` seconds. What it remembers for that is bounded:
+    entries older than ``quiet`` are swept, and ``forget(uid)`` drops a deleted object's."""
 
     def __init__(self, kube: Any, instance: str, quiet: float = 300.0):
         self.kube, self.instance, self.quiet = kube, instance, quiet
-        self._recent: dict[tuple[str, str, str], float] = {}
+        self._recent: dict[str, dict[tuple[str, str], float]] = {}  # uid -> (reason, message) -> sent at
+        self._swept = time.monotonic()
         self._lock = threading.Lock()
         self._outbox: queue.SimpleQueue[dict] = queue.SimpleQueue()
         threading.Thread(target=self._post_loop, name="events", daemon=True).start()
@@ -154,12 +172,15 @@ class EventRecorder:
 
     def event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
         meta = obj["metadata"]
-        key = (meta.get("uid", ""), reason, message)
+        uid, key = meta.get("uid", ""), (reason, message)
         now = time.monotonic()
         with self._lock:
-            if now - self._recent.get(key, -self.quiet) < self.quiet:
+            if now - self._swept >= self.quiet:
+                self._sweep(now)
+            sent = self._recent.setdefault(uid, {})
+            if now - sent.get(key, -self.quiet) < self.quiet:
                 return
-            self._recent[key] = now
+            sent[key] = now
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
         body = {
             "apiVersion": "v1", "kind": "Event",
@@ -173,6 +194,23 @@ class EventRecorder:
             "reportingComponent": names.CONTROLLER_COMPONENT, "reportingInstance": self.instance,
         }
         self._outbox.put(body)
+
+    def _sweep(self, now: float) -> None:
+        for uid in list(self._recent):
+            sent = self._recent[uid]
+            for key in [k for k, at in sent.items() if now - at >= self.quiet]:
+                del sent[key]
+            if not sent:
+                del self._recent[uid]
+        self._swept = now
+
+    def forget(self, uid: str | None) -> None:
+        with self._lock:
+            self._recent.pop(uid or "", None)
+
+    def remembered(self) -> int:
+        with self._lock:
+            return sum(len(v) for v in self._recent.values())
 
 
 class Controller:
@@ -188,12 +226,23 @@ class Controller:
         self.creation_errors = Counter(names.METRIC_STS_WORKLOAD_ERRORS.removesuffix("_total"),
                                        "Workload or PodGroup creations for StatefulSets that failed",
                                        registry=self.registry)
+        self.unstamped_deleted = Counter(
+            names.METRIC_UNSTAMPED_PODS_DELETED.removesuffix("_total"),
+            "Unbound pods of StatefulSets admitted without their PodGroup, deleted to be recreated through the webhook",
+            registry=self.registry)
+        self.unstamped_bound = Gauge(names.METRIC_UNSTAMPED_PODS_BOUND,
+                                     "Bound pods of StatefulSets without their PodGroup (reported, never deleted)",
+                                     registry=self.registry)
+        self.unstamped_bound.set_function(self._unstamped_bound_total)
         self.recorder = EventRecorder(kube, identity)
         self.reconciler = Reconciler(kube, self.flavor, self.recorder, self.creation_errors.inc)
         self.queue = WorkQueue()
         self.workers, self.resync_period = workers, resync_period
         self._halt = threading.Event()
-        self._known: dict[str, dict] = {}  # key -> the StatefulSet as last watched
+        self._known: dict[str, str] = {}  # key -> UID of the StatefulSet as last watched (what resync lists)
+        self._repairs: dict[str, tuple[int, float]] = {}  # key -> (repairs in a row, next allowed at)
+        self._unstamped_bound: dict[str, int] = {}  # key -> bound pods without their PodGroup
+        self._state_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.elector = LeaderElector(kube, lease_namespace, names.CONTROLLER_LEASE, identity, lease_duration,
                                      renew_deadline, retry_period, on_started=self._start_workers,
@@ -201,11 +250,13 @@ class Controller:
 
     # -- life cycle ----------------------------------------------------------------------------
     def start(self) -> "Controller":
-        paths = [(api_path("apps/v1", "statefulsets"), self._on_statefulset),
-                 (f"/apis/{self.flavor.api_version}/workloads", self._on_scheduling_object),
-                 (f"/apis/{self.flavor.api_version}/podgroups", self._on_scheduling_object)]
-        for path, handle in paths:
-            self._spawn(Watcher(self.kube, path, handle, self._halt))
+        paths = [(api_path("apps/v1", "statefulsets"), self._on_statefulset, self._on_statefulset_list),
+                 (f"/apis/{self.flavor.api_version}/workloads", self._on_scheduling_object,
+                  lambda items: self._on_scheduling_list("workloads", items)),
+                 (f"/apis/{self.flavor.api_version}/podgroups", self._on_scheduling_object,
+                  lambda items: self._on_scheduling_list("podgroups", items))]
+        for path, handle, on_list in paths:
+            self._spawn(Watcher(self.kube, path, handle, self._halt, on_list))
         self._spawn(threading.Thread(target=self._resync_loop, name="resync", daemon=True))
         self.elector.start()
         return self
@@ -229,15 +280,53 @@ class Controller:
     def _on_statefulset(self, kind: str, sts: dict) -> None:
         key = f"{sts['metadata']['namespace']}/{sts['metadata']['name']}"
         if kind == "DELETED":
-            self._known.pop(key, None)
+            self._forget(key, sts["metadata"].get("uid"))
             return
-        self._known[key] = sts
+        uid = sts["metadata"].get("uid", "")
+        with self._state_lock:
+            old = self._known.get(key)
+            self._known[key] = uid
+        if old is not None and old != uid:
+            self._forget_state(key, old)  # replaced under the same name
         self.queue.add(key)
+
+    def _on_statefulset_list(self, items: list[dict]) -> None:
+        """A (re-)list: StatefulSets it lacks were deleted while the watch was down."""
+        listed = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"].get("uid") for o in items}
+        with self._state_lock:
+            gone = [(k, uid) for k, uid in self._known.items() if listed.get(tuple(k.split("/", 1))) != uid]
+        for key, uid in gone:
+            self._forget(key, uid)
+
+    def _forget(self, key: str, uid: str | None) -> None:
+        """Drop what is kept for the StatefulSet ``key`` with ``uid`` (a successor's entry stays)."""
+        with self._state_lock:
+            cached = self._known.get(key)
+            if cached is not None and uid is not None and cached != uid:
+                stale = True  # a successor took the name: its entries stay
+            else:
+                stale = False
+                self._known.pop(key, None)
+        if stale:
+            self.recorder.forget(uid)
+        else:
+            self._forget_state(key, uid)
+
+    def _forget_state(self, key: str, uid: str | None) -> None:
+        with self._state_lock:
+            self._repairs.pop(key, None)
+            self._unstamped_bound.pop(key, None)
+        self.recorder.forget(uid)
+
+    def _on_scheduling_list(self, resource: str, items: list[dict]) -> None:
+        self.reconciler.prune_created(resource, {o["metadata"].get("uid") for o in items})
 
     def _on_scheduling_object(self, kind: str, obj: dict) -> None:
         meta = obj["metadata"]
         if kind == "ADDED" and self.reconciler.created_here(meta.get("uid")):
             return  # the sync that created it has done its work: no second sync per object
+        if kind == "DELETED":
+            self.reconciler.forget_created(meta.get("uid"))
         if obj.get("kind") == "PodGroup" and meta.get("deletionTimestamp"):
             self.queue.add(f"podgroup:{meta['namespace']}/{meta['name']}")
         ctrl = objects.controller_of(obj)
@@ -249,8 +338,26 @@ class Controller:
 
     def _resync_loop(self) -> None:
         while not self._halt.wait(self.resync_period):
-            for key in list(self._known):
+            with self._state_lock:
+                keys = list(self._known)
+            for key in keys:
                 self.queue.add(key)
+
+    def _unstamped_bound_total(self) -> int:
+        with self._state_lock:
+            return sum(self._unstamped_bound.values())
+
+    def state_sizes(self) -> dict[str, int]:
+        """How much the controller keeps, per structure (bounded by the live StatefulSets)."""
+        with self._state_lock:
+            sizes = {"known": len(self._known), "repairs": len(self._repairs),
+                     "unstamped_bound": len(self._unstamped_bound)}
+        with self.queue._cond:
+            sizes.update(queue_due=len(self.queue._due), queue_heap=len(self.queue._heap),
+                         queue_active=len(self.queue._active), queue_again=len(self.queue._again),
+                         queue_failures=len(self.queue._failures))
+        sizes.update(created=self.reconciler.created_count(), events=self.recorder.remembered())
+        return sizes
 
     # -- work ----------------------------------------------------------------------------------
     def _work(self) -> None:
@@ -279,9 +386,41 @@ class Controller:
                 self.queue.add(key, 0.5)  # look again while the PodGroup still exists
             return
         ns, name = key.split("/", 1)
-        sts = self._known.get(key) or self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))
-        if sts is None or sts["metadata"].get("deletionTimestamp"):
+        with self._state_lock:
+            cached = self._known.get(key)
+        # Live, never the watch cache: a StatefulSet deleted while its key waited in the queue (or
+        # one a re-list still showed) must not get its Workload and PodGroup re-created.
+        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))
+        if sts is None:
+            self._forget(key, cached)
             return
-        found = self.reconciler.sync(sts)
+        if sts["metadata"].get("deletionTimestamp"):
+            return
+        try:
+            found = self.reconciler.sync(sts)
+        except StatefulSetGone:
+            return  # deleted under the sync; its DELETED event (or the next reconcile) forgets it
         if found.podgroup is not None:
             self.reconciler.release_pods(sts, found.podgroup, found.pods)
+        self._repair(key, sts, found)
+
+    def _repair(self, key: str, sts: dict, found: Any) -> None:
+        """Repair unstamped pods, with a per-StatefulSet backoff between repeated deletions."""
+        now = time.monotonic()
+        with self._state_lock:
+            streak, allowed_at = self._repairs.get(key, (0, 0.0))
+        result = self.reconciler.repair_unstamped(sts, found, delete=now >= allowed_at)
+        with self._state_lock:
+            if result.deleted:
+                self._repairs[key] = (streak + 1, now + min(REPAIR_MAX_DELAY, REPAIR_BASE_DELAY * 2 ** streak))
+            elif not result.deferred:
+                self._repairs.pop(key, None)  # nothing left to repair: the webhook works again
+            if result.bound:
+                self._unstamped_bound[key] = len(result.bound)
+            else:
+                self._unstamped_bound.pop(key, None)
+        if result.deleted:
+            self.unstamped_deleted.inc(len(result.deleted))
+            log.info("%s: deleted unbound pods admitted without their PodGroup: %s", key, ", ".join(result.deleted))
+        if result.deferred:
+            self.queue.add(key, max(0.0, allowed_at - now))

@@ -36,6 +36,13 @@ def apply_json_patch(obj: dict, ops: list[dict]) -> dict:
             current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
             if current != op["value"]:
                 raise KubeError("PATCH", op["path"], 422, json.dumps({"message": "test failed"}))
+        elif op["op"] == "remove":
+            if isinstance(parent, list):
+                del parent[int(last)]
+            elif last in parent:
+                del parent[last]
+            else:
+                raise KubeError("PATCH", op["path"], 422, json.dumps({"message": "remove of a missing member"}))
         elif isinstance(parent, list):
             if last == "-":
                 parent.append(op["value"])
@@ -117,10 +124,18 @@ class FakeKube:
         return copy.deepcopy(obj)
 
     def delete(self, path: str, body: Any = None) -> None:
+        """Honours ``preconditions`` (uid, resourceVersion) with 409, as the API server does."""
         self.calls.append(("DELETE", path))
         _, ns, name = _split(path)
-        if self._coll(path).pop((ns, name), None) is None:
+        coll = self._coll(path)
+        if (ns, name) not in coll:
             raise KubeError("DELETE", path, 404, "{}")
+        meta = coll[(ns, name)]["metadata"]
+        for field, wanted in ((body or {}).get("preconditions") or {}).items():
+            if wanted is not None and meta.get(field) != wanted:
+                raise KubeError("DELETE", path, 409, json.dumps({"message": f"precondition failed: {field}",
+                                                                 "reason": "Conflict"}))
+        del coll[(ns, name)]
 
     def request(self, method: str, path: str, body: Any = None, **kwargs: Any) -> Any:
         assert method == "PUT"

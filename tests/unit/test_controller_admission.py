@@ -232,6 +232,16 @@ def test_pod_waits_for_the_leader_to_create_the_podgroup():
 
 def test_pod_of_a_statefulset_that_had_pods_before_phalanx_is_admitted_with_a_warning():
     kube, sts, reconciler = _cluster()
-    kube.add("/api/v1/namespaces/ns/pods", sts_pod(sts, 0))
+    kube.add("/api/v1/namespaces/ns/pods", sts_pod(sts, 0, nodeName="n1"))  # running before phalanx
     answer = _admit(PodMutator(kube, reconciler, BUILTIN), sts_pod(sts, 1))
     assert answer["allowed"] and "patch" not in answer and answer["warnings"]
+
+
+def test_unbound_unstamped_siblings_do_not_count_as_pods_the_new_pod_waits_for_the_podgroup():
+    """After a webhook outage: an unbound sibling admitted unstamped does not stop the group from
+    being created, so the next pod is stamped instead of joining the outage's pods."""
+    kube, sts, reconciler = _cluster()
+    kube.add("/api/v1/namespaces/ns/pods", sts_pod(sts, 0))  # unstamped, Pending
+    mutator = PodMutator(kube, reconciler, BUILTIN, kick=lambda ns, name, delay: reconciler.sync(sts))
+    answer = _admit(mutator, sts_pod(sts, 1))
+    assert answer["allowed"] and "patch" in answer

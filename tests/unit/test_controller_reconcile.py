@@ -115,7 +115,7 @@ def test_creation_failure_counts_and_emits_an_event(kube, events):
 
 def test_no_creation_once_the_statefulset_has_pods(kube, reconciler):
     sts = add_sts(kube)
-    kube.add(PODS, sts_pod(sts, 0))
+    kube.add(PODS, sts_pod(sts, 0, nodeName="n1"))
     found = reconciler.sync(sts)
     assert found.podgroup is None and found.has_pods and not found.pending
     assert kube.objects("workloads") == []
@@ -225,6 +225,7 @@ def test_stale_objects_of_a_predecessor_are_not_adopted(kube, reconciler):
     reconciler.sync(old)
     successor = statefulset(scheduling=GANG)
     successor["metadata"]["uid"] = "uid-new"
+    kube.store["apis/apps/v1/statefulsets"][("ns", "db")] = successor  # deleted and created again
     found = reconciler.sync(successor)
     assert found.podgroup["metadata"]["ownerReferences"][0]["uid"] == "uid-new"
     assert len(kube.objects("workloads")) == 2
