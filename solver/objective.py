@@ -107,8 +107,8 @@ def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str]
         d = dom_ids[touched[0]]
         domain_free = int(free_main[dom_ids == d].sum()) - sum(placed_main.values())
     preference = 0
-    if problem is None and any(p.spec.preferred_affinity or p.spec.preferred_anti_affinity or p.spec.spread
-                               for p in pending):
+    if problem is None and any(s.preferred_affinity or s.preferred_anti_affinity or s.spread
+                               for s in {id(p.spec): p.spec for p in pending}.values()):
         from .problem import Problem  # the rules live on the problem; import here avoids a cycle
         problem = Problem(snapshot, group)
     if problem is not None and problem.rules.soft_terms:

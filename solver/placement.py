@@ -110,7 +110,7 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
             greedy_fits[bound.domain] = _count_fitting(problem, bound)
             continue
         greedy_picks[bound.domain] = picks
-        objective = evaluate(snapshot, group, _assign(problem, picks))
+        objective = evaluate(snapshot, group, _assign(problem, picks), problem)
         if best is None or objective < best[0]:
             best = (objective, bound, picks)
     stats["domains_greedy_pruned"] = pruned
@@ -167,7 +167,7 @@ def _exact(problem, ranked, best, greedy_picks, options):
             continue
         all_proven &= solution.optimal
         lowest_bound = solution.bound if lowest_bound is None else min(lowest_bound, solution.bound)
-        objective = evaluate(problem.snapshot, problem.group, _assign(problem, solution.picks))
+        objective = evaluate(problem.snapshot, problem.group, _assign(problem, solution.picks), problem)
         if best is None or objective < best[0]:
             best = (objective, bound, solution.picks)
             incumbent_scalar = weights.scalar(objective)

@@ -69,21 +69,11 @@ class Problem:
         self.main_name = main_resource(pending)
         self.main_j = snap.rindex.get(self.main_name)
         buckets: dict[tuple, list[Pod]] = {}
-        plain = self._plain(pending)
-        scopes = [] if plain else signature_scopes(snap, {(p.spec.shape_key, p.namespace): (p.spec, p.namespace)
-                                                           for p in pending}.values())
-        allowed = self.allowed or {}
         for pod in pending:
-            if plain:
-                key: tuple = pod.spec.shape_key
-            else:
-                # pods the rules tell apart are different shapes: the selectors that match them, their
-                # volumes (all but the claim's name), the nodes kube-scheduler accepted for them
-                nodes = allowed.get(pod.uid)
-                key = (pod.spec.shape_key, pod.namespace,
-                       tuple(sc.selects(pod, snap.namespaces) for sc in scopes), volume_signature(pod),
-                       frozenset(nodes) if nodes is not None else None)
-            buckets.setdefault(key, []).append(pod)
+            buckets.setdefault(pod.spec.shape_key, []).append(pod)
+        plain = self._plain(buckets.values(), pending)
+        if not plain:
+            buckets = self._rule_buckets(pending)
         shapes = []
         for pods in buckets.values():
             spec = pods[0].spec
@@ -96,6 +86,8 @@ class Problem:
         self.pending_total = len(pending)
         self.needed = self.group.needed
         self.rules = Rules(masks=[], excluded=[]) if plain else build_rules(self)
+        #: the group carries rules beyond capacity and eligibility (checked once: hot paths read it)
+        self.constrained = not self.rules.empty
         if not plain:
             for s, shape in enumerate(shapes):
                 merged = dict(shape.eligibility.excluded)
@@ -103,20 +95,34 @@ class Problem:
                     merged[reason] = merged.get(reason, 0) + count
                 shape.eligibility = Eligibility(shape.eligibility.mask & self.rules.masks[s], merged)
 
-    def _plain(self, pending: list[Pod]) -> bool:
+    def _plain(self, buckets, pending: list[Pod]) -> bool:
         """No inter-pod or volume rule can touch this group: the fast path of before."""
-        if self.allowed or self.group.default_preference != "pack" or any(
-                p.spec.has_pod_constraints or p.volumes for p in pending):
+        if self.allowed or self.group.default_preference != "pack":
+            return False
+        if any(pods[0].spec.has_pod_constraints for pods in buckets) or any(p.volumes for p in pending):
             return False
         return not placed_anti_affinity(self.snapshot)
+
+    def _rule_buckets(self, pending: list[Pod]) -> dict[tuple, list[Pod]]:
+        """Pods the rules tell apart are different shapes: the selectors that match them, their
+        volumes (all but the claim's name), the nodes kube-scheduler accepted for them."""
+        snap = self.snapshot
+        scopes = signature_scopes(snap, {(p.spec.shape_key, p.namespace): (p.spec, p.namespace)
+                                         for p in pending}.values())
+        allowed = self.allowed or {}
+        buckets: dict[tuple, list[Pod]] = {}
+        for pod in pending:
+            nodes = allowed.get(pod.uid)
+            key = (pod.spec.shape_key, pod.namespace, tuple(sc.selects(pod, snap.namespaces) for sc in scopes),
+                   volume_signature(pod), frozenset(nodes) if nodes is not None else None)
+            buckets.setdefault(key, []).append(pod)
+        return buckets
 
     @cached_property
     def shape_of(self) -> dict[str, int]:
         return {p.uid: s for s, shape in enumerate(self.shapes) for p in shape.pods}
 
-    @property
-    def constrained(self) -> bool:
-        return not self.rules.empty
+
 
     # -- per-node capacities --------------------------------------------------------------
     @cached_property
@@ -201,10 +207,10 @@ class Problem:
         ids, count = self.domain_ids, len(self.domain_values)
         ok = ids >= 0
         placed = np.zeros(count, dtype=np.int64)
-        rule_text = np.full(count, "", dtype=object)
+        rule_text = np.full(count, "", dtype=object) if self.constrained else None
         for s, shape in enumerate(self.shapes):
             per_shape = np.minimum(shape.count, np.bincount(ids[ok], self.caps[s][ok], count).astype(np.int64))
-            for key in self._self_anti_keys(s):
+            for key in self._self_anti_keys(s) if self.constrained else ():
                 spots = self._distinct_domains(s, key)
                 short = (spots < max(self.needed, 1)) & (spots <= per_shape)
                 want = min(shape.count, max(self.needed, 1))
@@ -240,7 +246,7 @@ class Problem:
                 self.snapshot.resources[j] if j >= 0 else "",
                 int(cheapest[j]) * needed if j >= 0 else 0,
                 int(totals[j][d]) if j >= 0 else 0,
-                rule_text[d] if placed[d] < max(self.needed, 1) else "",
+                rule_text[d] if rule_text is not None and placed[d] < max(self.needed, 1) else "",
             ))
         return out
 
@@ -268,13 +274,17 @@ class Problem:
         offset = cum[lo - 1] if lo > 0 else 0
         nodes = int(np.searchsorted(cum[lo:hi] - offset, placed)) + 1 if placed > 0 else 0
         max_main = max(s.main for s in self.shapes)
-        # every touched node strands at least what is left on it when it is filled to its bound:
-        # the `nodes` smallest such residues bound the stranded term of any placement with that
-        # many nodes (one with more nodes already scores worse on the nodes term)
-        hosts = order[lo:hi]
-        residue = np.maximum(self.free_main[hosts] - self.pods_ub[hosts] * max_main, 0)
-        k = min(nodes, len(residue))
-        stranded = int(np.partition(residue, k - 1)[:k].sum()) if k > 0 else 0
+        stranded = 0
+        if self.constrained:
+            # every touched node strands at least what is left on it when it is filled to its bound:
+            # the `nodes` smallest such residues bound the stranded term of any placement with that
+            # many nodes (one with more nodes already scores worse on the nodes term). Rules keep
+            # pods off nodes they would fill, where a bound of 0 prunes nothing; the plain path
+            # keeps its cheaper bound
+            hosts = order[lo:hi]
+            residue = np.maximum(self.free_main[hosts] - self.pods_ub[hosts] * max_main, 0)
+            k = min(nodes, len(residue))
+            stranded = int(np.partition(residue, k - 1)[:k].sum()) if k > 0 else 0
         levels = len(self.group.preferred_keys)
         return Objective(
             unplaced=self.pending_total - placed,
