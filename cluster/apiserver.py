@@ -153,7 +153,23 @@ class ApiServerBackend:
         self._write("POST", api_path("v1", "pods", namespace, name, "binding"), body)
 
     def evict(self, namespace: str, name: str, uid: str, message: str, respect_pdb: bool) -> None:
+        """The ``DisruptionTarget`` condition goes on a pod only when it really goes: with PDBs
+        respected the Eviction comes first (a refusal, 429, leaves the pod untouched, as the API
+        server's own eviction does), else the condition and then a plain DELETE."""
         pod_path = api_path("v1", "pods", namespace, name)
+        preconditions = {"uid": uid}
+        if respect_pdb:
+            body = {"apiVersion": "policy/v1", "kind": "Eviction",
+                    "metadata": {"name": name, "namespace": namespace},
+                    "deleteOptions": {"preconditions": preconditions}}
+            self._write("POST", pod_path + "/eviction", body)
+            self._mark_disruption_target(pod_path, namespace, name, message)
+        else:
+            self._mark_disruption_target(pod_path, namespace, name, message)
+            self._write("DELETE", pod_path, {"apiVersion": "v1", "kind": "DeleteOptions",
+                                             "preconditions": preconditions})
+
+    def _mark_disruption_target(self, pod_path: str, namespace: str, name: str, message: str) -> None:
         condition = {"type": names.CONDITION_DISRUPTION_TARGET, "status": "True",
                      "reason": names.REASON_PREEMPTION_BY_SCHEDULER, "message": message,
                      "lastTransitionTime": _now()[:19] + "Z"}
@@ -162,15 +178,6 @@ class ApiServerBackend:
                         "application/strategic-merge-patch+json")
         except WriteError as err:
             log.info("could not mark %s/%s as a disruption target: %s", namespace, name, err)
-        preconditions = {"uid": uid}
-        if respect_pdb:
-            body = {"apiVersion": "policy/v1", "kind": "Eviction",
-                    "metadata": {"name": name, "namespace": namespace},
-                    "deleteOptions": {"preconditions": preconditions}}
-            self._write("POST", pod_path + "/eviction", body)
-        else:
-            self._write("DELETE", pod_path, {"apiVersion": "v1", "kind": "DeleteOptions",
-                                             "preconditions": preconditions})
 
     def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
         path = api_path(self.scheduling_gv, "podgroups", namespace, name, "status")

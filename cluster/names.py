@@ -86,3 +86,7 @@ EVENT_UNSTAMPED_PODS_RECREATED = "UnstampedPodsRecreated"  # unbound unstamped p
 EVENT_UNSTAMPED_PODS_BOUND = "UnstampedPodsBound"  # bound unstamped pods: reported, never deleted
 METRIC_UNSTAMPED_PODS_DELETED = "phalanx_controller_unstamped_pods_deleted_total"
 METRIC_UNSTAMPED_PODS_BOUND = "phalanx_controller_unstamped_bound_pods"  # gauge, over all StatefulSets
+
+# -- group preemption and broken `disruptionMode: all` units -------------------------------------------
+EVENT_UNIT_BROKEN = "UnitBroken"  # PodGroup: a member was newly disrupted, the rest of the unit is evicted
+EVENT_UNIT_EVICTION_BLOCKED = "UnitEvictionBlocked"  # PodGroup: a PDB refused evicting the rest; retrying

@@ -4,16 +4,26 @@ the freed room for it, and keep ``disruptionMode: all`` groups whole when anyone
 Life cycle of a nomination (one per preemptor group)::
 
     cycle infeasible --plan_preemption helps--> evictions sent, Nomination(victims, placement)
-    Nomination --every victim gone--> dropped; the group's next cycle plans on the freed room
-    Nomination --deadline / group gone or placed--> dropped (its reservation released)
+    Nomination --every victim gone--> dropped at the group's next cycle, which plans on the freed room
+    Nomination --deadline (injected clock) / PodGroup deleted / every nominated member gone
+               / the group planned--> dropped (its reservation released)
 
 While a nomination stands, its planned placement is reserved (nobody else takes the freed room)
-and no new preemption starts for that group. Victims are evicted through ``policy/v1`` Eviction
-when the plan respects every PodDisruptionBudget; when the plan had to accept a violation they are
-deleted instead — both with the ``DisruptionTarget`` / ``PreemptionByScheduler`` condition.
+and no new preemption starts for that group. Deletions are seen in the event stream; what a
+re-list drops silently (and the deadline) is caught by the pruning every read of the nominations
+does, so nothing outlives its group.
 
-A broken ``all`` unit — a member carrying ``DisruptionTarget`` (evicted or preempted by anyone,
-kube-scheduler included) — loses its remaining members too, so its capacity really returns.
+Victims are evicted through ``policy/v1`` Eviction when the plan respects every
+PodDisruptionBudget; when the plan had to accept a violation they are deleted instead — both with
+the ``DisruptionTarget`` / ``PreemptionByScheduler`` condition.
+
+A broken ``all`` unit — a live member that *newly* carries ``DisruptionTarget`` (evicted or
+preempted by anyone, kube-scheduler included) — loses its remaining members too, so its capacity
+really returns. "Newly" is a transition seen in the event stream: the previous record of that uid
+was live, not terminating and without the condition. A re-list or restart replays every pod as
+ADDED: a pod first seen already disrupted, a finished pod, or one that was terminating before it
+got the condition never breaks a unit. The rest go through the Eviction API (PDBs respected); a
+refusal is a Warning event on the PodGroup and a retry with backoff, never a plain delete.
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Mapping
 
+from cluster import names
 from cluster.backend import WriteError
 from cluster.cache import PodRecord
 from solver import DisruptionMode, InvalidInput, PodGroup, PreemptionPlan, plan_preemption
@@ -33,6 +44,9 @@ if TYPE_CHECKING:
     from .service import WorkloadCycle
 
 log = logging.getLogger("phalanx.preemption")
+
+TOO_MANY_REQUESTS = 429  # the Eviction API's answer when a PodDisruptionBudget refuses
+NOT_FOUND = 404
 
 
 @dataclass
@@ -49,12 +63,31 @@ class Nomination:
         return placement_usage(self.placement, self.requests)
 
 
+@dataclass
+class UnitRetry:
+    """A broken unit whose remaining members a PDB (or an API error) kept: try again at ``due``."""
+
+    due: float
+    backoff: float
+
+
 class GroupPreemption:
-    def __init__(self, cycle: "WorkloadCycle", grace: float = 120.0) -> None:
+    def __init__(self, cycle: "WorkloadCycle", grace: float = 120.0, retry_initial: float = 5.0,
+                 retry_max: float = 300.0) -> None:
         self.cycle = cycle
         self.grace = grace
+        self.retry_initial, self.retry_max = retry_initial, retry_max
         self.nominations: dict[str, Nomination] = {}
-        self._broken: queue.Queue[str] = queue.Queue()
+        self._nominated: dict[str, str] = {}  # preemptor member uid -> its nomination's group
+        # uids of group members whose last record was live, not terminating, not disrupted: only
+        # these can newly break a unit
+        self._intact: set[str] = set()
+        self.retries: dict[str, UnitRetry] = {}  # broken unit -> next attempt
+        # guards the maps above; the cache's thread and the cycle's both use them, and nothing
+        # slow (no API write, no cycle lock) is done while holding it
+        self._lock = threading.Lock()
+        self._units = threading.Lock()  # one broken-unit pass at a time (worker or caller)
+        self._broken: queue.Queue[str | None] = queue.Queue()  # unit keys; None only wakes
         self._worker = threading.Thread(target=self._evict_broken_units, name="phalanx-broken-units", daemon=True)
         self._worker.start()
         cycle.cache.subscribe(self._on_cache_event)
@@ -62,22 +95,54 @@ class GroupPreemption:
     # -- nominations (called under the cycle's lock) -------------------------------------------
     def waiting(self, key: str) -> str:
         """Why the group must wait for its victims, or "" when it may be planned."""
-        nomination = self.nominations.get(key)
-        if nomination is None:
-            return ""
         cache = self.cycle.cache
-        nomination.victims = {u for u in nomination.victims if u in cache.pods and cache.pods[u].active}
-        if not nomination.victims or nomination.deadline < self.cycle.clock():
-            del self.nominations[key]
-            return ""
+        with self._lock:
+            self._prune()
+            nomination = self.nominations.get(key)
+            if nomination is None:
+                return ""
+            nomination.victims = {u for u in nomination.victims if u in cache.pods and cache.pods[u].active}
+            if not nomination.victims:
+                self._drop(key)
+                return ""
         return (f"podgroup {key}: waiting for {len(nomination.victims)} preempted pods to terminate "
                 f"({', '.join(nomination.evicted_units[:3])}{'...' if len(nomination.evicted_units) > 3 else ''})")
 
     def reservations(self, exclude_group: str = "") -> list[dict[str, dict[str, int]]]:
-        return [n.reservations() for k, n in self.nominations.items() if k != exclude_group]
+        with self._lock:
+            self._prune()
+            return [n.reservations() for k, n in self.nominations.items() if k != exclude_group]
 
     def release(self, key: str) -> None:
-        self.nominations.pop(key, None)
+        with self._lock:
+            self._drop(key)
+
+    def _prune(self) -> None:
+        """Drop nominations past their deadline, of a PodGroup no longer known, or whose nominated
+        members are all gone (deletions a re-list made without events included). Under ``_lock``."""
+        if not self.nominations:
+            return
+        now, cache = self.cycle.clock(), self.cycle.cache
+        for key, nomination in list(self.nominations.items()):
+            if (nomination.deadline < now or key not in cache.podgroups
+                    or not any(uid in cache.pods for uid in nomination.placement)):
+                self._drop(key)
+
+    def _drop(self, key: str) -> None:
+        """Forget ``key``'s nomination and its member index. Under ``_lock``."""
+        nomination = self.nominations.pop(key, None)
+        if nomination is None:
+            return
+        for uid in nomination.placement:
+            if self._nominated.get(uid) == key:
+                del self._nominated[uid]
+
+    def _member_gone(self, uid: str) -> None:
+        """A nominated member was deleted: the nomination goes once none of them is left. Under ``_lock``."""
+        key = self._nominated.pop(uid, None)
+        nomination = self.nominations.get(key) if key else None
+        if nomination is not None and not any(self._nominated.get(u) == key for u in nomination.placement):
+            self._drop(key)
 
     def try_preempt(self, group: PodGroup) -> str:
         """Plan and start a preemption for ``group``, which does not fit. Returns a message for
@@ -105,7 +170,7 @@ class GroupPreemption:
             deadline=self.cycle.clock() + self.grace, plan=plan,
             evicted_units=[u.describe() for u in plan.units],
         )
-        self.nominations[group.key] = nomination
+        self.nominate(nomination)
         note = (f"preempting {len(plan.victims)} pods in {len(plan.units)} units "
                 f"({', '.join(nomination.evicted_units[:5])}) to place {len(plan.placement)} pods"
                 f"{' in ' + plan.domain if plan.domain else ''}; PDB violations: {plan.pdb_violations}")
@@ -115,6 +180,14 @@ class GroupPreemption:
         threading.Thread(target=self._evict, args=(group.key, list(plan.victims), respect_pdb),
                          name="phalanx-preempt", daemon=True).start()
         return note
+
+    def nominate(self, nomination: Nomination) -> None:
+        """Hold ``nomination``'s placement for its group (replacing an earlier one)."""
+        with self._lock:
+            self._drop(nomination.group)
+            self.nominations[nomination.group] = nomination
+            for uid in nomination.placement:
+                self._nominated[uid] = nomination.group
 
     def _evict(self, preemptor: str, uids: list[str], respect_pdb: bool) -> None:
         for uid in uids:
@@ -138,32 +211,100 @@ class GroupPreemption:
         except WriteError:
             pass
 
-    # -- broken `all` units --------------------------------------------------------------------
+    # -- the event stream (the cache's thread: note the work, never write or take the cycle's lock)
     def _on_cache_event(self, kind: str, event_type: str, record: Any) -> None:
-        if kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
-            self._broken.put(record.pod.group)
+        if kind == "PodGroup" and event_type == "DELETED":
+            key = record if isinstance(record, str) else record.key
+            with self._lock:
+                self._drop(key)
+                self.retries.pop(key, None)
+        elif kind == "Pod" and isinstance(record, str):  # deleted: the cache hands the uid
+            with self._lock:
+                self._intact.discard(record)
+                if record in self._nominated:
+                    self._member_gone(record)
+        elif kind == "Pod" and isinstance(record, PodRecord) and record.pod.group:
+            if self._newly_disrupted(record):
+                self._broken.put(record.pod.group)
 
+    def _newly_disrupted(self, record: PodRecord) -> bool:
+        """Remember whether the pod is an intact member; True when this record is the transition
+        of a live member to ``DisruptionTarget`` (its previous record was intact)."""
+        uid = record.pod.uid
+        with self._lock:
+            was_intact = uid in self._intact
+            if record.active and not record.terminating and not record.disrupted:
+                self._intact.add(uid)
+            else:
+                self._intact.discard(uid)
+            pods = self.cycle.cache.pods
+            if len(self._intact) > 2 * len(pods) + 1024:  # a re-list dropped pods without events
+                self._intact.intersection_update(pods.keys())
+        return was_intact and record.disrupted and record.active
+
+    # -- broken `all` units --------------------------------------------------------------------
     def _evict_broken_units(self) -> None:
         while True:
-            key = self._broken.get()
+            with self._lock:
+                poll = 0.25 if self.retries else None
             try:
-                self._break_unit(key)
+                key = self._broken.get(timeout=poll)
+            except queue.Empty:
+                key = None
+            try:
+                if key is not None:
+                    self.break_unit(key)
+                self.retry_due()
             except Exception:  # noqa: BLE001 - keep the worker alive
                 log.exception("evicting the rest of broken unit %s failed", key)
 
-    def _break_unit(self, key: str) -> None:
-        cache = self.cycle.cache
-        group = cache.podgroups.get(key)
-        if group is None or group.spec.disruption_mode is not DisruptionMode.ALL:
+    def retry_due(self) -> None:
+        """Try again the broken units whose backoff ran out (by the injected clock)."""
+        now = self.cycle.clock()
+        with self._lock:
+            due = [key for key, retry in self.retries.items() if retry.due <= now]
+        for key in due:
+            self.break_unit(key, retry=True)
+
+    def break_unit(self, key: str, retry: bool = False) -> None:
+        """Evict the remaining members of the broken unit ``key`` through the Eviction API."""
+        with self._units:
+            cache = self.cycle.cache
+            group = cache.podgroups.get(key)
+            rest = [r for r in cache.members(key) if r.pod.node and not r.disrupted] if group else []
+            if group is None or group.spec.disruption_mode is not DisruptionMode.ALL or not rest:
+                with self._lock:
+                    self.retries.pop(key, None)
+                return
+            message = f"podgroup {key} has disruptionMode all and lost a member: the unit goes as a whole"
+            if not retry:
+                log.info("%s; evicting %d members", message, len(rest))
+                self.cycle._event_key(key, names.EVENT_UNIT_BROKEN, message, "Warning")
+            refused, failed = [], []
+            for record in rest:
+                pod = record.pod
+                try:
+                    self.cycle.writer.evict(pod.namespace, pod.name, pod.uid, message, True)
+                except WriteError as err:
+                    if err.status == NOT_FOUND:
+                        continue  # gone already
+                    (refused if err.status == TOO_MANY_REQUESTS else failed).append(pod.key)
+                    log.warning("evicting %s of broken unit %s failed: %s", pod.key, key, err)
+            self._schedule_retry(key, refused, failed)
+
+    def _schedule_retry(self, key: str, refused: list[str], failed: list[str]) -> None:
+        if not refused and not failed:
+            with self._lock:
+                self.retries.pop(key, None)
             return
-        rest = [r for r in cache.members(key) if r.pod.node and not r.disrupted]
-        if not rest:
-            return
-        message = f"podgroup {key} has disruptionMode all and lost a member: the unit goes as a whole"
-        log.info("%s; evicting %d members", message, len(rest))
-        self.cycle._event_key(key, "UnitBroken", message, "Warning")
-        for record in rest:
-            try:
-                self.cycle.writer.evict(record.pod.namespace, record.pod.name, record.pod.uid, message, False)
-            except WriteError as err:
-                log.warning("evicting %s of broken unit %s failed: %s", record.pod.key, key, err)
+        with self._lock:
+            previous = self.retries.get(key)
+            backoff = min(previous.backoff * 2, self.retry_max) if previous else self.retry_initial
+            self.retries[key] = UnitRetry(self.cycle.clock() + backoff, backoff)
+        self._broken.put(None)  # the worker polls while retries are pending
+        if refused:
+            shown = ", ".join(refused[:5]) + ("..." if len(refused) > 5 else "")
+            self.cycle._event_key(
+                key, names.EVENT_UNIT_EVICTION_BLOCKED,
+                f"podgroup {key} has disruptionMode all and lost a member, but a PodDisruptionBudget refuses "
+                f"evicting {len(refused)} of the rest ({shown}); retrying in {backoff:.0f}s", "Warning")
