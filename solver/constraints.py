@@ -27,13 +27,28 @@ kube-scheduler's order differs, so spread holds for identical members in any ord
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypedDict
 
 import numpy as np
 
-from .model import HONOR, HOSTNAME_KEY, RWOP, LabelSelector, NodeAffinity, Pod, PodAffinityTerm, PodSpec, VolumeClaim
+from .model import (
+    HONOR,
+    HOSTNAME_KEY,
+    RWOP,
+    HostPort,
+    LabelSelector,
+    NodeAffinity,
+    PersistentVolume,
+    Pod,
+    PodAffinityTerm,
+    PodSpec,
+    Requirement,
+    SpreadConstraint,
+    VolumeClaim,
+)
 
 if TYPE_CHECKING:  # pragma: no cover
+    from .problem import Problem
     from .snapshot import Snapshot
 
 #: Weight of one pod of excess skew of a ``ScheduleAnyway`` spread constraint (the strongest
@@ -180,10 +195,18 @@ class Rules:
 
 # -- what placed pods contribute ------------------------------------------------------------------
 
-def _index_pods(snapshot: "Snapshot", pods: tuple[Pod, ...]) -> dict:
+class PlacedIndex(TypedDict):
+    """Placed pods by namespace, the ones with required anti-affinity, host ports per node index."""
+
+    by_ns: dict[str, list[Pod]]
+    anti: list[Pod]
+    ports: dict[int, list[HostPort]]
+
+
+def _index_pods(snapshot: "Snapshot", pods: tuple[Pod, ...]) -> PlacedIndex:
     by_ns: dict[str, list[Pod]] = {}
     anti: list[Pod] = []
-    ports: dict[int, list] = {}
+    ports: dict[int, list[HostPort]] = {}
     for pod in pods:
         i = snapshot.index.get(pod.node)
         if i is None:
@@ -196,11 +219,11 @@ def _index_pods(snapshot: "Snapshot", pods: tuple[Pod, ...]) -> dict:
     return {"by_ns": by_ns, "anti": anti, "ports": ports}
 
 
-def _bound_cache(snapshot: "Snapshot") -> dict:
+def _bound_cache(snapshot: "Snapshot") -> dict[Any, Any]:
     """A cache for what depends only on the bound pods, shared by every snapshot over the same
     nodes whose bound-pod tuple is the very same object (a watch cache hands the same tuple to
     each cycle until a pod changes), so 100,000 bound pods are indexed once, not per cycle."""
-    entry = snapshot._static.get("bound-cache")
+    entry: tuple[tuple[Pod, ...], dict[Any, Any]] | None = snapshot._static.get("bound-cache")
     if entry is None or entry[0] is not snapshot.bound:
         entry = (snapshot.bound, {})
         snapshot._static["bound-cache"] = entry
@@ -211,17 +234,17 @@ def placed_anti_affinity(snapshot: "Snapshot") -> bool:
     """Does any placed pod carry required anti-affinity (which may exclude any new pod)? One scan
     of the bound pods per bound-pod tuple, without building the index."""
     shared = _bound_cache(snapshot)
-    bound = shared.get("any-anti")
+    bound: bool | None = shared.get("any-anti")
     if bound is None:
         bound = shared["any-anti"] = any(p.spec.pod_anti_affinity for p in snapshot.bound)
     return bound or any(p.spec.pod_anti_affinity for p in snapshot.assumed)
 
 
-def placed_index(snapshot: "Snapshot") -> dict:
+def placed_index(snapshot: "Snapshot") -> PlacedIndex:
     """Placed pods (bound + assumed) by namespace, the ones with required anti-affinity, and the
     host ports in use per node."""
     key = ("placed-index", id(snapshot.assumed))
-    index = snapshot._caches.get(key)
+    index: PlacedIndex | None = snapshot._caches.get(key)
     if index is None:
         shared = _bound_cache(snapshot)
         index = shared.get("index")
@@ -259,10 +282,10 @@ def _count(snapshot: "Snapshot", pods: Iterable[Pod], scope: Scope) -> np.ndarra
 def placed_counts(snapshot: "Snapshot", scope: Scope) -> np.ndarray:
     """Matching placed pods per node (bound ones counted once per bound-pod tuple)."""
     key = ("placed-counts", id(snapshot.assumed), scope)
-    counts = snapshot._caches.get(key)
+    counts: np.ndarray | None = snapshot._caches.get(key)
     if counts is None:
         shared = _bound_cache(snapshot)
-        base = shared.get(("counts", scope, id(snapshot.namespaces)))
+        base: np.ndarray | None = shared.get(("counts", scope, id(snapshot.namespaces)))
         if base is None:
             by_ns: dict[str, list[Pod]] = {}
             for pod in snapshot.bound:
@@ -293,24 +316,25 @@ def _node_level(snapshot: "Snapshot", key: str) -> bool:
     if ck not in cache:
         values, ids = snapshot.domains(key)
         cache[ck] = bool(len(values)) and int(np.bincount(ids[ids >= 0]).max()) <= 1
-    return cache[ck]
+    level: bool = cache[ck]
+    return level
 
 
-def _value_index(snapshot: "Snapshot", key: str) -> dict:
+def _value_index(snapshot: "Snapshot", key: str) -> dict[str, np.ndarray]:
     """Label value of ``key`` -> node indices holding it; once per snapshot's nodes."""
     ck = ("value-index", key)
-    index = snapshot._static.get(ck)
+    index: dict[str, np.ndarray] | None = snapshot._static.get(ck)
     if index is None:
-        index = {}
+        positions: dict[str, list[int]] = {}
         for i, v in enumerate(snapshot.label_values(key)):
             if v is not None:
-                index.setdefault(v, []).append(i)
-        index = {v: np.array(ix, dtype=np.int64) for v, ix in index.items()}
+                positions.setdefault(v, []).append(i)
+        index = {v: np.array(ix, dtype=np.int64) for v, ix in positions.items()}
         snapshot._static[ck] = index
     return index
 
 
-def _requirement_mask(snapshot: "Snapshot", r) -> np.ndarray:
+def _requirement_mask(snapshot: "Snapshot", r: Requirement) -> np.ndarray:
     """Nodes whose labels satisfy one requirement, exactly as :meth:`Requirement.matches`."""
     index = _value_index(snapshot, r.key)
     out = np.zeros(len(snapshot.nodes), dtype=bool)
@@ -333,7 +357,7 @@ def node_affinity_mask(snapshot: "Snapshot", affinity: NodeAffinity) -> np.ndarr
     requirement and cached on the snapshot's static part: a thousand local PVs on ten thousand
     nodes is a thousand index look-ups, not ten million label comparisons."""
     ck = ("node-affinity", affinity)
-    mask = snapshot._static.get(ck)
+    mask: np.ndarray | None = snapshot._static.get(ck)
     if mask is None:
         if not affinity.terms:
             mask = np.ones(len(snapshot.nodes), dtype=bool)
@@ -355,7 +379,8 @@ def signature_scopes(snapshot: "Snapshot", specs: Iterable[tuple[PodSpec, str]])
     own terms and spread constraints, and placed pods' required anti-affinity terms."""
     scopes: dict[Scope, None] = {}
     for spec, namespace in specs:
-        for term in spec.pod_affinity + spec.pod_anti_affinity + spec.preferred_affinity + spec.preferred_anti_affinity:
+        terms = spec.pod_affinity + spec.pod_anti_affinity + spec.preferred_affinity + spec.preferred_anti_affinity
+        for term in terms:
             scopes[Scope.of_term(term)] = None
         for c in spec.spread:
             scopes[Scope(c.selector, frozenset((namespace,)))] = None
@@ -365,12 +390,12 @@ def signature_scopes(snapshot: "Snapshot", specs: Iterable[tuple[PodSpec, str]])
     return list(scopes)
 
 
-def volume_signature(pod: Pod) -> tuple:
+def volume_signature(pod: Pod) -> tuple[object, ...]:
     return tuple(sorted((c.signature for c in pod.volumes), key=repr))
 
 
 class _Builder:
-    def __init__(self, problem) -> None:
+    def __init__(self, problem: "Problem") -> None:
         self.p = problem
         self.snap = problem.snapshot
         self.shapes = problem.shapes
@@ -541,7 +566,7 @@ class _Builder:
         self.rules.soft.append(Soft(kind, term.topology_key, s, selected, s in selected, term.weight, existing))
 
     # -- PodTopologySpread -------------------------------------------------------------------
-    def spread(self, s: int, c) -> None:
+    def spread(self, s: int, c: SpreadConstraint) -> None:
         shape = self.shapes[s]
         pod = shape.pods[0]
         keys = [x.topology_key for x in pod.spec.spread]
@@ -578,7 +603,7 @@ class _Builder:
     def volumes(self, s: int) -> None:
         pod = self.shapes[s].pods[0]
         n = len(self.snap.nodes)
-        pools: dict[tuple, int] = {}
+        pools: dict[tuple[object, ...], int] = {}
         for claim in pod.volumes:
             if claim.missing:
                 self.exclude(s, np.ones(n, dtype=bool), f"{REASON_VOLUME}: claim {claim.name} not found")
@@ -605,18 +630,19 @@ class _Builder:
                             if any(c.signature == sig for c in other.pods[0].volumes))
             if s == sharers[0]:
                 coeffs = tuple(sum(1 for c in self.shapes[t].pods[0].volumes if c.signature == sig) for t in sharers)
-                self.rules.limits.append(NodeLimit(sharers, coeffs, local, f"{REASON_VOLUME}: available PersistentVolumes"))
+                self.rules.limits.append(
+                    NodeLimit(sharers, coeffs, local, f"{REASON_VOLUME}: available PersistentVolumes"))
                 self.rules.totals.append((sharers, len(pvs) // max(1, per_pod), "available PersistentVolumes"))
 
     def _affinity(self, affinity: NodeAffinity) -> np.ndarray:
         return node_affinity_mask(self.snap, affinity)
 
-    def _local_pvs(self, claim: VolumeClaim) -> tuple[list, np.ndarray]:
+    def _local_pvs(self, claim: VolumeClaim) -> tuple[list[PersistentVolume], np.ndarray]:
         """The available PVs that could bind ``claim`` and how many of them each node reaches; once
         per snapshot and claim signature (greedy and exact build the same problem)."""
         volumes = self.snap.volumes
         key = ("local-pvs", id(volumes), claim.signature)
-        cached = self.snap._caches.get(key)
+        cached: tuple[object, list[PersistentVolume], np.ndarray] | None = self.snap._caches.get(key)
         if cached is None or cached[0] is not volumes:
             pvs = [pv for pv in volumes.available if not pv.claim_ref and pv.serves(claim)]
             local = np.zeros(len(self.snap.nodes), dtype=np.int64)
@@ -659,14 +685,14 @@ class _Builder:
                                                f"{REASON_VOLUME}: CSI attach limit of {d}"))
 
 
-def build_rules(problem) -> Rules:
+def build_rules(problem: "Problem") -> Rules:
     return _Builder(problem).build()
 
 
 
 # -- the soft terms' penalty, as every path scores it ------------------------------------------------
 
-def shape_node_counts(problem, assignments: Mapping[str, str]) -> np.ndarray:
+def shape_node_counts(problem: "Problem", assignments: Mapping[str, str]) -> np.ndarray:
     """x[s, node]: pods of shape s the assignment puts on each node."""
     snap = problem.snapshot
     x = np.zeros((len(problem.shapes), len(snap.nodes)), dtype=np.int64)
@@ -681,7 +707,7 @@ def _members_per_domain(snap: "Snapshot", key: str, x: np.ndarray, members: tupl
     return per_domain(snap, key, per_node)
 
 
-def soft_penalty(problem, assignments: Mapping[str, str]) -> int:
+def soft_penalty(problem: "Problem", assignments: Mapping[str, str]) -> int:
     """The preference term of :class:`solver.objective.Objective` (smaller is better):
 
     - preferred anti-affinity of a shape that its own term selects: weight x matching pods beyond

@@ -14,12 +14,19 @@ certifies the answer (gap 0 when the status is OPTIMAL).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Callable, Mapping, Sequence
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .constraints import SOFT_SPREAD_WEIGHT, _node_level, spread_fixed_min
+from .constraints import SOFT_SPREAD_WEIGHT, Coloc, Spread, _node_level, spread_fixed_min
 from .problem import DomainBound, Problem
+
+#: A node class: (per-shape capacities, free vector when mixed, free main resource, preferred
+#: path ids, rule features). Nodes with equal keys are interchangeable for the group.
+ClassKey = tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, ...]]
+#: Pattern variables' terms per shape (pods of that shape the variable places), inside a domain.
+PerShape = dict[int, list[cp_model.LinearExpr]]
 
 #: Patterns enumerated per class before the model is declared too large for the exact path.
 MAX_PATTERNS_PER_CLASS = 4000
@@ -37,7 +44,7 @@ class DomainSolution:
     bound: int  # CP-SAT's proven lower bound on that scalar
 
 
-def _patterns(caps: tuple[int, ...], free: np.ndarray | None, vecs: list[np.ndarray]) -> list[tuple[int, ...]]:
+def _patterns(caps: tuple[int, ...], free: np.ndarray, vecs: Sequence[np.ndarray]) -> list[tuple[int, ...]]:
     """Non-empty pod-count vectors (one entry per shape) that fit on one node of a class."""
     if len(caps) == 1:
         return [(n,) for n in range(1, caps[0] + 1)]
@@ -77,9 +84,9 @@ def solve_domain(
     rel_cols = np.nonzero(np.any(np.stack([s.vec for s in shapes]), axis=0))[0]
     paths = [p[hosts] for p in problem.pref]
     enc = RuleEncoder(problem, hosts) if problem.constrained else None
-    classes: dict[tuple, list[int]] = {}
+    classes: dict[ClassKey, list[int]] = {}
     for local in range(len(hosts)):
-        key = (
+        key: ClassKey = (
             tuple(int(c) for c in caps[:, local]),
             tuple(int(x) for x in snap.free[hosts[local], rel_cols]) if mixed else (),
             int(problem.free_main[hosts[local]]),
@@ -92,17 +99,17 @@ def solve_domain(
     w_unplaced, w_spread, w_nodes, w_stranded, w_df = weights.coefficients()
     unit = weights.unit
     model = cp_model.CpModel()
-    placed = [[] for _ in shapes]
-    objective = []
-    members_by_path: list[dict[int, list]] = [dict() for _ in paths]
-    class_of_pattern: dict[tuple, cp_model.IntVar] = {}
+    placed: list[list[cp_model.LinearExpr]] = [[] for _ in shapes]
+    objective: list[cp_model.LinearExprT] = []
+    members_by_path: list[dict[int, list[tuple[cp_model.LinearExprT, int]]]] = [dict() for _ in paths]
+    class_of_pattern: dict[tuple[ClassKey, tuple[int, ...]], cp_model.IntVar] = {}
     vecs = [s.vec[rel_cols] for s in shapes]
     w_pref = weights.preference_weight()
     for key, locals_ in classes.items():
         cap_tuple, _, free_main, path_ids, feats = key
         count = len(locals_)
         free_vec = snap.free[hosts[locals_[0]], rel_cols]
-        class_vars = []
+        class_vars: list[cp_model.IntVar] = []
         for pattern in _patterns(cap_tuple, free_vec, vecs):
             if enc is not None and not enc.pattern_ok(pattern, feats):
                 continue
@@ -125,7 +132,7 @@ def solve_domain(
             members_by_path[level].setdefault(pid, []).append((sum(class_vars), count))
     if not class_of_pattern:
         return None
-    total_placed = []
+    total_placed: list[cp_model.LinearExprT] = []
     for s, shape in enumerate(shapes):
         if placed[s]:
             model.add(sum(placed[s]) <= shape.count)
@@ -142,7 +149,7 @@ def solve_domain(
             objective.append(-(w_df * shape.main // unit) * sum(placed[s]))
     const_df = w_df * (df_base // unit)
     for level, groups in enumerate(members_by_path):
-        for pid, members in groups.items():
+        for members in groups.values():
             used = model.new_bool_var("")
             for expr, count in members:
                 model.add(expr <= count * used)
@@ -177,7 +184,9 @@ def solve_domain(
     )
 
 
-def _add_hint(model, problem, hosts, classes, class_of_pattern, hint) -> None:
+def _add_hint(model: cp_model.CpModel, problem: Problem, hosts: np.ndarray, classes: Mapping[ClassKey, list[int]],
+              class_of_pattern: Mapping[tuple[ClassKey, tuple[int, ...]], cp_model.IntVar],
+              hint: Mapping[int, list[tuple[int, int]]]) -> None:
     """Start CP-SAT from the greedy solution of this domain."""
     position = {int(h): i for i, h in enumerate(hosts)}
     per_node: dict[int, list[int]] = {}
@@ -185,7 +194,7 @@ def _add_hint(model, problem, hosts, classes, class_of_pattern, hint) -> None:
         for node, count in picks:
             per_node.setdefault(position[node], [0] * len(problem.shapes))[s] += count
     class_key = {local: key for key, members in classes.items() for local in members}
-    counts: dict[tuple, int] = {}
+    counts: dict[tuple[ClassKey, tuple[int, ...]], int] = {}
     for local, pattern in per_node.items():
         k = (class_key[local], tuple(pattern))
         if k not in class_of_pattern:
@@ -209,7 +218,8 @@ class RuleEncoder:
         self.rules = rules = problem.rules
         snap = problem.snapshot
         self.counts = [s.count for s in problem.shapes]
-        self.node_spreads, self.dom_spreads = [], []
+        self.node_spreads: list[tuple[Spread, int]] = []
+        self.dom_spreads: list[Spread] = []
         for sp in rules.spreads:
             m0 = spread_fixed_min(sp, sum(self.counts[t] for t in sp.members))
             if _node_level(snap, sp.key) and m0 is not None:
@@ -222,15 +232,15 @@ class RuleEncoder:
         self.dom_coloc = [c for c in rules.coloc if not _node_level(snap, c.key)]
         keys = [r.key for r in rules.anti] + [c.key for c in self.dom_coloc] + [sp.key for sp in self.dom_spreads]
         self.keys = list(dict.fromkeys(keys + [t.key for t in self.dom_soft]))
-        self.ids = {k: snap.domains(k)[1][hosts] for k in self.keys}
+        self.ids: dict[str, np.ndarray] = {k: snap.domains(k)[1][hosts] for k in self.keys}
         cols = [lim.limit[hosts] for lim in rules.limits]
         for t in self.node_soft:
             cols.append(self._per_node(t.key, t.existing > 0, hosts))
         for sp, _ in self.node_spreads:
             cols.append(self._per_node(sp.key, sp.existing, hosts))
         self.cols = np.stack(cols).astype(np.int64) if cols else np.zeros((0, len(hosts)), dtype=np.int64)
-        self.terms: dict[str, dict[int, dict[int, list]]] = {k: {} for k in self.keys}
-        self.coloc_vars: list[list] = [[] for _ in self.node_coloc]
+        self.terms: dict[str, dict[int, PerShape]] = {k: {} for k in self.keys}
+        self.coloc_vars: list[list[cp_model.IntVar]] = [[] for _ in self.node_coloc]
         self._off_soft = len(self.keys) + len(rules.limits)
         self._off_spread = self._off_soft + len(self.node_soft)
 
@@ -241,13 +251,13 @@ class RuleEncoder:
         out[ok] = np.asarray(per_domain_values, dtype=np.int64)[ids[ok]]
         return out
 
-    def features(self, local: int) -> tuple:
+    def features(self, local: int) -> tuple[int, ...]:
         return tuple(int(self.ids[k][local]) for k in self.keys) + tuple(int(v) for v in self.cols[:, local])
 
-    def pattern_ok(self, pattern: tuple[int, ...], feats: tuple) -> bool:
+    def pattern_ok(self, pattern: tuple[int, ...], feats: tuple[int, ...]) -> bool:
         off = len(self.keys)
         for i, lim in enumerate(self.rules.limits):
-            if sum(c * pattern[s] for s, c in zip(lim.shapes, lim.coeffs)) > feats[off + i]:
+            if sum(c * pattern[s] for s, c in zip(lim.shapes, lim.coeffs, strict=False)) > feats[off + i]:
                 return False
         for s, t in self.rules.pairs:
             if pattern[s] and pattern[t]:
@@ -258,7 +268,7 @@ class RuleEncoder:
                 return False
         return True
 
-    def pattern_cost(self, pattern: tuple[int, ...], feats: tuple) -> int:
+    def pattern_cost(self, pattern: tuple[int, ...], feats: tuple[int, ...]) -> int:
         cost = 0
         for j, t in enumerate(self.node_soft):
             has = feats[self._off_soft + j]
@@ -276,7 +286,7 @@ class RuleEncoder:
                 cost += SOFT_SPREAD_WEIGHT * (max(0, c - m0 - sp.skew) - max(0, e - m0 - sp.skew))
         return cost
 
-    def add_class_pattern(self, local: int, pattern: tuple[int, ...], var) -> None:
+    def add_class_pattern(self, local: int, pattern: tuple[int, ...], var: cp_model.IntVar) -> None:
         for k in self.keys:
             d = int(self.ids[k][local])
             if d < 0:
@@ -289,16 +299,16 @@ class RuleEncoder:
             if any(pattern[t] for t in c.shapes):
                 self.coloc_vars[i].append(var)
 
-    def encode(self, model: cp_model.CpModel, placed: list[list]) -> object:
+    def encode(self, model: cp_model.CpModel, placed: list[list[cp_model.LinearExpr]]) -> cp_model.LinearExprT:
         """Add the domain-level rules; return the preference expression they contribute."""
         counts = self.counts
-        pref: list = []
+        pref: list[cp_model.LinearExprT] = []
         const = 0
 
-        def pods(per: dict, shapes) -> list:
+        def pods(per: PerShape, shapes: tuple[int, ...]) -> list[cp_model.LinearExpr]:
             return [e for t in shapes for e in per.get(t, ())]
 
-        def used(expr, bound: int):
+        def used(expr: cp_model.LinearExprT, bound: int) -> cp_model.IntVar:
             y = model.new_bool_var("")
             model.add(expr <= bound * y)
             return y
@@ -314,7 +324,7 @@ class RuleEncoder:
                 for t in r.others:
                     if per.get(t):
                         model.add(sum(per[t]) <= counts[t] * (1 - y))
-        def owner_placed(c):
+        def owner_placed(c: Coloc) -> cp_model.IntVar | int:
             """1 when any pod of the term's owner is placed (the rule then binds), else free."""
             owned = placed[c.owner] if c.owner >= 0 else []
             return used(sum(owned), counts[c.owner]) if owned else 0
@@ -329,7 +339,7 @@ class RuleEncoder:
             o = owner_placed(c)
             if isinstance(o, int):
                 continue
-            zs = []
+            zs: list[cp_model.IntVar] = []
             for per in self.terms[c.key].values():
                 if not pods(per, c.shapes):
                     continue
@@ -345,21 +355,21 @@ class RuleEncoder:
             pref_part, c0 = self._spread(model, sp, pods, used)
             pref += pref_part
             const += c0
-        for t in self.dom_soft:
-            for d, per in self.terms[t.key].items():
-                has = int(t.existing[d] > 0)
-                mine = per.get(t.shape)
-                if t.kind == "anti" and t.self_match:
-                    crowd = pods(per, t.members)
+        for soft in self.dom_soft:
+            for d, per in self.terms[soft.key].items():
+                has = int(soft.existing[d] > 0)
+                mine = per.get(soft.shape)
+                if soft.kind == "anti" and soft.self_match:
+                    crowd = pods(per, soft.members)
                     if crowd:
                         e = model.new_int_var(0, sum(counts), "")
                         model.add(e >= sum(crowd) + has - 1)
-                        pref.append(t.weight * e)
-                elif t.kind == "anti":
+                        pref.append(soft.weight * e)
+                elif soft.kind == "anti":
                     if has and mine:
-                        pref.append(t.weight * sum(mine))
+                        pref.append(soft.weight * sum(mine))
                 elif mine and not has:
-                    pref.append(t.weight * used(sum(mine), counts[t.shape]))
+                    pref.append(soft.weight * used(sum(mine), counts[soft.shape]))
         for sp, m0 in self.node_spreads:
             if not sp.hard:
                 const += SOFT_SPREAD_WEIGHT * int(np.maximum(sp.existing[sp.counted] - m0 - sp.skew, 0).sum())
@@ -369,20 +379,27 @@ class RuleEncoder:
                 model.add(sum(exprs) <= cap)
         return sum(pref) + const
 
-    def _spread(self, model, sp, pods, used):
+    def _spread(
+        self,
+        model: cp_model.CpModel,
+        sp: Spread,
+        pods: Callable[[PerShape, tuple[int, ...]], list[cp_model.LinearExpr]],
+        used: Callable[[cp_model.LinearExprT, int], cp_model.IntVar],
+    ) -> tuple[list[cp_model.LinearExprT], int]:
         per_domain = self.terms[sp.key]
         top = int(sp.existing.max()) + sum(self.counts) if len(sp.existing) else sum(self.counts)
-        c = {}
+        c: dict[int, cp_model.LinearExpr | int] = {}
         for d in range(len(sp.existing)):
             ex = pods(per_domain.get(d, {}), sp.members)
             c[d] = int(sp.existing[d]) + (sum(ex) if ex else 0)
+        m: cp_model.IntVar | int
         if sp.min_zero or not sp.counted.any():
             m = 0
         else:
             m = model.new_int_var(0, top, "")
-            for d in np.nonzero(sp.counted)[0]:
-                model.add(m <= c[int(d)])
-        pref = []
+            for k in np.nonzero(sp.counted)[0]:
+                model.add(m <= c[int(k)])
+        pref: list[cp_model.LinearExprT] = []
         if sp.hard:
             # when the shape is the only one counted, a domain without its pods keeps its existing
             # count; where that is within maxSkew of the lowest existing count, the bound holds either
@@ -401,8 +418,8 @@ class RuleEncoder:
                 model.add(sum(mine) >= y)
                 model.add(c[d] <= m + sp.skew).only_enforce_if(y)
             return pref, 0
-        for d in np.nonzero(sp.counted)[0]:
+        for k in np.nonzero(sp.counted)[0]:
             e = model.new_int_var(0, top, "")
-            model.add(e >= c[int(d)] - m - sp.skew)
+            model.add(e >= c[int(k)] - m - sp.skew)
             pref.append(SOFT_SPREAD_WEIGHT * e)
         return pref, 0

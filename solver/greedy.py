@@ -134,12 +134,12 @@ class _State:
         self.free = snap.free[hosts].copy()
         self.x = np.zeros((len(problem.shapes), len(hosts)), dtype=np.int64)
         keys = problem.rules.domain_keys
-        self.ids = {k: snap.domains(k)[1][hosts] for k in keys}
+        self.ids: dict[str, np.ndarray] = {k: snap.domains(k)[1][hosts] for k in keys}
         self.sizes = {k: len(snap.domains(k)[0]) for k in keys}
         self.coloc_domain: dict[int, int] = {}
         self.total_left = [cap for _, cap, _ in problem.rules.totals]
 
-    def per_domain(self, key: str, shapes) -> np.ndarray:
+    def per_domain(self, key: str, shapes: tuple[int, ...]) -> np.ndarray:
         ids = self.ids[key]
         ok = ids >= 0
         per_node = self.x[list(shapes)].sum(axis=0) if shapes else np.zeros(len(self.hosts), dtype=np.int64)
@@ -174,10 +174,10 @@ class _State:
         shape = problem.shapes[s]
         rules = problem.rules
         cols = np.nonzero(shape.vec)[0]
-        ok = shape.eligibility.mask[self.hosts] & np.all(self.free[:, cols] >= shape.vec[cols], axis=1)
+        ok: np.ndarray = shape.eligibility.mask[self.hosts] & np.all(self.free[:, cols] >= shape.vec[cols], axis=1)
         for lim in rules.limits:
             if s in lim.shapes:
-                used = sum(c * self.x[t] for t, c in zip(lim.shapes, lim.coeffs))
+                used = sum(c * self.x[t] for t, c in zip(lim.shapes, lim.coeffs, strict=False))
                 ok &= used + lim.coeffs[lim.shapes.index(s)] <= lim.limit[self.hosts]
         for a, b in rules.pairs:
             if s in (a, b):
@@ -204,7 +204,8 @@ class _State:
         return ok
 
     def ids_or_nodes(self, key: str) -> np.ndarray:
-        return self.ids[key] if key in self.ids else np.arange(len(self.hosts))
+        ids: np.ndarray = self.ids[key] if key in self.ids else np.arange(len(self.hosts))
+        return ids
 
     def soft_cost(self, s: int) -> np.ndarray:
         """Increase of the preference term when one more pod of ``s`` goes to each host."""

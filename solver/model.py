@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .errors import InvalidInput
 
@@ -59,8 +59,8 @@ def placement_usage(
 
 
 def effective_requests(
-    containers: list[Mapping[str, int]],
-    init_containers: list[tuple[Mapping[str, int], bool]] = (),
+    containers: Sequence[Mapping[str, int]],
+    init_containers: Sequence[tuple[Mapping[str, int], bool]] = (),
     overhead: Mapping[str, int] | None = None,
 ) -> dict[str, int]:
     """A pod's requests as kube-scheduler computes them.
@@ -340,7 +340,7 @@ class VolumeClaim:
             raise InvalidInput(f"claim {self.name}: storage request must be a non-negative integer")
 
     @property
-    def signature(self) -> tuple:
+    def signature(self) -> tuple[object, ...]:
         """What makes two claims interchangeable for placement (everything but the name)."""
         return (self.bound, self.node_affinity, self.storage_class, self.request, self.access_modes,
                 self.delayed, self.dynamic, self.allowed_topologies, self.csi_driver, self.missing)
@@ -411,9 +411,9 @@ class PodSpec:
     spread: tuple[SpreadConstraint, ...] = ()
     host_ports: tuple[HostPort, ...] = ()
     #: everything that decides node eligibility (not capacity): pods sharing it share a mask
-    eligibility_key: tuple = field(init=False, repr=False, compare=False)
+    eligibility_key: tuple[object, ...] = field(init=False, repr=False, compare=False)
     #: eligibility plus requests: pods sharing it are one shape to the solver
-    shape_key: tuple = field(init=False, repr=False, compare=False)
+    shape_key: tuple[object, ...] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "requests", resources(self.requests, "pod requests"))

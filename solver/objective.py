@@ -25,13 +25,16 @@ their numbers are comparable; the CP-SAT model encodes exactly this tuple as a w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Mapping
+from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from .model import PODS, Pod, PodGroup
 from .constraints import soft_penalty
+from .model import PODS, Pod, PodGroup, PodSpec
 from .snapshot import Snapshot
+
+if TYPE_CHECKING:  # pragma: no cover
+    from .problem import Problem
 
 STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
 
@@ -55,9 +58,10 @@ class Objective:
 
 def main_resource(pods: tuple[Pod, ...] | list[Pod]) -> str:
     """The resource whose placement matters most for this group (see the module docstring)."""
-    per_shape: dict[tuple, list] = {}
+    per_shape: dict[tuple[object, ...], tuple[PodSpec, int]] = {}
     for pod in pods:
-        per_shape.setdefault(pod.spec.shape_key, [pod.spec, 0])[1] += 1
+        spec, count = per_shape.get(pod.spec.shape_key, (pod.spec, 0))
+        per_shape[pod.spec.shape_key] = (spec, count + 1)
     totals: dict[str, int] = {}
     for spec, count in per_shape.values():
         for r, amount in spec.requests.items():
@@ -78,13 +82,14 @@ def preferred_paths(snapshot: Snapshot, keys: tuple[str, ...]) -> list[np.ndarra
     for key in keys:
         raw = snapshot.label_values(key)
         combined = [(None if path is None else int(path[i]), v) for i, v in enumerate(raw)]
-        ids: dict = {}
+        ids: dict[tuple[int | None, object], int] = {}
         path = np.array([ids.setdefault(c, len(ids)) for c in combined], dtype=np.int64)
         out.append(path)
     return out
 
 
-def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str], problem=None) -> Objective:
+def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str],
+             problem: Problem | None = None) -> Objective:
     """Score a placement (pod uid -> node name) of ``group``'s pending pods on ``snapshot``.
     ``problem`` (the group's :class:`solver.problem.Problem`) is built when soft rules need it."""
     pending = group.pending
@@ -151,7 +156,7 @@ class Weights:
 
     def scalar(self, obj: Objective) -> int:
         value = obj.unplaced * (self.preference_max + 1) + obj.preference
-        for s, smax in zip(obj.spread, self.spread_max):
+        for s, smax in zip(obj.spread, self.spread_max, strict=False):
             value = value * (smax + 1) + s
         value = value * (self.nodes_max + 1) + obj.nodes
         value = value * (self.stranded_max + 1) + obj.stranded // self.unit

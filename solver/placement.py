@@ -32,6 +32,11 @@ from .snapshot import Snapshot
 
 PATHS = ("greedy", "exact")
 
+#: shape index -> [(node index, pods)] in one domain, as greedy and exact return it
+Picks = dict[int, list[tuple[int, int]]]
+#: the incumbent: its objective, its domain, its picks
+Best = tuple[Objective, DomainBound, Picks]
+
 
 @dataclass(frozen=True)
 class SolveOptions:
@@ -97,8 +102,8 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     ranked = sorted(
         ((problem.objective_lower_bound(b, b.placed_ub), b) for b in viable), key=lambda x: (x[0], x[1].domain)
     )
-    best: tuple[Objective, DomainBound, dict] | None = None
-    greedy_picks: dict[int, dict] = {}
+    best: Best | None = None
+    greedy_picks: dict[int, Picks] = {}
     greedy_fits: dict[int, int] = {}
     pruned = 0
     for lower, bound in ranked:
@@ -117,7 +122,7 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
 
     path = "greedy"
     optimal = False
-    gap = None
+    gap: float | None = None
     if options.path == "exact":
         best, optimal, gap, exact_stats = _exact(problem, ranked, best, greedy_picks, options)
         stats.update(exact_stats)
@@ -140,12 +145,17 @@ def _count_fitting(problem: Problem, bound: DomainBound) -> int:
     return sum(c for counts in (picks or {}).values() for _, c in counts)
 
 
-def _exact(problem, ranked, best, greedy_picks, options):
+def _exact(
+    problem: Problem,
+    ranked: list[tuple[Objective, DomainBound]],
+    best: Best | None,
+    greedy_picks: Mapping[int, Picks],
+    options: SolveOptions,
+) -> tuple[Best | None, bool, float | None, dict[str, int]]:
     weights = problem.weights
     stats = {"domains_solved": 0, "domains_exact_pruned": 0}
     all_proven = True
-    lowest_bound = None
-    incumbent_scalar = weights.scalar(best[0]) if best else None
+    lowest_bound: int | None = None
     for lower, bound in ranked:
         if best is not None and lower >= best[0]:
             stats["domains_exact_pruned"] += 1
@@ -170,11 +180,11 @@ def _exact(problem, ranked, best, greedy_picks, options):
         objective = evaluate(problem.snapshot, problem.group, _assign(problem, solution.picks), problem)
         if best is None or objective < best[0]:
             best = (objective, bound, solution.picks)
-            incumbent_scalar = weights.scalar(objective)
     if best is None:
         return None, all_proven, None, stats
     if all_proven:
         return best, True, 0.0, stats
+    incumbent_scalar = weights.scalar(best[0])
     floor = min(lowest_bound, incumbent_scalar) if lowest_bound is not None else incumbent_scalar
     gap = (incumbent_scalar - floor) / max(1, abs(incumbent_scalar))
     return best, False, gap, stats

@@ -48,7 +48,7 @@ from .errors import InvalidInput, SolverError
 from .exact import ModelTooLarge, _patterns
 from .greedy import greedy_domain
 from .model import PODS, DisruptionMode, Pod, PodGroup, PreemptionPolicy
-from .placement import SolveOptions, place
+from .placement import Placement, SolveOptions, place
 from .problem import Problem
 from .snapshot import Snapshot
 from .validate import assert_placement_valid
@@ -142,7 +142,8 @@ class PreemptionCost:
 
     def describe(self) -> str:
         top = "-" if self.highest_priority == NO_VICTIM_PRIORITY else str(self.highest_priority)
-        return f"pdb_violations={self.pdb_violations} highest_priority={top} pods={self.pods} priority_sum={self.priority_sum}"
+        return (f"pdb_violations={self.pdb_violations} highest_priority={top} pods={self.pods} "
+                f"priority_sum={self.priority_sum}")
 
 
 @dataclass(frozen=True)
@@ -233,14 +234,6 @@ def _cannot(group: PodGroup, why: str, stats: Mapping[str, float] | None = None)
     return PreemptionPlan(group.key, reason=f"podgroup {group.key}: preemption cannot help: {why}", stats=stats or {})
 
 
-@dataclass
-class _DomainModel:
-    """Per-domain data of the exact model that the answer is read back from."""
-
-    units: list[cp_model.IntVar]  # per `all` unit index in _Search.units, or None
-    classes: list[tuple[cp_model.IntVar, list[int]]]  # single-victim class: (count var, unit indices)
-
-
 class _Search:
     def __init__(self, snapshot: Snapshot, group: PodGroup, context: PreemptionContext, options: SolveOptions):
         self.snapshot = snapshot
@@ -302,7 +295,7 @@ class _Search:
         hosts = np.nonzero((problem.domain_ids == d) & (problem.pods_ub > 0))[0]
         return len(hosts) > 0 and greedy_domain(problem, hosts) is not None
 
-    def places(self, units: Iterable[int]):
+    def places(self, units: Iterable[int]) -> tuple[Snapshot, Placement]:
         snap = self.snapshot.without_pods(self.uids(units))
         return snap, place(snap, self.group, self.check)
 
@@ -315,6 +308,7 @@ class _Search:
             return _cannot(group, f"no running pod has a priority below {group.priority}", self.stats)
         snap, everything = self.places(range(len(self.units)))
         if not everything.assignments:
+            assert everything.explanation is not None  # place() explains every group it cannot place
             detail = everything.explanation.message().removeprefix(f"podgroup {group.key}: ")
             return _cannot(
                 group,
@@ -450,7 +444,8 @@ class _Search:
             pods = max(pods, int(np.searchsorted(reach, short[j])) + 1)
         return PreemptionCost(0, top, pods, pods * min(p for p, _ in freed))
 
-    def solve_domain(self, d: int, hint: list[int], weights: "_CostWeights", ceiling: int):
+    def solve_domain(self, d: int, hint: list[int], weights: "_CostWeights",
+                     ceiling: int) -> tuple[list[int], bool] | None:
         """The CP-SAT model of domain ``d`` (see the module docstring); None when nothing under the
         ceiling exists, else (unit indices, proven optimal)."""
         snap, base = self.snapshot, self.base
@@ -464,9 +459,10 @@ class _Search:
         model = cp_model.CpModel()
 
         # victims: a boolean per `all` unit, a count per class of interchangeable single pods
-        freed: dict[int, list[tuple[np.ndarray, object]]] = {}  # node -> [(vector, var)]
+        freed: dict[int, list[tuple[np.ndarray, cp_model.IntVar]]] = {}  # node -> [(vector, var)]
         unit_vars: dict[int, cp_model.IntVar] = {}
-        classes: dict[tuple, list[int]] = {}
+        #: (node, request vector, priority, budgets) -> unit indices
+        classes: dict[tuple[int, tuple[int, ...], int, tuple[str, ...]], list[int]] = {}
         for k in units:
             unit = self.units[k]
             if unit.mode is DisruptionMode.ALL:
@@ -484,17 +480,17 @@ class _Search:
                 vec = snap.request_vector(pod.spec.requests)[0][cols]
                 budgets = tuple(b.name for b in self.budgets if pod.uid in b.pods)
                 classes.setdefault((i, tuple(int(v) for v in vec), unit.priority, budgets), []).append(k)
-        class_vars = []
-        for (i, vec, _, _), members in classes.items():
+        class_vars: list[tuple[cp_model.IntVar, list[int]]] = []
+        for (i, vec_key, _, _), members in classes.items():
             var = model.new_int_var(0, len(members), "")
             class_vars.append((var, members))
-            freed.setdefault(i, []).append((np.array(vec), var))
+            freed.setdefault(i, []).append((np.array(vec_key), var))
 
         # the group's pods: per node where victims free room, per class of node elsewhere
-        placed: list[list] = [[] for _ in shapes]
+        placed: list[list[cp_model.LinearExprT]] = [[] for _ in shapes]
         for i, terms in freed.items():
             most = raw[i] + sum(vec for vec, _ in terms)
-            ys = {}
+            ys: dict[int, cp_model.IntVar] = {}
             for s, shape in enumerate(shapes):
                 if not shape.eligibility.mask[i]:
                     continue
@@ -518,15 +514,15 @@ class _Search:
                     for s in users:
                         model.add(ys[s] == 0).only_enforce_if(~used)
                     model.add(lhs <= rhs).only_enforce_if(used)
-        static: dict[tuple, int] = {}
+        static: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
         caps = np.minimum(base.caps, np.array([s.count for s in shapes])[:, None])
-        for i in nodes:
+        for i in nodes.tolist():
             if i in freed or not caps[:, i].any():
                 continue
             key = (tuple(int(c) for c in caps[:, i]), tuple(int(x) for x in snap.free[i, cols]))
             static[key] = static.get(key, 0) + 1
         for (cap_tuple, free), count in static.items():
-            pattern_vars = []
+            pattern_vars: list[cp_model.IntVar] = []
             for pattern in _patterns(cap_tuple, np.array(free), list(vecs)):
                 var = model.new_int_var(0, count, "")
                 pattern_vars.append(var)
@@ -535,7 +531,7 @@ class _Search:
                         placed[s].append(var * n)
             if pattern_vars:
                 model.add(sum(pattern_vars) <= count)
-        totals = []
+        totals: list[cp_model.LinearExprT] = []
         for s, shape in enumerate(shapes):
             if placed[s]:
                 model.add(sum(placed[s]) <= shape.count)
@@ -612,13 +608,14 @@ class _CostWeights:
                 + w_pods * cost.pods + w_sum * (shifted // self.unit))
 
     def terms(self, model: cp_model.CpModel, victims: list[tuple[VictimUnit, cp_model.IntVar, int]],
-              budgets: tuple[DisruptionBudget, ...]):
+              budgets: tuple[DisruptionBudget, ...]) -> cp_model.LinearExprT:
         """The weighted cost of the chosen victims: ``victims`` holds a unit (the representative of
         a class of interchangeable single pods), its eviction count variable and the class size."""
         w_viol, w_top, w_pods, w_sum = self.coefficients()
         top = model.new_int_var(0, len(self.levels), "")
-        pods, shifted = [], []
-        per_budget: dict[str, list] = {}
+        pods: list[cp_model.LinearExpr] = []
+        shifted: list[cp_model.LinearExpr] = []
+        per_budget: dict[str, list[cp_model.LinearExpr]] = {}
         for unit, var, size in victims:
             level = self.level(unit.priority)
             if size > 1:  # a class count: evicting any of them reaches its level
@@ -633,7 +630,7 @@ class _CostWeights:
                 inside = len(b.pods.intersection(unit.pods))
                 if inside:
                     per_budget.setdefault(b.name, []).append(inside * var)
-        violations = []
+        violations: list[cp_model.IntVar] = []
         for b in budgets:
             if b.name in per_budget:
                 excess = model.new_int_var(0, self.violations_max, "")
@@ -679,7 +676,9 @@ def rank_candidates(
     return [c for c in ranked if not c.breaks_all_group or c.cost <= cheapest]
 
 
-def _pod_candidates(node_to_victims, snapshot: Snapshot, context: PreemptionContext) -> list[PodCandidate]:
+def _pod_candidates(
+    node_to_victims: Mapping[str, Iterable[str]], snapshot: Snapshot, context: PreemptionContext
+) -> list[PodCandidate]:
     unit_of = {uid: unit for unit in victim_units(snapshot, context) for uid in unit.pods}
     node_of = {p.uid: p.node for p in snapshot.bound}
     out = []

@@ -10,14 +10,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from functools import cached_property
-from typing import Collection, Mapping
+from typing import Collection, Iterable, Mapping
 
 import numpy as np
 
+from .constraints import Rules, build_rules, placed_anti_affinity, signature_scopes, volume_signature
 from .errors import InvalidInput
 from .model import PODS, Pod, PodGroup
 from .objective import Objective, Weights, main_resource, preferred_paths
-from .constraints import Rules, build_rules, placed_anti_affinity, signature_scopes, volume_signature
 from .snapshot import Eligibility, Snapshot
 
 
@@ -34,7 +34,7 @@ class Shape:
         return len(self.pods)
 
 
-def _ordinal_key(pod: Pod) -> tuple:
+def _ordinal_key(pod: Pod) -> tuple[int, str]:
     """Shorter names first, then by name: StatefulSet ordinals in order (db-2 before db-10) at
     the cost of two C-level comparisons per pod."""
     return (len(pod.name), pod.name)
@@ -68,7 +68,7 @@ class Problem:
         pending = sorted(self.group.pending, key=_ordinal_key)
         self.main_name = main_resource(pending)
         self.main_j = snap.rindex.get(self.main_name)
-        buckets: dict[tuple, list[Pod]] = {}
+        buckets: dict[tuple[object, ...], list[Pod]] = {}
         for pod in pending:
             buckets.setdefault(pod.spec.shape_key, []).append(pod)
         plain = self._plain(buckets.values(), pending)
@@ -95,7 +95,7 @@ class Problem:
                     merged[reason] = merged.get(reason, 0) + count
                 shape.eligibility = Eligibility(shape.eligibility.mask & self.rules.masks[s], merged)
 
-    def _plain(self, buckets, pending: list[Pod]) -> bool:
+    def _plain(self, buckets: Iterable[list[Pod]], pending: list[Pod]) -> bool:
         """No inter-pod or volume rule can touch this group: the fast path of before."""
         if self.allowed or self.group.default_preference != "pack":
             return False
@@ -103,14 +103,14 @@ class Problem:
             return False
         return not placed_anti_affinity(self.snapshot)
 
-    def _rule_buckets(self, pending: list[Pod]) -> dict[tuple, list[Pod]]:
+    def _rule_buckets(self, pending: list[Pod]) -> dict[tuple[object, ...], list[Pod]]:
         """Pods the rules tell apart are different shapes: the selectors that match them, their
         volumes (all but the claim's name), the nodes kube-scheduler accepted for them."""
         snap = self.snapshot
         scopes = signature_scopes(snap, {(p.spec.shape_key, p.namespace): (p.spec, p.namespace)
                                          for p in pending}.values())
         allowed = self.allowed or {}
-        buckets: dict[tuple, list[Pod]] = {}
+        buckets: dict[tuple[object, ...], list[Pod]] = {}
         for pod in pending:
             nodes = allowed.get(pod.uid)
             key = (pod.spec.shape_key, pod.namespace, tuple(sc.selects(pod, snap.namespaces) for sc in scopes),
@@ -143,7 +143,7 @@ class Problem:
             cap = np.min(free[:, cols] // shape.vec[cols], axis=1)
             out[s] = np.where(shape.eligibility.mask, cap, 0)
         for limit in self.rules.limits:  # a node limit over several shapes bounds each of them too
-            for s, coeff in zip(limit.shapes, limit.coeffs):
+            for s, coeff in zip(limit.shapes, limit.coeffs, strict=False):
                 out[s] = np.minimum(out[s], limit.limit // coeff)
         return out
 
@@ -151,7 +151,8 @@ class Problem:
     def pods_ub(self) -> np.ndarray:
         """An upper bound on pods of any mix of shapes per node."""
         if len(self.shapes) == 1:
-            return self.caps[0]
+            only: np.ndarray = self.caps[0]
+            return only
         usable = [s for s in range(len(self.shapes)) if not self.shapes[s].unknown]
         if not usable:
             return np.zeros(len(self.snapshot.nodes), dtype=np.int64)
@@ -210,14 +211,15 @@ class Problem:
         rule_text = np.full(count, "", dtype=object) if self.constrained else None
         for s, shape in enumerate(self.shapes):
             per_shape = np.minimum(shape.count, np.bincount(ids[ok], self.caps[s][ok], count).astype(np.int64))
-            for key in self._self_anti_keys(s) if self.constrained else ():
-                spots = self._distinct_domains(s, key)
-                short = (spots < max(self.needed, 1)) & (spots <= per_shape)
-                want = min(shape.count, max(self.needed, 1))
-                unit = "nodes" if key.endswith("hostname") else f"{key.rsplit('/', 1)[-1]} domains"
-                rule_text[short] = [f"anti-affinity on {key}: {want} members need {want} {unit}, {int(n)} eligible"
-                                    for n in spots[short]]
-                per_shape = np.minimum(per_shape, spots)
+            if rule_text is not None:  # constrained
+                for key in self._self_anti_keys(s):
+                    spots = self._distinct_domains(s, key)
+                    short = (spots < max(self.needed, 1)) & (spots <= per_shape)
+                    want = min(shape.count, max(self.needed, 1))
+                    unit = "nodes" if key.endswith("hostname") else f"{key.rsplit('/', 1)[-1]} domains"
+                    rule_text[short] = [f"anti-affinity on {key}: {want} members need {want} {unit}, {int(n)} eligible"
+                                        for n in spots[short]]
+                    per_shape = np.minimum(per_shape, spots)
             placed += per_shape
         placed = np.minimum(placed, np.bincount(ids[ok], self.pods_ub[ok], count).astype(np.int64))
         eligible = ok & np.any(np.stack([s.eligibility.mask for s in self.shapes]), axis=0)
@@ -225,10 +227,10 @@ class Problem:
         needed = max(self.needed, 1)
         worst = np.full(count, np.inf)
         binding = np.full(count, -1)
-        totals = {}
+        totals: dict[int, np.ndarray] = {}
         for j in np.nonzero(cheapest)[0]:
             total = np.bincount(ids[eligible], self.snapshot.free[eligible, j], count)
-            totals[j] = total
+            totals[int(j)] = total
             fit = (total // cheapest[j]).astype(np.int64)
             placed = np.minimum(placed, fit)
             ratio = total / (cheapest[j] * needed)
@@ -238,14 +240,14 @@ class Problem:
         order, starts, _ = self._by_domain
         out = []
         for d in self.candidate_domains:
-            j = int(binding[d])
+            b = int(binding[d])
             out.append(DomainBound(
                 d,
                 min(int(placed[d]), self.pending_total),
                 order[starts[d]:starts[d + 1]],
-                self.snapshot.resources[j] if j >= 0 else "",
-                int(cheapest[j]) * needed if j >= 0 else 0,
-                int(totals[j][d]) if j >= 0 else 0,
+                self.snapshot.resources[b] if b >= 0 else "",
+                int(cheapest[b]) * needed if b >= 0 else 0,
+                int(totals[b][d]) if b >= 0 else 0,
                 rule_text[d] if rule_text is not None and placed[d] < max(self.needed, 1) else "",
             ))
         return out
@@ -264,7 +266,8 @@ class Problem:
         """Per required domain: how many ``key`` domains hold a node that can host a pod of ``s``."""
         sub = self.snapshot.domains(key)[1]
         hosts = (self.caps[s] > 0) & (self.domain_ids >= 0) & (sub >= 0)
-        pairs = np.unique(np.stack([self.domain_ids[hosts], sub[hosts]]), axis=1) if hosts.any() else np.zeros((2, 0), int)
+        pairs = (np.unique(np.stack([self.domain_ids[hosts], sub[hosts]]), axis=1) if hosts.any()
+                 else np.zeros((2, 0), int))
         return np.bincount(pairs[0], minlength=len(self.domain_values)).astype(np.int64)
 
     def objective_lower_bound(self, bound: DomainBound, placed: int) -> Objective:

@@ -13,19 +13,15 @@ only the usage matrix.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterable, Mapping
+from typing import Any, Hashable, Iterable, Mapping
 
 import numpy as np
 
 from .errors import InvalidInput
-from .model import PODS, Node, Pod, PodSpec, TaintEffect, VolumeInventory, placement_usage
-
-#: Reasons a node is excluded for a pod before capacity is considered, in the order checked.
-EXCLUSION_REASONS = ("unschedulable", "taint", "selector", "affinity")
-#: Caches that depend only on nodes and labels, never on usage: what-if copies share them.
+from .model import PODS, Node, Pod, PodSpec, Taint, TaintEffect, VolumeInventory, placement_usage
 
 
-def constraint_signature(spec: PodSpec) -> tuple:
+def constraint_signature(spec: PodSpec) -> tuple[object, ...]:
     """Everything about a pod that decides node eligibility (not capacity)."""
     return spec.eligibility_key
 
@@ -72,8 +68,9 @@ class Snapshot:
             self._charge(self.used, pod.node, pod.spec.requests, pods=1, what=f"pod {pod.key}")
         for node_name, amounts in (reserved or {}).items():
             self._charge(self.used, node_name, amounts, pods=amounts.get(PODS, 0), what="reservation")
-        self._caches: dict = {}  # depends on usage: per snapshot
-        self._static: dict = {}  # depends on nodes only: shared by every what-if copy
+        #: cache key -> derived value (an array, domains, an Eligibility)
+        self._caches: dict[Hashable, Any] = {}  # depends on usage: per snapshot
+        self._static: dict[Hashable, Any] = {}  # depends on nodes only: shared by every what-if copy
 
     # -- construction helpers -------------------------------------------------------------
     def _charge(self, used: np.ndarray, node: str, amounts: Mapping[str, int], pods: int, what: str) -> None:
@@ -174,7 +171,7 @@ class Snapshot:
     # -- capacity -----------------------------------------------------------------------
     @property
     def free(self) -> np.ndarray:
-        cached = self._caches.get(("free",))
+        cached: np.ndarray | None = self._caches.get(("free",))
         if cached is None:
             cached = np.maximum(self.allocatable - self.used, 0)
             self._caches[("free",)] = cached
@@ -199,7 +196,7 @@ class Snapshot:
     def label_values(self, key: str) -> np.ndarray:
         """The value of label ``key`` per node (object array; None where absent)."""
         cache_key = ("labels", key)
-        cached = self._static.get(cache_key)
+        cached: np.ndarray | None = self._static.get(cache_key)
         if cached is None:
             cached = np.array([n.labels.get(key) for n in self.nodes], dtype=object)
             self._static[cache_key] = cached
@@ -209,7 +206,7 @@ class Snapshot:
         """Topology domains of ``key``: the sorted values and the domain id per node (-1 where the
         node lacks the label). An empty key means one domain holding every node."""
         cache_key = ("domains", key)
-        cached = self._static.get(cache_key)
+        cached: tuple[tuple[str, ...], np.ndarray] | None = self._static.get(cache_key)
         if cached is None:
             if not key:
                 cached = (("",), np.zeros(len(self.nodes), dtype=np.int64))
@@ -227,7 +224,7 @@ class Snapshot:
         """Which nodes a pod may run on, ignoring capacity, and why the others may not."""
         sig = constraint_signature(spec)
         cache_key = ("elig", sig)
-        cached = self._static.get(cache_key)
+        cached: Eligibility | None = self._static.get(cache_key)
         if cached is not None:
             return cached
         n = len(self.nodes)
@@ -252,7 +249,7 @@ class Snapshot:
         return cached
 
     def _unschedulable_mask(self) -> np.ndarray:
-        cached = self._static.get(("unsched",))
+        cached: np.ndarray | None = self._static.get(("unsched",))
         if cached is None:
             cached = np.array([n.unschedulable for n in self.nodes], dtype=bool)
             self._static[("unsched",)] = cached
@@ -261,7 +258,7 @@ class Snapshot:
     def _taint_mask(self, spec: PodSpec) -> np.ndarray:
         """True where a NoSchedule/NoExecute taint is not tolerated. Evaluated once per distinct
         taint set: clusters have few of them."""
-        verdict: dict[tuple, bool] = {}
+        verdict: dict[tuple[Taint, ...], bool] = {}
         out = np.zeros(len(self.nodes), dtype=bool)
         for i, node in enumerate(self.nodes):
             if not node.taints:

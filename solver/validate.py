@@ -7,14 +7,25 @@ aggregation, classes or patterns cannot hide behind itself.
 
 from __future__ import annotations
 
-from typing import Mapping
+from typing import Mapping, Sequence
 
 from .errors import PlacementInvalid
-from .model import HONOR, PODS, RWOP, NodeAffinity, Pod, Policy, PodGroup, TaintEffect
+from .model import (
+    HONOR,
+    PODS,
+    RWOP,
+    NodeAffinity,
+    Pod,
+    PodAffinityTerm,
+    PodGroup,
+    Policy,
+    SpreadConstraint,
+    TaintEffect,
+)
 from .snapshot import Snapshot
 
 
-def _eligible(snapshot: Snapshot, node_name: str, pod) -> str:
+def _eligible(snapshot: Snapshot, node_name: str, pod: Pod) -> str:
     node = snapshot.nodes[snapshot.index[node_name]]
     spec = pod.spec
     if node.unschedulable:
@@ -62,11 +73,13 @@ def assert_placement_valid(snapshot: Snapshot, group: PodGroup, placement: Mappi
                 raise PlacementInvalid(f"{group.key}: node {node} over capacity on {r}: {amount} > {free} free")
     if group.topology_key:
         nodes = set(placement.values()) | {p.node for p in group.bound}
-        values = {snapshot.nodes[snapshot.index[n]].labels.get(group.topology_key) for n in nodes if n in snapshot.index}
+        values = {snapshot.nodes[snapshot.index[n]].labels.get(group.topology_key)
+                  for n in nodes if n in snapshot.index}
         if None in values:
             raise PlacementInvalid(f"{group.key}: a node lacks the topology label {group.topology_key}")
         if len(values) > 1:
-            raise PlacementInvalid(f"{group.key}: spans {len(values)} {group.topology_key} domains: {sorted(values)}")
+            shown = sorted(v for v in values if v is not None)
+            raise PlacementInvalid(f"{group.key}: spans {len(values)} {group.topology_key} domains: {shown}")
     _check_pod_rules(snapshot, group, placement)
     if placement and group.policy is Policy.GANG and len(placement) < group.needed:
         raise PlacementInvalid(
@@ -76,7 +89,7 @@ def assert_placement_valid(snapshot: Snapshot, group: PodGroup, placement: Mappi
 
 # -- inter-pod and volume rules, checked pod by pod on the final state --------------------------------
 
-def _term_selects(term, pod: Pod, namespaces) -> bool:
+def _term_selects(term: PodAffinityTerm, pod: Pod, namespaces: Mapping[str, Mapping[str, str]]) -> bool:
     if term.selector is None:
         return False
     in_scope = pod.namespace in term.namespaces or (
@@ -102,7 +115,8 @@ def _check_pod_rules(snapshot: Snapshot, group: PodGroup, placement: Mapping[str
         node_labels = labels_of[pod.node]
         for port in pod.spec.host_ports:
             for other in everyone:
-                if other.uid != pod.uid and other.node == pod.node and any(port.conflicts(q) for q in other.spec.host_ports):
+                if other.uid != pod.uid and other.node == pod.node and any(
+                        port.conflicts(q) for q in other.spec.host_ports):
                     raise PlacementInvalid(f"{where}: host port {port.protocol}/{port.port} also used by {other.key}")
         for other in everyone:
             if other.uid == pod.uid:
@@ -145,7 +159,8 @@ def _node_taints_tolerated(snapshot: Snapshot, node_name: str, pod: Pod) -> bool
                for t in node.taints)
 
 
-def _check_spread(snapshot, pod, c, everyone, labels_of, where) -> None:
+def _check_spread(snapshot: Snapshot, pod: Pod, c: SpreadConstraint, everyone: Sequence[Pod],
+                  labels_of: Mapping[str, Mapping[str, str]], where: str) -> None:
     keys = [x.topology_key for x in pod.spec.spread]
     if any(k not in labels_of[pod.node] for k in keys):
         raise PlacementInvalid(f"{where}: node lacks a topology spread label")
@@ -172,31 +187,33 @@ def _check_spread(snapshot, pod, c, everyone, labels_of, where) -> None:
                                f"minimum {low}, maxSkew {c.max_skew}")
 
 
-def _affinity_ok(affinity: NodeAffinity | None, labels) -> bool:
+def _affinity_ok(affinity: NodeAffinity | None, labels: Mapping[str, str]) -> bool:
     return affinity is None or not affinity.terms or affinity.matches(labels)
 
 
-def _check_volumes(snapshot, pod, new, node_labels, where) -> None:
+def _check_volumes(snapshot: Snapshot, pod: Pod, new: Sequence[Pod], node_labels: Mapping[str, str],
+                   where: str) -> None:
     for claim in pod.volumes:
         if claim.missing:
             raise PlacementInvalid(f"{where}: claim {claim.name} does not exist")
         if claim.bound:
             if not _affinity_ok(claim.node_affinity, node_labels):
                 raise PlacementInvalid(f"{where}: volume of claim {claim.name} is not reachable from the node")
-            if RWOP in claim.access_modes and any(
-                    c.name == claim.name for o in list(snapshot.placed_pods) + new if o.uid != pod.uid for c in o.volumes):
+            if RWOP in claim.access_modes and any(c.name == claim.name for o in list(snapshot.placed_pods) + list(new)
+                                                  if o.uid != pod.uid for c in o.volumes):
                 raise PlacementInvalid(f"{where}: ReadWriteOncePod claim {claim.name} is in use")
         elif not claim.delayed:
             raise PlacementInvalid(f"{where}: claim {claim.name} is unbound with immediate binding")
     limits = snapshot.volumes.attach_limits.get(pod.node, {})
     for driver, limit in limits.items():
-        names = {c.name for o in list(snapshot.placed_pods) + new if o.node == pod.node for c in o.volumes
+        names = {c.name for o in list(snapshot.placed_pods) + list(new) if o.node == pod.node for c in o.volumes
                  if c.csi_driver == driver}
         if len(names) > limit:
             raise PlacementInvalid(f"{where}: {len(names)} volumes of {driver} exceed the node's limit {limit}")
 
 
-def _check_pv_matching(snapshot, group, new, labels_of) -> None:
+def _check_pv_matching(snapshot: Snapshot, group: PodGroup, new: Sequence[Pod],
+                       labels_of: Mapping[str, Mapping[str, str]]) -> None:
     """Every unbound WaitForFirstConsumer claim gets its own available PV reachable from its node,
     or may be provisioned there (augmenting-path matching, claims to PVs)."""
     claims = [(p, c) for p in new for c in p.volumes if not c.bound and c.delayed and not c.missing]
@@ -207,7 +224,8 @@ def _check_pv_matching(snapshot, group, new, labels_of) -> None:
 
     def options(k: int) -> list[int]:
         pod, claim = claims[k]
-        return [j for j, pv in enumerate(pvs) if pv.serves(claim) and _affinity_ok(pv.node_affinity, labels_of[pod.node])]
+        return [j for j, pv in enumerate(pvs)
+                if pv.serves(claim) and _affinity_ok(pv.node_affinity, labels_of[pod.node])]
 
     def augment(k: int, seen: set[int]) -> bool:
         for j in options(k):
