@@ -36,6 +36,7 @@ from .convert import (
     ClaimRef,
     ClassInfo,
     GroupSpec,
+    VolumeInfo,
     claim_from_json,
     csinode_limits,
     disruption_budget,
@@ -46,7 +47,6 @@ from .convert import (
     pod_group_key,
     podgroup_from_json,
     podgroup_spec,
-    VolumeInfo,
     storage_class_from_json,
     volume_from_json,
 )
@@ -486,10 +486,6 @@ class ClusterCache:
         if self._inventory is None:
             self._inventory = volume_inventory(self.persistent_volumes.values(), self.claims, self.csinodes)
         return self._inventory
-
-    def priority_of(self, class_name: str) -> int | None:
-        with self._lock:
-            return self.priority_classes.get(class_name)
 
 
 def _safe_key(obj: Any) -> str:

@@ -2,9 +2,10 @@
 
 Discovery never reconstructs a name (it follows ``spec.controllerRef`` and ``spec.workloadRef``),
 so this scheme may change freely. Workload: ``<sts>-<hash>``; PodGroup:
-``<workload>-<template>-<hash>``; a PodGroup's shared ResourceClaim: ``<podgroup>-<claim entry>``. The hash is FNV-32a, its decimal digits spelled with Kubernetes'
-"safe" alphabet (no vowels, no look-alike characters). Every name is a DNS subdomain of at most
-253 characters; when parts must be cut, each part gets a fair share of the room.
+``<workload>-<template>-<hash>``; a PodGroup's shared ResourceClaim: ``<podgroup>-<claim entry>``.
+The hash is FNV-32a, its decimal digits spelled with Kubernetes' "safe" alphabet (no vowels, no
+look-alike characters). Every name is a DNS subdomain of at most 253 characters; when parts must
+be cut, each part gets a fair share of the room.
 """
 
 from __future__ import annotations
@@ -50,7 +51,7 @@ def fair_join(parts: list[str], suffix: str, limit: int = MAX_NAME) -> str:
             i = pending.pop(0)
             lengths[i] = min(lengths[i], share)
             remaining -= lengths[i]
-    return "-".join([_trim(p, n) for p, n in zip(parts, lengths)] + [suffix])
+    return "-".join([_trim(p, n) for p, n in zip(parts, lengths, strict=True)] + [suffix])
 
 
 def workload_name(sts_name: str, sts_uid: str) -> str:

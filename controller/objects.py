@@ -80,7 +80,8 @@ def controller_of(obj: Mapping[str, Any]) -> dict | None:
 
 def is_managed(obj: Mapping[str, Any]) -> bool:
     """Created by phalanx (the managed-by annotation), as opposed to by a user or a parent controller."""
-    return ((obj.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_MANAGED_BY) == names.MANAGED_BY_VALUE
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(names.ANNOTATION_MANAGED_BY) == names.MANAGED_BY_VALUE
 
 
 def template_fields(config: SchedulingConfig, sts: Mapping[str, Any]) -> dict:
@@ -211,8 +212,6 @@ def ungate_patch(pod: Mapping[str, Any]) -> list[dict]:
 # reserves it pod by pod in ``status.reservedFor``, which holds at most 256 entries. A group sharing
 # one claim this way is limited to 256 pods (the 257th stays unschedulable), unlike KEP-5729's
 # PodGroup-level reservation.
-
-MAX_RESERVED_FOR = 256  # ResourceClaim status.reservedFor entries (resource.k8s.io/v1)
 
 
 @dataclass(frozen=True)

@@ -449,7 +449,8 @@ class Reconciler:
             if group is not None:
                 where = f"PodGroup {group['metadata']['name']} waits for them"
                 todo = (f"delete them when convenient (kubectl delete pod -n {ns} "
-                        f"{' '.join(bound[:MAX_LISTED_PODS])}) and the StatefulSet controller recreates them in the gang")
+                        f"{' '.join(bound[:MAX_LISTED_PODS])}) and the StatefulSet controller recreates them in "
+                        "the gang")
             else:  # KEP-6277 creates nothing once pods run; freed room would go to unstamped siblings
                 where = "so phalanx creates no Workload or PodGroup for the StatefulSet"
                 todo = (f"scale it to 0 and back when convenient (kubectl scale statefulset -n {ns} {name} "
@@ -516,7 +517,8 @@ class Reconciler:
         if owner.get("kind") != "StatefulSet":
             return True  # not ours to judge
         sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", pod["metadata"]["namespace"], owner["name"]))
-        return sts is not None and sts["metadata"]["uid"] == owner.get("uid") and not sts["metadata"].get("deletionTimestamp")
+        return (sts is not None and sts["metadata"]["uid"] == owner.get("uid")
+                and not sts["metadata"].get("deletionTimestamp"))
 
     def release_finalizer(self, podgroup: Mapping[str, Any]) -> bool:
         """CRD flavor: drop podgroup-protection from a deleted PodGroup once no non-terminal pod

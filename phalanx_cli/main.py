@@ -66,7 +66,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.set_defaults(func=_bench)
 
     serve = sub.add_parser("serve", help="run the cache, the workload-cycle service and the HTTP extender")
-    serve.add_argument("--kubeconfig", metavar="PATH", help="the API server to serve (in-cluster config if 'in-cluster')")
+    serve.add_argument("--kubeconfig", metavar="PATH",
+                       help="the API server to serve (in-cluster config if 'in-cluster')")
     serve.add_argument("--sim", metavar="FILE", help="a YAML file of objects for the simulated cluster instead")
     serve.add_argument("--http-addr", default="127.0.0.1:8888", help="extender address (default 127.0.0.1:8888)")
     serve.add_argument("--http-threads", type=int, default=1100,

@@ -35,10 +35,6 @@ class Explanation:
     excluded: tuple[tuple[str, int], ...]  # (reason, node count) over the whole cluster
     summary: str = ""
 
-    @property
-    def near_miss(self) -> DomainShortfall | None:
-        return self.domains[0] if self.domains else None
-
     def message(self) -> str:
         parts = [self.summary] if self.summary else []
         parts += _collapse(self.domains)
