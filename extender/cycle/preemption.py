@@ -139,8 +139,8 @@ class GroupPreemption:
 
     def _member_gone(self, uid: str) -> None:
         """A nominated member was deleted: the nomination goes once none of them is left. Under ``_lock``."""
-        key = self._nominated.pop(uid, None)
-        nomination = self.nominations.get(key) if key else None
+        key = self._nominated.pop(uid, "")
+        nomination = self.nominations.get(key)
         if nomination is not None and not any(self._nominated.get(u) == key for u in nomination.placement):
             self._drop(key)
 
@@ -280,7 +280,8 @@ class GroupPreemption:
             if not retry:
                 log.info("%s; evicting %d members", message, len(rest))
                 self.cycle._event_key(key, names.EVENT_UNIT_BROKEN, message, "Warning")
-            refused, failed = [], []
+            refused: list[str] = []
+            failed: list[str] = []
             for record in rest:
                 pod = record.pod
                 try:
