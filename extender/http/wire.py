@@ -128,8 +128,9 @@ class PreemptionArgs:
             for node, victims in full.items():
                 v = fold(victims or {}, f"preempt: victims of {node}")
                 pods = v.get("pods") or []
-                if not isinstance(pods, list) or not all(isinstance(p, Mapping) for p in pods):
-                    raise WireError(f"preempt: victims of {node}: Pods must be a list of pods")
+                if not isinstance(pods, list) or not all(
+                        isinstance(p, Mapping) and isinstance(p.get("metadata") or {}, Mapping) for p in pods):
+                    raise WireError(f"preempt: victims of {node}: Pods must be a list of pods with metadata")
                 self.meta_victims[node] = {
                     "Pods": [{"UID": str((p.get("metadata") or {}).get("uid", ""))} for p in pods],
                     "NumPDBViolations": _int(v.get("numpdbviolations", 0), f"preempt: {node} NumPDBViolations"),
