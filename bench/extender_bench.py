@@ -71,7 +71,8 @@ def _pct(values: list[float]) -> tuple[float, float]:
 
 def filter_latency(nodes: int, samples: int) -> list[dict]:
     sim = _cluster(nodes)
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, plan_ttl=3600), sim=sim).start()
+    options = ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, plan_ttl=3600)
+    phalanx = build(options, sim=sim).start()
     client = ExtenderClient(phalanx.port)
     all_names = sorted(n["metadata"]["name"] for n in sim.list("Node"))
     rows = []
@@ -105,8 +106,9 @@ def filter_latency(nodes: int, samples: int) -> list[dict]:
 
 def throughput(nodes: int, gang: int, total_pods: int, anti: bool = False) -> dict:
     sim = _cluster(nodes)
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=max(300, gang + 50), barrier_timeout=120,
-                                 plan_ttl=600), sim=sim).start()
+    options = ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=max(300, gang + 50),
+                           barrier_timeout=120, plan_ttl=600)
+    phalanx = build(options, sim=sim).start()
     driver = SimulatedScheduler(sim, phalanx.port, bind_threads=max(300, gang + 50))
     try:
         for k in range(total_pods // gang):

@@ -3,9 +3,9 @@
 The fill mimics a busy training cluster: about 80% of the used GPUs belong to whole-node jobs
 (nodes fully used), the rest are small jobs of 1-7 GPUs on randomly chosen other nodes, so free
 capacity is partly fragmented the way a real cluster's is (a pure per-GPU coin flip would leave
-almost no empty node even at 50% fill). CPU and memory are used in proportion to the GPUs. The fill is charged as usage on the snapshot,
-exactly as bound pods would be. Racks and zones are synthetic labels, and every result that uses
-them says so.
+almost no empty node even at 50% fill). CPU and memory are used in proportion to the GPUs. The fill
+is charged as usage on the snapshot, exactly as bound pods would be. Racks and zones are synthetic
+labels, and every result that uses them says so.
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def filled_snapshot(nodes: list[Node], fill: float, seed: int) -> Snapshot:
             deficit -= 8 - used_gpus[i]
             used_gpus[i] = 8
     usage = {}
-    for node, gpus in zip(nodes, used_gpus):
+    for node, gpus in zip(nodes, used_gpus, strict=False):
         if gpus:
             usage[node.name] = {
                 GPU: int(gpus),
@@ -93,8 +93,16 @@ def constraint_instance(kind: str, nodes: list[Node], fill: float, seed: int, na
     - ``volume-topology``: every member its own WaitForFirstConsumer claim, local PVs (one per node)
       on a random 20% of the nodes, inside one rack.
     """
-    from solver import (LabelSelector, NodeAffinity, PersistentVolume, PodAffinityTerm, Requirement,
-                        SpreadConstraint, VolumeClaim, VolumeInventory)
+    from solver import (
+        LabelSelector,
+        NodeAffinity,
+        PersistentVolume,
+        PodAffinityTerm,
+        Requirement,
+        SpreadConstraint,
+        VolumeClaim,
+        VolumeInventory,
+    )
 
     snap = filled_snapshot(nodes, fill, seed)
     labels = {"app": name}

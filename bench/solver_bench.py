@@ -27,7 +27,7 @@ from solver.objective import Objective
 
 from . import run_suite
 from .baselines import upstream_style
-from .generate import CONSTRAINT_KINDS, constraint_instance, gpu_cluster, gpu_gang, filled_snapshot
+from .generate import CONSTRAINT_KINDS, constraint_instance, filled_snapshot, gpu_cluster, gpu_gang
 
 #: gang size of each constraint case
 CONSTRAINT_GANGS = {"hostname-anti": 16, "zone-spread": 20, "volume-topology": 8}
@@ -66,7 +66,7 @@ def warm_indexes(snapshot, group) -> None:
     anti-affinity, domain index, eligibility) before timing, so each path is timed on its own work
     and the first path is not charged for them; the README's tables say so. A watch cache builds
     them once per snapshot (the anti-affinity flag once per bound-pod tuple), not per path."""
-    snapshot.free
+    _ = snapshot.free
     placed_anti_affinity(snapshot)  # once per bound-pod tuple: a watch cache reuses it across cycles
     snapshot.domains(group.topology_key)
     for pod in group.members[:1]:
@@ -87,7 +87,7 @@ def _summary(samples: dict[str, list[Sample]], **fields) -> list[dict]:
         # both infeasible counts as the same answer
         same_or_better = [
             s.objective is None or (e.objective is not None and e.objective <= s.objective)
-            for e, s in zip(exact, got)
+            for e, s in zip(exact, got, strict=False)
         ]
         rows.append(dict(
             **fields, path=path,
@@ -173,7 +173,8 @@ def markdown(rows: list[dict]) -> str:
 
 
 def _gap_cell(exact_rows: list[dict]) -> str:
-    gap = [r["gap_zero_rate"] * r["feasible_rate"] * r["instances"] for r in exact_rows if r["gap_zero_rate"] is not None]
+    gap = [r["gap_zero_rate"] * r["feasible_rate"] * r["instances"]
+           for r in exact_rows if r["gap_zero_rate"] is not None]
     count = sum(r["feasible_rate"] * r["instances"] for r in exact_rows if r["gap_zero_rate"] is not None)
     return f"{sum(gap) / count:.0%}" if count else "— (none feasible)"
 
@@ -189,14 +190,16 @@ def _constraint_markdown(rows: list[dict]) -> str:
                 got = [r for r in sel if r["path"] == path]
                 cell[path] = (float(np.median([r["p50_ms"] for r in got])), max(r["p99_ms"] for r in got))
             exact_rows = [r for r in sel if r["path"] == "exact"]
-            feasible = sum(r["feasible_rate"] * r["instances"] for r in exact_rows) / sum(r["instances"] for r in exact_rows)
+            instances = sum(r["instances"] for r in exact_rows)
+            feasible = sum(r["feasible_rate"] * r["instances"] for r in exact_rows) / instances
             out.append(f"| {kind} | {nodes:,} | {sel[0]['gang']} | {cell['greedy'][0]:.2f} / {cell['greedy'][1]:.2f} | "
                        f"{cell['exact'][0]:.2f} / {cell['exact'][1]:.2f} | {_gap_cell(exact_rows)} | {feasible:.0%} |")
     return "\n".join(out)
 
 
 def _plain_markdown(rows: list[dict]) -> list[str]:
-    out = ["| nodes | gang | greedy p50 / p99 ms | exact p50 / p99 ms | exact gap 0 (feasible) | upstream-style p50 / p99 ms | exact vs upstream-style (p50) |",
+    out = ["| nodes | gang | greedy p50 / p99 ms | exact p50 / p99 ms | exact gap 0 (feasible) "
+           "| upstream-style p50 / p99 ms | exact vs upstream-style (p50) |",
            "|---|---|---|---|---|---|---|"]
     keys = sorted({(r["nodes"], r["gang"]) for r in rows})
     for nodes, gang in keys:

@@ -240,20 +240,25 @@ def markdown(rows: list[dict], scaling: list[dict], goals: list[dict], wall_s: f
     for trace in sorted({r["trace"] for r in rows}, key=lambda t: [r["trace"] for r in rows].index(t)):
         sel = [r for r in rows if r["trace"] == trace]
         first = sel[0]
-        out += [f"**{trace}** ({first['jobs']} gangs, {first['cluster']}: {first['nodes']} nodes, {first['gpus']} GPUs; "
+        out += [f"**{trace}** ({first['jobs']} gangs, {first['cluster']}: {first['nodes']} nodes, "
+                f"{first['gpus']} GPUs; "
                 f"{first['notes']}). Bounds: mean JCT >= {first['lb_jct_mean_s']:.0f} s, makespan >= "
                 f"{first['lb_makespan_s']:.0f} s.", "",
-                "| policy | done in window / total | JCT mean / p95 s | wait mean / p95 s | makespan s | alloc (÷ round bound) "
-                "| stranded GPUs | one rack | partial / deadlocked | incomplete GPU-h | preempted units / pods | decision p50 / p99 ms |",
+                "| policy | done in window / total | JCT mean / p95 s | wait mean / p95 s | makespan s "
+                "| alloc (÷ round bound) | stranded GPUs | one rack | partial / deadlocked | incomplete GPU-h "
+                "| preempted units / pods | decision p50 / p99 ms |",
                 "|---|---|---|---|---|---|---|---|---|---|---|---|"]
         for r in sel:
             rack = f"{r['single_rack_share']:.0%}" if r["single_rack_share"] is not None else "-"
             out.append(
-                f"| {r['policy']} | {r['completed_in_window']} / {r['completed']} | {_n(r['jct_mean_s'])} / {_n(r['jct_p95_s'])} "
+                f"| {r['policy']} | {r['completed_in_window']} / {r['completed']} "
+                f"| {_n(r['jct_mean_s'])} / {_n(r['jct_p95_s'])} "
                 f"| {_n(r['wait_mean_s'])} / {_n(r['wait_p95_s'])} | {_n(r['makespan_s'])} "
-                f"| {r['alloc_mean']:.1%} ({_ratio(r['alloc_vs_round_bound'])}) | {r['stranded_gpus_mean']:.1f} | {rack} "
+                f"| {r['alloc_mean']:.1%} ({_ratio(r['alloc_vs_round_bound'])}) "
+                f"| {r['stranded_gpus_mean']:.1f} | {rack} "
                 f"| {r['partial_gangs']} / {r['deadlocked_gangs']} | {r['incomplete_gpu_hours']} "
-                f"| {r['preempted_units']} / {r['preempted_pods']} | {r['decision_p50_ms']:.2f} / {r['decision_p99_ms']:.2f} |")
+                f"| {r['preempted_units']} / {r['preempted_pods']} "
+                f"| {r['decision_p50_ms']:.2f} / {r['decision_p99_ms']:.2f} |")
         out.append("")
     policies = list(SCALING_CALLS)
     out += ["**Decision time per gang, p50 ms** (synthetic clusters of bench/generate.py, racks of 100 nodes, "
@@ -289,7 +294,7 @@ def plots(stem: pathlib.Path, curves: dict, scaling: list[dict]) -> list[str]:
     trace_names = list(dict.fromkeys(t for t, _ in curves))
     for what in ("allocation", "jct-cdf"):
         fig, axes = plt.subplots(1, len(trace_names), figsize=(6 * len(trace_names), 4), squeeze=False)
-        for ax, trace in zip(axes[0], trace_names):
+        for ax, trace in zip(axes[0], trace_names, strict=False):
             for (t, policy), c in curves.items():
                 if t != trace:
                     continue
@@ -304,7 +309,7 @@ def plots(stem: pathlib.Path, curves: dict, scaling: list[dict]) -> list[str]:
         written.append(_save(plt, fig, axes, stem, what))
     gangs = sorted({r["gang"] for r in scaling})
     fig, axes = plt.subplots(1, len(gangs), figsize=(4.5 * len(gangs), 4), squeeze=False)
-    for ax, gang in zip(axes[0], gangs):
+    for ax, gang in zip(axes[0], gangs, strict=False):
         for policy in SCALING_CALLS:
             sel = sorted((r["nodes"], r["p50_ms"]) for r in scaling if r["gang"] == gang and r["policy"] == policy)
             ax.plot([n for n, _ in sel], [m for _, m in sel], marker="o", label=policy)

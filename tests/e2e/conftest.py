@@ -24,8 +24,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import (ControlPlane, FakeKubelet, MissingBinaries, Rest, Scheduler,  # noqa: E402
-                     create_node, delete_node, locate)
+from harness import ControlPlane, FakeKubelet, MissingBinaries, Rest, Scheduler, create_node, delete_node, locate  # noqa: E402
 
 _WORKDIR: dict[str, Path] = {}
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+from harness import ApiError, Rest, wait_for
 
 from cluster.kube import Kube
 from controller import Controller, PodMutator, WebhookServer, discover_flavor
-from harness import ApiError, Rest, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 WEBHOOKS = ROOT / "scheduler-config" / "controller" / "webhooks.yaml"

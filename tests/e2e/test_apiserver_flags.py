@@ -4,7 +4,6 @@ short-lived control planes with one setting changed each."""
 from __future__ import annotations
 
 import pytest
-
 from harness import RACK, ControlPlane, create, locate, podgroup
 
 

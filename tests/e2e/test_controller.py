@@ -14,13 +14,12 @@ import json
 import time
 
 import pytest
-from harness import (STATEFULSET_SCHEDULING_ANNOTATION, ApiError, create, path, pods, statefulset, wait_for,
-                     wait_gone)
+from harness import STATEFULSET_SCHEDULING_ANNOTATION, ApiError, create, path, pods, statefulset, wait_for, wait_gone
+from phalanx_controller import PhalanxController
 
 from cluster import names
 from cluster.kube import KubeError
-from controller.config import (MSG_DISRUPTION_ALL_BASIC, MSG_GANG_ORDERED_READY, MSG_MIN_COUNT, MSG_PARTITION)
-from phalanx_controller import PhalanxController
+from controller.config import MSG_DISRUPTION_ALL_BASIC, MSG_GANG_ORDERED_READY, MSG_MIN_COUNT, MSG_PARTITION
 
 SCHEDULER = "phalanx-e2e-controller-scheduler"
 GANG = {"schedulingPolicy": {"gang": {}}}

@@ -54,8 +54,9 @@ def group_claims(rest, ns):
 
 def released_pods(rest, ns, count):
     items = [p for p in pods(rest, ns) if not p["metadata"].get("deletionTimestamp")]
-    if len(items) != count or any(names.GATE_PODGROUP_SYNC in {g["name"] for g in p["spec"].get("schedulingGates") or []}
-                                  for p in items):
+    gated = any(names.GATE_PODGROUP_SYNC in {g["name"] for g in p["spec"].get("schedulingGates") or []}
+                for p in items)
+    if len(items) != count or gated:
         return None
     return items
 

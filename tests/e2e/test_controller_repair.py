@@ -17,10 +17,10 @@ import socket
 import pytest
 import yaml
 from harness import assert_none_bound, bound, create, pods, statefulset, wait_all_bound, wait_for
+from phalanx_controller import WEBHOOKS, PhalanxController
 
 from cluster import names
 from controller import WebhookServer
-from phalanx_controller import WEBHOOKS, PhalanxController
 
 API = "scheduling.k8s.io/v1beta1"
 GANG = {"schedulingPolicy": {"gang": {}}}

@@ -31,8 +31,16 @@ from typing import Iterator
 import pytest
 import yaml
 from harness import ApiError, create, node, path, pods, scheduler_config, wait_for
-from harness.corpus import (CASES, Case, Result, hard_violations, in_tree_group, persistent_volume, soft_metrics,
-                            storage_class)
+from harness.corpus import (
+    CASES,
+    Case,
+    Result,
+    hard_violations,
+    in_tree_group,
+    persistent_volume,
+    soft_metrics,
+    storage_class,
+)
 
 from .conftest import PHALANX_SCHEDULER_CONFIG
 
@@ -197,7 +205,7 @@ def provision(rest, namespace: str, nodes, case: Case, side: str) -> tuple[list[
     Returns the node names, the StorageClass name and the cluster-scoped paths to delete."""
     prefix = PREFIX[side]
     names = case.node_names(prefix)
-    for name, (_, kwargs) in zip(names, case.nodes):
+    for name, (_, kwargs) in zip(names, case.nodes, strict=False):
         nodes.add(name, **kwargs)
     sc_name, cluster_paths = None, []
     if case.storage:
@@ -366,7 +374,7 @@ def made_up(case: Case, placement: list[int], pv_nodes: list[int] | None = None)
     """``case``'s pods placed on its node number ``placement[i]``; with ``pv_nodes``, pod i's claim
     is bound to a local PV on node ``pv_nodes[i]``."""
     names = case.node_names("t")
-    nodes = {n: node(n, **kwargs) for n, (_, kwargs) in zip(names, case.nodes)}
+    nodes = {n: node(n, **kwargs) for n, (_, kwargs) in zip(names, case.nodes, strict=False)}
     for n in nodes.values():
         n["spec"].setdefault("taints", [])
     template = case.statefulset("ns", "s", "sc", None)["spec"]["template"]

@@ -5,10 +5,22 @@ kubelet makes them progress, garbage collection works, and upstream's in-tree ga
 from __future__ import annotations
 
 import pytest
-
-from harness import (SCHEDULING_API, assert_none_bound, create, path, pod, podgroup,
-                     podgroup_conditions, podgroup_template, pods, scheduler_config, statefulset,
-                     wait_all_bound, wait_for, workload)
+from harness import (
+    SCHEDULING_API,
+    assert_none_bound,
+    create,
+    path,
+    pod,
+    podgroup,
+    podgroup_conditions,
+    podgroup_template,
+    pods,
+    scheduler_config,
+    statefulset,
+    wait_all_bound,
+    wait_for,
+    workload,
+)
 
 PLAIN = "plain-scheduler"
 GANG = "gang-scheduler"

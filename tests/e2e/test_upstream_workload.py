@@ -10,10 +10,23 @@ from __future__ import annotations
 import uuid
 
 import pytest
-
-from harness import (RACK, SCHEDULING_API, ApiError, assert_none_bound, bound, create, path, pod,
-                     podgroup, podgroup_conditions, pods, priority_class, scheduler_config,
-                     wait_all_bound, wait_for)
+from harness import (
+    RACK,
+    SCHEDULING_API,
+    ApiError,
+    assert_none_bound,
+    bound,
+    create,
+    path,
+    pod,
+    podgroup,
+    podgroup_conditions,
+    pods,
+    priority_class,
+    scheduler_config,
+    wait_all_bound,
+    wait_for,
+)
 
 TOPO = "topology-scheduler"
 GANG_ONLY = "gang-only-scheduler"

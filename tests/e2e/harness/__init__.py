@@ -14,11 +14,21 @@ Public surface (the conftest wires these into pytest fixtures):
 from .binaries import Binaries, MissingBinaries, locate, read_versions
 from .controlplane import ControlPlane, Scheduler, scheduler_config
 from .kubelet import GPU, RACK, ZONE, FakeKubelet, create_node, delete_node, node
-from .objects import (SCHEDULING_API, STATEFULSET_SCHEDULING_ANNOTATION, create, path, path_of, pod,
-                      podgroup, podgroup_template, priority_class, statefulset, workload)
+from .objects import (
+                      SCHEDULING_API,
+                      STATEFULSET_SCHEDULING_ANNOTATION,
+                      create,
+                      path,
+                      path_of,
+                      pod,
+                      podgroup,
+                      podgroup_template,
+                      priority_class,
+                      statefulset,
+                      workload,
+)
 from .rest import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, Rest
-from .waits import (assert_none_bound, bound, placement, podgroup_conditions, pods, wait_all_bound,
-                    wait_for, wait_gone)
+from .waits import assert_none_bound, bound, placement, podgroup_conditions, pods, wait_all_bound, wait_for, wait_gone
 
 __all__ = [
     "Binaries", "MissingBinaries", "locate", "read_versions", "ControlPlane", "Scheduler",

@@ -375,7 +375,8 @@ class FaultRun:
         overflow = 0 if exact else self.rng.choice([0, 0, 0, 4, 8])
         if exact:
             pods = retry(lambda: self.rest.list(f"/api/v1/namespaces/{self.ns}/pods"))
-            waiting = {(p["metadata"].get("labels") or {}).get(UNIT_LABEL) for p in pods if not p["spec"].get("nodeName")}
+            waiting = {(p["metadata"].get("labels") or {}).get(UNIT_LABEL) for p in pods
+                       if not p["spec"].get("nodeName")}
             for unit in [u for u in self.units.values() if not u.deleted and u.name in waiting]:
                 self.delete_unit(unit)
         for unit in sorted((u for u in self.units.values() if not u.deleted), key=lambda u: u.created):
