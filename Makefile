@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 
 # code health (configuration in pyproject.toml): ruff on the packages cleaned up so far (the scope
 # widens to the whole tree as the rest are), mypy --strict on solver/, the layering contracts
-RUFF_SCOPE   := solver cluster controller phalanx_cli
+RUFF_SCOPE   := solver cluster controller phalanx_cli bench tests/e2e
 RUFF_EXCLUDE := cluster/convert.py,cluster/sim.py,cluster/apiserver.py
 lint: install
 	$(VENV)/bin/ruff check --extend-exclude '$(RUFF_EXCLUDE)' $(RUFF_SCOPE)
