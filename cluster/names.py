@@ -90,3 +90,15 @@ METRIC_UNSTAMPED_PODS_BOUND = "phalanx_controller_unstamped_bound_pods"  # gauge
 # -- group preemption and broken `disruptionMode: all` units -------------------------------------------
 EVENT_UNIT_BROKEN = "UnitBroken"  # PodGroup: a member was newly disrupted, the rest of the unit is evicted
 EVENT_UNIT_EVICTION_BLOCKED = "UnitEvictionBlocked"  # PodGroup: a PDB refused evicting the rest; retrying
+
+# -- the workload cycle's state machine, bind-barrier capacity and write dispatcher -----------------
+EVENT_PLANNED = "Planned"
+EVENT_BOUND = "Bound"
+EVENT_BIND_FAILED = "BindFailed"
+EVENT_BARRIER_TIMEOUT = "BarrierTimeout"
+EVENT_FAILED_SCHEDULING = "FailedScheduling"
+METRIC_TIME_TO_PLACE = "phalanx_podgroup_time_to_place_seconds"  # plan made -> every member bound
+METRIC_PLAN_TRANSITIONS = "phalanx_plan_transitions_total"  # {to}: every plan state change
+METRIC_BARRIER_HELD = "phalanx_barrier_capacity_held"  # gang members planned and not yet bound
+METRIC_DISPATCH_WRITES = "phalanx_dispatch_writes_total"  # {outcome, kind}: coalesced, retried, failed, dropped
+METRIC_DISPATCH_QUEUED = "phalanx_dispatch_queued"  # API writes waiting in the dispatcher

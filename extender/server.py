@@ -1,9 +1,12 @@
 """``phalanx serve``: cache, workload-cycle service and HTTP extender in one process.
 
 The HTTP server is cheroot (a threaded production WSGI server with TLS and client-certificate
-verification). Its thread pool is sized above the largest gang (``--http-threads``, default 1100):
-a gang of N holds N-1 bind calls open at the barrier while kube-scheduler keeps sending filter
-calls for the rest, so a small pool would deadlock a big gang until the barrier times out.
+verification), a thread per call (``--http-threads``, default 1100). A gang of N holds N-1 bind
+calls open at the barrier while kube-scheduler keeps sending filter calls for the rest, and several
+gangs do so at once; so the workload cycle is told the pool's *barrier capacity* (the threads minus
+a reserve for filter, prioritize and the probes, :func:`extender.cycle.barrier_capacity`) and never
+plans more unbound gang members than that: gangs beyond it wait their turn instead of deadlocking
+the pool.
 Everything (watch threads, service, servers) starts inside this one process; nothing forks.
 """
 
@@ -23,7 +26,7 @@ from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
 from cluster.kube import Kube
 from cluster.sim import SimCluster
-from extender.cycle import WorkloadCycle
+from extender.cycle import WorkloadCycle, barrier_capacity
 from extender.grpc import GrpcServer, start_grpc_server
 from extender.http import create_app
 from solver import SolveOptions
@@ -99,7 +102,8 @@ class Phalanx:
 def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster | None = None) -> Phalanx:
     solve = SolveOptions(path=options.solver_path)
     if sim is not None:
-        cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl)
+        cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
+                              barrier_capacity=barrier_capacity(options.http_threads))
         ready: Callable[[], tuple[bool, str]] = lambda: (True, "ok (simulated cluster)")
         stop_backend: Callable[[], None] = lambda: None
     else:
@@ -108,7 +112,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         backend.start()
         if not backend.wait_synced(120):
             log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
-        cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl)
+        cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
+                              barrier_capacity=barrier_capacity(options.http_threads))
         ready, stop_backend = backend.ready, backend.stop
     app = create_app(cycle, ready)
     return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr)

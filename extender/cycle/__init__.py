@@ -1,6 +1,8 @@
 """The workload-cycle service: queue, plans and reservations, bind barrier, status."""
 
 from .metrics import CycleMetrics
-from .service import BindError, FilterAnswer, Plan, WorkloadCycle
+from .dispatch import Dispatcher
+from .service import BindError, FilterAnswer, Plan, PlanState, WorkloadCycle, barrier_capacity
 
-__all__ = ["BindError", "CycleMetrics", "FilterAnswer", "Plan", "WorkloadCycle"]
+__all__ = ["BindError", "CycleMetrics", "Dispatcher", "FilterAnswer", "Plan", "PlanState", "WorkloadCycle",
+           "barrier_capacity"]

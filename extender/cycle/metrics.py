@@ -33,3 +33,15 @@ class CycleMetrics:
         self.preemption_victims = Histogram(names.METRIC_PREEMPTION_VICTIMS, "Pods evicted per group preemption",
                                             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024), registry=r)
         self.plans = Gauge(names.METRIC_PLANS, "Plans currently held (reserving capacity)", registry=r)
+        self.time_to_place = Histogram(names.METRIC_TIME_TO_PLACE,
+                                       "From a plan made to every planned member bound (gang and Basic)",
+                                       buckets=LATENCY_BUCKETS + (10.0, 30.0, 60.0), registry=r)
+        self.transitions = Counter(names.METRIC_PLAN_TRANSITIONS.removesuffix("_total"),
+                                   "Plan state changes by target state", ["to"], registry=r)
+        self.barrier_held = Gauge(names.METRIC_BARRIER_HELD,
+                                  "Gang members planned and not yet bound (each may hold a server thread at the barrier)",
+                                  registry=r)
+        self.dispatch = Counter(names.METRIC_DISPATCH_WRITES.removesuffix("_total"),
+                                "Asynchronous API writes by outcome (coalesced, retried, failed, dropped) and kind",
+                                ["outcome", "kind"], registry=r)
+        self.dispatch_queued = Gauge(names.METRIC_DISPATCH_QUEUED, "API writes waiting in the dispatcher", registry=r)

@@ -65,3 +65,19 @@ class ParkedMembers:
     def __len__(self) -> int:
         with self._lock:
             return len(self._group_of)
+
+    def take_group(self, group: str) -> list[tuple[str, str]]:
+        """Every parked member of ``group`` (namespace, name), no longer parked."""
+        with self._lock:
+            parked = self._by_group.pop(group, {})
+            for uid in parked:
+                self._group_of.pop(uid, None)
+            return list(parked.values())
+
+    def prune(self, groups) -> None:
+        """Forget the members of groups not in ``groups`` (after a re-list). Pods are left to
+        their own events: the cache may not have seen a pod that filter already parked."""
+        with self._lock:
+            for group in [g for g in self._by_group if g not in groups]:
+                for uid in self._by_group.pop(group):
+                    self._group_of.pop(uid, None)

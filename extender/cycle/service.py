@@ -23,9 +23,28 @@ kube-scheduler phase that calls them (DESIGN section 4):
   written on the PodGroup (so a restart finishes the gang, never splits it), all members are bound
   in parallel, and every waiter returns. On timeout nothing is bound and the plan is released.
 
-Plan life cycle: ``planned`` --all members at bind--> ``binding`` --bindings made--> ``bound``;
-``planned`` --deadline, stale node, barrier timeout--> released (reservations freed, counted by
-reason, see :mod:`.replans`).
+Plan life cycle: one explicit state machine, :class:`PlanState` (``planned`` --> ``binding`` -->
+``bound``, or ``released`` / ``expired`` / ``failed``), every transition through
+:meth:`WorkloadCycle._transition`, which writes status, events, metrics and listener notifications
+the same way for gang and Basic groups. Timers (plan TTL, barrier, backoff) use the injected clock.
+
+Concurrency (DESIGN section 4):
+
+- **Barrier capacity is planned.** Each waiting gang member holds one server thread at the
+  barrier, and several gangs wait at once; so the cycle knows how many members the server can
+  hold waiting (``barrier_capacity``: its thread count minus a reserve for filter, prioritize and
+  the probes, see :func:`barrier_capacity`) and never holds more planned-but-unbound gang members
+  than that. A gang whose plan would exceed the free capacity is not planned ("waiting for
+  barrier capacity") and is planned when capacity frees, in queue order: a gang waiting for more
+  room than is free blocks later ones from taking it (no starvation), and a gang that could never
+  fit is Unschedulable, saying so. Waiting binds are not served without a thread: planning the
+  capacity keeps the server simple (a thread per call) and bounds the waiting by construction.
+- **Nothing slow under the lock.** API writes (events, status, record removals, touches) go
+  through the asynchronous :class:`~.dispatch.Dispatcher`; the placement record and the bindings
+  stay synchronous but are made outside the lock. Solves (plans and preemption plans) run off the
+  lock on inputs taken under it, and commit under it only if the plan generation did not move.
+- Any exception while binding finishes the plan as ``failed``: no plan stays in ``binding``.
+- Every map keyed by group or pod is pruned on PodGroup deletion and re-list (:meth:`prune`).
 
 No input reaching a verb raises out of it: a pod that does not convert is answered with the reason.
 """
@@ -36,8 +55,10 @@ import logging
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
+from enum import Enum
 from typing import Any, Callable, Mapping
 
 from cluster import names
@@ -49,6 +70,7 @@ from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Po
 from solver.model import PODS, add_resources, placement_usage
 
 from . import replans
+from .dispatch import Dispatcher, Write
 from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .preemption import GroupPreemption
@@ -57,6 +79,51 @@ from .replans import ReplanBudget
 from .verdicts import SWEEP_INTERVAL, Verdicts
 
 log = logging.getLogger("phalanx.cycle")
+
+
+class PlanState(str, Enum):
+    """Where a plan is in its life (DESIGN section 6). Like kube-scheduler's cache of assumed pods
+    (assumed -> added, or expired / forgotten), a plan holds capacity from ``planned`` until its
+    bindings are seen; it leaves only through :meth:`WorkloadCycle._transition`::
+
+        (new) --> planned --barrier complete (gang) / first member at bind (Basic)--> binding
+        planned --stale node, new member, barrier timeout, group deleted--> released
+        planned --deadline--> expired          binding (Basic) --deadline--> expired
+        binding --every binding made--> bound   binding --any error while binding--> failed
+
+    ``bound`` is kept until the cache shows the bindings, then forgotten; ``released``,
+    ``expired`` and ``failed`` are final and hold nothing."""
+
+    PLANNED = "planned"
+    BINDING = "binding"
+    BOUND = "bound"
+    RELEASED = "released"
+    EXPIRED = "expired"
+    FAILED = "failed"
+
+
+#: the allowed transitions; None is a plan being made. Basic plans may also leave ``binding`` by
+#: release or expiry (their members bind one by one; the unbound rest is re-planned).
+TRANSITIONS: dict[PlanState | None, frozenset[PlanState]] = {
+    None: frozenset({PlanState.PLANNED}),
+    PlanState.PLANNED: frozenset({PlanState.BINDING, PlanState.RELEASED, PlanState.EXPIRED}),
+    PlanState.BINDING: frozenset({PlanState.BOUND, PlanState.FAILED, PlanState.RELEASED, PlanState.EXPIRED}),
+    PlanState.BOUND: frozenset(),
+    PlanState.RELEASED: frozenset(),
+    PlanState.EXPIRED: frozenset(),
+    PlanState.FAILED: frozenset(),
+}
+FINAL = frozenset({PlanState.RELEASED, PlanState.EXPIRED, PlanState.FAILED})
+HOLDING = frozenset({PlanState.PLANNED, PlanState.BINDING, PlanState.BOUND})  # reserve capacity
+#: a workload cycle whose inputs changed while it solved off the lock is solved again, this often
+SOLVE_ATTEMPTS = 3
+
+
+def barrier_capacity(http_threads: int) -> int:
+    """Gang members the server can hold waiting at the bind barrier at once: its threads minus a
+    reserve for filter, prioritize, preempt and the probes (1/16 of the pool, at least 8, at most
+    half of a small pool)."""
+    return max(1, http_threads - max(min(8, http_threads // 2), http_threads // 16))
 
 
 @dataclass
@@ -68,9 +135,11 @@ class Plan:
     created: float
     deadline: float
     placement: Placement | None = None
+    placement_ms: float = 0.0  # how long the solve took (for the Planned event and listeners)
     gang: bool = True  # Basic groups bind member by member, with no barrier
-    state: str = "planned"  # planned | binding | bound | failed
+    state: PlanState | None = None  # None until it is held (see PlanState)
     arrived: set[str] = field(default_factory=set)
+    bound: set[str] = field(default_factory=set)  # members phalanx bound (a Basic plan's, one by one)
     failed_uids: set[str] = field(default_factory=set)
     error: str = ""
     members: dict[str, Pod] = field(default_factory=dict)  # pending pod uid -> its record when planned
@@ -85,6 +154,15 @@ class Plan:
     def reservations(self, exclude_bound: set[str] = frozenset()) -> dict[str, dict[str, int]]:
         held = {uid: node for uid, node in self.assignments.items() if uid not in exclude_bound}
         return placement_usage(held, self.requests)
+
+
+@dataclass
+class BarrierWaiter:
+    """A gang whose plan would exceed the free barrier capacity, waiting its turn."""
+
+    need: int
+    order: tuple  # (-priority, created, key): queue order, as PodGroupQueue.order
+    refreshed: float  # injected clock; a waiter not seen again within plan_ttl is dropped
 
 
 @dataclass(frozen=True)
@@ -120,6 +198,10 @@ def _now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+def _podgroup_obj(key: str) -> str:
+    return f"PodGroup/{key}"
+
+
 class WorkloadCycle:
     def __init__(
         self,
@@ -131,6 +213,8 @@ class WorkloadCycle:
         clock: Callable[[], float] = time.monotonic,
         metrics: CycleMetrics | None = None,
         bind_workers: int = 16,
+        barrier_capacity: int | None = None,
+        dispatcher: Dispatcher | None = None,
     ) -> None:
         self.cache = cache
         self.writer = writer
@@ -139,13 +223,21 @@ class WorkloadCycle:
         self.plan_ttl = plan_ttl
         self.clock = clock
         self.metrics = metrics or CycleMetrics()
+        # gang members that may be planned and unbound at once (None: no limit); see _barrier_wait
+        self.barrier_capacity = barrier_capacity
+        self.dispatcher = dispatcher or Dispatcher(clock, self.metrics)
         self.plans: dict[str, Plan] = {}
         self.explanations: dict[str, str] = {}  # group -> last reason it did not fit
         # group -> (topology key, domain) it was placed in; forgotten when a member is disrupted
         # (evicted, preempted) or the PodGroup is deleted
         self.domains: dict[str, tuple[str, str]] = {}
+        self.barrier_queue: dict[str, BarrierWaiter] = {}  # gangs waiting for barrier capacity
+        self._conditions: dict[str, dict] = {}  # group -> the last condition queued (the cache lags)
+        self._solving: set[str] = set()  # groups whose cycle is solving off the lock now
+        self._generation = 0  # bumps whenever reservations change or phalanx binds a pod no plan held
         self._lock = threading.RLock()
         self._arrival = threading.Condition(self._lock)
+        self._preempt_lock = threading.Lock()  # one group-preemption solve at a time, off the cycle's lock
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
         self._listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
         self.preemption = GroupPreemption(self)
@@ -153,6 +245,7 @@ class WorkloadCycle:
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
         self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
         self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
+        self._deleted: set[str] = set()  # PodGroups deleted, pruned by the requeue thread
         self.replans = ReplanBudget()  # group -> plans released since it last bound
         for reason in replans.REASONS:
             self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start
@@ -175,31 +268,102 @@ class WorkloadCycle:
             except Exception:  # noqa: BLE001 - a broken listener must not break scheduling
                 log.exception("event listener failed")
 
+    @contextmanager
+    def _unlocked(self):
+        """Run a slow step (a solve) without the cycle's lock; called with it held once."""
+        self._lock.release()
+        try:
+            yield
+        finally:
+            self._lock.acquire()
+
+    # -- the plan state machine ----------------------------------------------------------------
+    def _transition(self, plan: Plan, to: PlanState, reason: str = "", why: str = "", pod: str = "",
+                    node: str = "", note: str = "") -> bool:
+        """The one door between plan states (call with the lock held): status, events, metrics and
+        listener notifications are written here, the same way for gang and Basic groups.
+        ``reason`` is one of :data:`replans.REASONS` for a counted release, ``why`` the words for
+        people. Returns False (and changes nothing) for a transition the table does not allow."""
+        came = plan.state
+        if to not in TRANSITIONS[came] or (came is PlanState.BINDING and plan.gang
+                                           and to in (PlanState.RELEASED, PlanState.EXPIRED)):
+            log.debug("plan of %s: no transition %s -> %s", plan.group, came, to)
+            return False
+        key = plan.group
+        plan.state = to
+        self._generation += 1
+        self.metrics.transitions.labels(to=to.value).inc()
+        if to is PlanState.PLANNED:
+            self.plans[key] = plan
+            self.explanations.pop(key, None)
+            self.barrier_queue.pop(key, None)
+            self._event_key(key, names.EVENT_PLANNED, note)
+            self._emit("planned", group=key, domain=plan.domain, assignments=dict(plan.assignments),
+                       path=plan.placement.path if plan.placement else "", ms=(plan.placement_ms or 0.0))
+        elif to is PlanState.BINDING:
+            self._set_status(key, True, "Scheduled",
+                             f"{len(plan.assignments)} pods going to binding in {plan.domain or 'the cluster'}")
+        elif to is PlanState.BOUND:
+            self.verdicts.forget(plan.assignments)  # learned for this group's members, now moot
+            self.replans.forget(key)
+            self.metrics.time_to_place.observe(max(0.0, self.clock() - plan.created))
+            self._event_key(key, names.EVENT_BOUND, f"bound {len(plan.assignments)} pods")
+            self._emit("bound", group=key, assignments=dict(plan.assignments))
+        else:  # released, expired, failed: nothing is held any more
+            plan.error = why
+            if self.plans.get(key) is plan:
+                del self.plans[key]
+            if to is PlanState.FAILED:
+                self._event_key(key, names.EVENT_BIND_FAILED, why, "Warning")
+                self._emit("bind_failed", group=key, error=why)
+            else:
+                self._emit("plan_released", group=key, reason=why)
+            if reason:
+                self._count_release(key, reason, why, pod, node)
+        if to is not PlanState.PLANNED and to is not PlanState.BINDING:
+            self._barrier_freed()
+        self.metrics.plans.set(len(self.plans))
+        self.metrics.barrier_held.set(self._barrier_held())
+        self._arrival.notify_all()
+        return True
+
+    def _forget(self, plan: Plan) -> None:
+        """A plan whose bindings the cache shows holds nothing: drop it (no state change)."""
+        if self.plans.get(plan.group) is plan:
+            del self.plans[plan.group]
+            self._generation += 1
+            self.metrics.plans.set(len(self.plans))
+
+    def check_timers(self) -> None:
+        """Run the plan TTL now and wake barrier waiters to look at their deadlines (the injected
+        clock may have moved without any call arriving: tests, a quiet cluster)."""
+        with self._lock:
+            self._expire()
+            self._arrival.notify_all()
+
     # -- reservations ------------------------------------------------------------------------
     def _expire(self) -> None:
         now = self.clock()
         for key, plan in list(self.plans.items()):
-            done = plan.state in ("planned", "bound") and all(self._bound_node(u) for u in plan.assignments)
-            if done or (plan.state == "bound" and plan.deadline < now):
+            done = all(self._bound_node(u) for u in plan.assignments)
+            if done and plan.state is PlanState.BINDING and not plan.gang:
+                self._transition(plan, PlanState.BOUND)
+            if done and plan.state in (PlanState.PLANNED, PlanState.BOUND) or (
+                    plan.state is PlanState.BOUND and plan.deadline < now):
                 # a plan is kept until the cache shows its bindings (a Basic group's member by
                 # member), so its capacity is never counted free twice
-                del self.plans[key]
-                self.metrics.plans.set(len(self.plans))
-            elif plan.state == "planned" and plan.deadline < now:
-                self._release(key, replans.EXPIRED, "plan expired before all members reached bind")
+                self._forget(plan)
+            elif plan.deadline < now and (plan.state is PlanState.PLANNED or (
+                    plan.state is PlanState.BINDING and not plan.gang)):
+                self._transition(plan, PlanState.EXPIRED, replans.EXPIRED,
+                                 "plan expired before all members reached bind")
 
     def _release(self, key: str, reason: str, why: str, pod: str = "", node: str = "") -> None:
-        """The one door out of ``planned`` short of binding: ``reason`` is one of
-        :data:`replans.REASONS`, ``why`` the words for people."""
-        plan = self.plans.pop(key, None)
-        if plan is None:
-            return
-        plan.state = "failed"
-        plan.error = why
-        self.metrics.plans.set(len(self.plans))
-        self._emit("plan_released", group=key, reason=why)
-        self._arrival.notify_all()
-        self._count_release(key, reason, why, pod, node)
+        """Release ``key``'s plan short of binding: ``reason`` is one of :data:`replans.REASONS`,
+        ``why`` the words for people."""
+        plan = self.plans.get(key)
+        if plan is not None:
+            self._transition(plan, PlanState.RELEASED, reason, why, pod, node)
 
     def _count_release(self, key: str, reason: str, why: str, pod: str = "", node: str = "") -> None:
         """Count a release; past the reason's limit the group backs off instead of re-planning."""
@@ -211,14 +375,15 @@ class WorkloadCycle:
                                   failures=self.replans.past_limits(key))
         self.explanations[key] = give_up
         self._set_status(key, False, names.REASON_UNSCHEDULABLE, give_up)
-        self._event_key(key, "FailedScheduling", give_up, "Warning")
+        self._event_key(key, names.EVENT_FAILED_SCHEDULING, give_up, "Warning")
         self._emit("unschedulable", group=key, message=give_up)
 
     def reservations(self, exclude_group: str = "") -> dict[str, dict[str, int]]:
         """Capacity held by plans (other than ``exclude_group``), per node, minus bound members."""
-        held = [plan.reservations({uid for uid in plan.assignments if self._bound_node(uid)})
-                for key, plan in self.plans.items() if key != exclude_group and plan.state != "failed"]
-        held += self.preemption.reservations(exclude_group)
+        with self._lock:  # also called by group preemption, off the lock
+            held = [plan.reservations({uid for uid in plan.assignments if self._bound_node(uid)})
+                    for key, plan in self.plans.items() if key != exclude_group and plan.state in HOLDING]
+            held += self.preemption.reservations(exclude_group)  # under its own lock
         total: dict[str, dict[str, int]] = {}
         for usage in held:
             for node, amounts in usage.items():
@@ -228,6 +393,62 @@ class WorkloadCycle:
     def _bound_node(self, uid: str) -> str:
         record = self.cache.pods.get(uid)
         return record.pod.node if record else ""
+
+    # -- barrier capacity ----------------------------------------------------------------------
+    def _barrier_held(self, exclude: str = "") -> int:
+        """Gang members planned and not yet bound: each may hold a server thread at the barrier."""
+        return sum(1 for key, plan in self.plans.items()
+                   if plan.gang and key != exclude and plan.state in (PlanState.PLANNED, PlanState.BINDING)
+                   for uid in plan.assignments if uid not in plan.bound and not self._bound_node(uid))
+
+    def _barrier_never(self, group: PodGroup, need: int) -> str:
+        if self.barrier_capacity is None or group.policy is not Policy.GANG or need <= self.barrier_capacity:
+            return ""
+        return (f"podgroup {group.key}: {need} members cannot all wait at the bind barrier: the server "
+                f"holds at most {self.barrier_capacity} (raise --http-threads)")
+
+    def _barrier_wait(self, group: PodGroup, need: int | None) -> str:
+        """"" when a gang plan of ``need`` members (None: as many as last time, if known) may be
+        held now, else why the group waits. Barrier capacity is planned: the planned-but-unbound
+        members of all gangs never exceed what the server can hold at the barrier, so several
+        gangs cannot deadlock its thread pool. Queue order: a gang waiting for more room than is
+        free blocks later (lower, younger) ones from taking it, so a big gang is not starved."""
+        if self.barrier_capacity is None or group.policy is not Policy.GANG:
+            return ""
+        key = group.key
+        now = self.clock()
+        for other, waiter in list(self.barrier_queue.items()):
+            if waiter.refreshed + self.plan_ttl < now and other != key:
+                del self.barrier_queue[other]  # its members stopped asking
+        mine = self.barrier_queue.get(key)
+        if need is None:
+            if mine is None:
+                return ""
+            need = mine.need
+        order = (-group.priority, group.created, key)
+        held = self._barrier_held(key)
+        ahead = any(w.order < order for k, w in self.barrier_queue.items() if k != key)
+        if need <= self.barrier_capacity - held and not ahead:
+            self.barrier_queue.pop(key, None)
+            return ""
+        self.barrier_queue[key] = BarrierWaiter(need, order, now)
+        first = "" if not ahead else ", behind an earlier gang"
+        return (f"podgroup {key}: waiting for barrier capacity: {held} members planned elsewhere "
+                f"({need} needed of {self.barrier_capacity}{first})")
+
+    def _barrier_freed(self) -> None:
+        """Barrier capacity may have freed: touch the parked members of the first waiting gang
+        that now fits, so kube-scheduler retries it (the rest wait their turn)."""
+        if not self.barrier_queue:
+            return
+        free = (self.barrier_capacity or 0) - self._barrier_held()
+        key, waiter = min(self.barrier_queue.items(), key=lambda kv: kv[1].order)
+        if waiter.need <= free:
+            parked = self.parked.take_group(key)
+            if parked:
+                with self._changed_lock:
+                    self._nudges.extend(parked)
+                self._wake.set()
 
     # -- filter ------------------------------------------------------------------------------
     def filter(self, pod_json: Mapping[str, Any], candidates: list[str]) -> FilterAnswer:
@@ -279,15 +500,20 @@ class WorkloadCycle:
         self.parked.here(pod.uid)
 
         plan = self.plans.get(key)
-        if plan is not None and pod.uid in plan.assignments and plan.state == "planned":
+        # a Basic plan's members bind one by one: one not bound yet is answered as planned
+        open_ = plan is not None and (plan.state is PlanState.PLANNED or (
+            plan.state is PlanState.BINDING and not plan.gang and pod.uid not in plan.bound))
+        if plan is not None and pod.uid in plan.assignments and open_:
             answer = self._answer_planned(plan, pod, candidates)
             if answer is not None:
                 return answer
             self._release_rejected(plan, pod)
-        elif plan is not None and plan.state == "binding":
+        elif plan is not None and plan.state is PlanState.BINDING:
             return no(f"phalanx: podgroup {key} is binding")
-        elif plan is not None:
+        elif plan is not None and plan.state is PlanState.PLANNED:
             self._release(key, replans.NEW_MEMBER, f"re-plan: new member {pod.key}")
+        elif plan is not None and plan.state is PlanState.BOUND and pod.uid not in plan.assignments:
+            self._forget(plan)  # a new member after the gang bound: planned on its own below
 
         waiting = self.preemption.waiting(key)
         if waiting:
@@ -299,6 +525,9 @@ class WorkloadCycle:
         backing_off = self.queue.backing_off(key, self.cache.capacity_version)
         if backing_off:
             return no(backing_off)  # nothing freed since the last attempt failed: do not re-solve
+        waiting = self._barrier_wait(group, None)
+        if waiting:
+            return no(waiting)  # known not to fit the free barrier capacity yet: do not re-solve
         placement = self._resume(group, candidates) or self._cycle(group, fresh=pod.uid)
         if not placement.assignments:
             return no(self.explanations.get(key) or f"podgroup {key}: no placement")
@@ -406,22 +635,35 @@ class WorkloadCycle:
             assert_placement_valid(snapshot, group, assignments)
         except PlacementInvalid as err:
             self._event(group, "PlacementAbandoned", f"placement record no longer fits: {err}", "Warning")
-            try:
-                self.writer.annotate_podgroup(group.namespace, group.name, {names.ANNOTATION_PLACEMENT: None})
-            except WriteError as werr:
-                log.warning("could not remove the placement record of %s: %s", group.key, werr)
+            self._submit(group.key, "annotate", lambda: self.writer.annotate_podgroup(
+                group.namespace, group.name, {names.ANNOTATION_PLACEMENT: None}))
             return None
         return self._keep_plan(group, Placement(group.key, assignments, recorded.domain,
                                                 path="record"), 0.0)
 
     def _keep_plan(self, group: PodGroup, placement: Placement, elapsed: float) -> Placement:
-        """Hold ``placement`` as the group's plan: its capacity is reserved until the deadline."""
+        """Hold ``placement`` as the group's plan: its capacity is reserved until the deadline —
+        unless a gang's members cannot all wait at the barrier now (then no plan, and the reason)."""
         key = group.key
+        need = len(placement.assignments)
+        never = self._barrier_never(group, need)
+        if never:
+            self.metrics.attempts.labels(result="unschedulable").inc()
+            self.explanations[key] = never
+            self.queue.failed_attempt(key, self.cache.capacity_version, never)
+            self._set_status(key, False, names.REASON_UNSCHEDULABLE, never)
+            self._event(group, names.EVENT_FAILED_SCHEDULING, never, "Warning")
+            self._emit("unschedulable", group=key, message=never)
+            return Placement(key, {}, explanation=None)
+        waiting = self._barrier_wait(group, need)
+        if waiting:
+            self.explanations[key] = waiting
+            return Placement(key, {}, explanation=None)
         now = self.clock()
         by_uid = {p.uid: p for p in group.pending}
         self.preemption.release(key)
         self.queue.succeeded(key)
-        self.plans[key] = Plan(
+        plan = Plan(
             members={uid: by_uid[uid] for uid in placement.assignments},
             group=key,
             assignments=dict(placement.assignments),
@@ -430,10 +672,9 @@ class WorkloadCycle:
             created=now,
             deadline=now + self.plan_ttl,
             placement=placement,
+            placement_ms=elapsed * 1000.0,
             gang=group.policy is Policy.GANG,
         )
-        self.explanations.pop(key, None)
-        self.metrics.plans.set(len(self.plans))
         parked = self.parked.take(key, placement.assignments)
         if parked:  # kube-scheduler holds them back after phalanx said "no node": retry them now
             with self._changed_lock:
@@ -444,49 +685,89 @@ class WorkloadCycle:
         where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
         note = (f"planned {len(placement.assignments)} pods on {len(set(placement.assignments.values()))} "
                 f"nodes{where} ({placement.path}, {elapsed * 1000:.1f} ms)")
-        self._event(group, "Planned", note)
-        self._emit("planned", group=key, domain=placement.domain, assignments=dict(placement.assignments),
-                   path=placement.path, ms=elapsed * 1000.0)
+        self._transition(plan, PlanState.PLANNED, note=note)
         return placement
 
     def _snapshot_for(self, key: str) -> Snapshot:
         """What a cycle for ``key`` sees: the cluster minus the other plans' (and nominations')
         reservations, with the other plans' members not yet bound as assumed pods on their planned
         nodes — kube-scheduler's cache counts them as assumed, so inter-pod rules must too."""
-        assumed = {uid: node for other, plan in self.plans.items() if other != key and plan.state != "failed"
+        assumed = {uid: node for other, plan in self.plans.items() if other != key and plan.state in HOLDING
                    for uid, node in plan.assignments.items()}  # the cache leaves the bound ones out
         return self.cache.snapshot(self.reservations(exclude_group=key), assumed=assumed)
 
     def _cycle(self, group: PodGroup, fresh: str = "") -> Placement:
         """One workload cycle for ``group``: snapshot, solve, plan or explain. ``fresh`` is the pod
-        of the filter call that triggered it (its verdict is the newest, see Verdicts.allowed)."""
-        started = time.perf_counter()
+        of the filter call that triggered it (its verdict is the newest, see Verdicts.allowed).
+
+        Called with the lock held (once); the solve runs without it: the snapshot and inputs are
+        taken under the lock, the solver runs off it, and the result is committed under it only if
+        the plan generation (bumped whenever reservations change or phalanx binds a pod no plan
+        held) is unchanged — else it is solved again, at most :data:`SOLVE_ATTEMPTS` times, then
+        the pod is answered "retry". One cycle per group at a time: a second call for a group
+        being solved waits for that cycle and takes its outcome."""
         key = group.key
-        capacity_version = self.cache.capacity_version  # before the snapshot: a later change retries
-        snapshot = self._snapshot_for(key)
-        allowed = self.verdicts.allowed(group, snapshot.index.keys(), fresh)
-        reach = self._reach(group, allowed)
-        if reach is not None:
-            snapshot = snapshot.only_nodes(reach)
+        if key in self._solving:
+            deadline = time.monotonic() + max(self.barrier_timeout, 30.0)
+            while key in self._solving and time.monotonic() < deadline:
+                self._arrival.wait(timeout=1.0)
+            plan = self.plans.get(key)
+            if plan is not None and plan.placement is not None:
+                return plan.placement
+            return Placement(key, {}, explanation=None)
+        self._solving.add(key)
         try:
-            placement = place(snapshot, group, self.options, allowed=allowed)
-        except InvalidInput as err:
+            return self._solve_and_commit(group, fresh)
+        finally:
+            self._solving.discard(key)
+            self._arrival.notify_all()
+
+    def _solve_and_commit(self, group: PodGroup, fresh: str) -> Placement:
+        key = group.key
+        for _ in range(SOLVE_ATTEMPTS):
+            started = time.perf_counter()
+            generation = self._generation
+            capacity_version = self.cache.capacity_version  # before the snapshot: a later change retries
+            snapshot = self._snapshot_for(key)
+            allowed = self.verdicts.allowed(group, snapshot.index.keys(), fresh)
+            reach = self._reach(group, allowed)
+            if reach is not None:
+                snapshot = snapshot.only_nodes(reach)
+            with self._unlocked():
+                try:
+                    placement: Placement | InvalidInput = place(snapshot, group, self.options, allowed=allowed)
+                except InvalidInput as err:
+                    placement = err
+            if self._generation == generation:
+                break
+        else:
+            message = f"phalanx: podgroup {key}: other plans changed while it was being solved; retrying"
+            self.explanations[key] = message
+            pod = next((p for p in group.pending if p.uid == fresh), None)
+            if pod is not None:  # answered "no node" for a reason that is already gone: retry it
+                with self._changed_lock:
+                    self._nudges.append((pod.namespace, pod.name))
+                self._wake.set()
+            return Placement(key, {}, explanation=None)
+        if isinstance(placement, InvalidInput):
             self.metrics.attempts.labels(result="error").inc()
-            self._set_status(key, False, names.REASON_SCHEDULER_ERROR, str(err))
+            self._set_status(key, False, names.REASON_SCHEDULER_ERROR, str(placement))
             return Placement(key, {}, explanation=None)
         elapsed = time.perf_counter() - started
         self.metrics.attempt_duration.observe(elapsed)
         if not placement.assignments:
             self.metrics.attempts.labels(result="unschedulable").inc()
             message = placement.explanation.message() if placement.explanation else "no placement"
-            preempting = self.preemption.try_preempt(group)
+            with self._unlocked(), self._preempt_lock:  # a preemption plan is a solve too
+                preempting = self.preemption.try_preempt(group)
             if preempting:
+                self._generation += 1  # a nomination now holds room
                 message = f"{message}; {preempting}"
             self.explanations[key] = message
             if not preempting:  # while victims terminate, the nomination makes the group wait
                 self.queue.failed_attempt(key, capacity_version, message)
             self._set_status(key, False, names.REASON_UNSCHEDULABLE, message)
-            self._event(group, "FailedScheduling", message, "Warning")
+            self._event(group, names.EVENT_FAILED_SCHEDULING, message, "Warning")
             self._emit("unschedulable", group=key, message=message)
             return placement
         self.metrics.attempts.labels(result="scheduled").inc()
@@ -578,11 +859,13 @@ class WorkloadCycle:
             if group and group in self.cache.podgroups and self._is_gang(group):
                 raise BindError(f"phalanx: pod {namespace}/{name} of podgroup {group} has no plan; not binding")
             self._bind_one(namespace, name, uid, node)  # pods without a group (or Basic groups)
+            with self._lock:
+                self._generation += 1  # capacity no plan held is taken: a solve in flight re-checks
             return
         if plan.assignments[uid] != node:
             raise BindError(f"phalanx: pod {namespace}/{name} is planned on {plan.assignments[uid]}, not {node}")
         if not plan.gang:
-            self._bind_one(namespace, name, uid, node)  # Basic: each member binds at once, as planned
+            self._bind_member(plan, namespace, name, uid, node)
             return
         self._barrier(plan, uid, namespace, name)
 
@@ -595,11 +878,29 @@ class WorkloadCycle:
             self.writer.bind(namespace, name, uid, node)
         except WriteError as err:
             raise BindError(f"phalanx: binding {namespace}/{name} to {node} failed: {err}") from None
+        except Exception as err:  # noqa: BLE001 - whatever the writer raises, kube-scheduler gets an answer
+            log.exception("binding %s/%s failed", namespace, name)
+            raise BindError(f"phalanx: binding {namespace}/{name} to {node} failed: "
+                            f"{type(err).__name__}: {err}") from None
+
+    def _bind_member(self, plan: Plan, namespace: str, name: str, uid: str, node: str) -> None:
+        """A Basic group's member binds at once, as planned; the plan is ``binding`` from the
+        first member on and ``bound`` once every planned member is."""
+        with self._lock:
+            if plan.state is PlanState.PLANNED:
+                self._transition(plan, PlanState.BINDING)
+        self._bind_one(namespace, name, uid, node)
+        with self._lock:
+            plan.bound.add(uid)
+            if plan.state is PlanState.BINDING and all(u in plan.bound or self._bound_node(u)
+                                                       for u in plan.assignments):
+                self._transition(plan, PlanState.BOUND)
 
     def _barrier(self, plan: Plan, uid: str, namespace: str, name: str) -> None:
         """Wait until every planned member reached bind (or is bound); the last to arrive leads
-        the binding of all. Holds no lock while bindings are made."""
-        deadline = time.monotonic() + self.barrier_timeout
+        the binding of all. Holds no lock while bindings are made. The deadline is on the
+        injected clock (see :meth:`check_timers`)."""
+        deadline = self.clock() + self.barrier_timeout
         lead = False
         with self._lock:
             plan.arrived.add(uid)
@@ -607,51 +908,64 @@ class WorkloadCycle:
             try:
                 # only an arrival can complete the gang, so only the arriving call checks (O(N));
                 # waiters sleep until the plan's state changes: no thundering herd at 1,000 pods
-                if plan.state == "planned" and self._complete(plan):
-                    plan.state, lead = "binding", True
-                while plan.state == "planned":
-                    left = deadline - time.monotonic()
+                if plan.state is PlanState.PLANNED and self._complete(plan):
+                    lead = self._transition(plan, PlanState.BINDING)
+                while plan.state is PlanState.PLANNED:
+                    left = deadline - self.clock()
                     if left <= 0:
                         self.metrics.barrier.labels(outcome="timeout").inc()
                         arrived = sum(1 for u in plan.assignments if u in plan.arrived or self._bound_node(u))
                         why = f"barrier timed out: {arrived} of {len(plan.assignments)} members reached bind"
-                        if self.plans.get(plan.group) is plan:
-                            self._release(plan.group, replans.BARRIER_TIMEOUT, why)
-                        self._event_key(plan.group, "BarrierTimeout", why, "Warning")
+                        self._transition(plan, PlanState.RELEASED, replans.BARRIER_TIMEOUT, why)
+                        self._event_key(plan.group, names.EVENT_BARRIER_TIMEOUT, why, "Warning")
                         raise BindError(f"phalanx: podgroup {plan.group}: {why}; nothing was bound")
-                    self._arrival.wait(timeout=left)
+                    self._arrival.wait(timeout=min(left, 5.0))
                     plan.deadline = max(plan.deadline, self.clock() + 1.0)  # no expiry while waiting
             finally:
                 self.metrics.barrier_waiting.dec()
         if lead:
             self._bind_all(plan)
         with self._lock:
-            while plan.state == "binding":
+            while plan.state is PlanState.BINDING:
                 self._arrival.wait(timeout=1.0)
-            if plan.state != "bound" or uid in plan.failed_uids:
+            if plan.state is not PlanState.BOUND or uid in plan.failed_uids:
                 raise BindError(f"phalanx: podgroup {plan.group}: {plan.error or 'binding failed'}")
 
     def _complete(self, plan: Plan) -> bool:
         return all(u in plan.arrived or self._bound_node(u) for u in plan.assignments)
 
     def _bind_all(self, plan: Plan) -> None:
-        """The gang is complete at the barrier: write the placement record, then bind everyone."""
+        """The gang is complete at the barrier: bind everyone. Whatever goes wrong on the way
+        (a WriteError or any other exception) finishes the plan as failed: the waiters are
+        answered with the error, the plan is released and a BindFailed event is written."""
+        try:
+            self._bind_gang(plan)
+        except Exception as err:  # noqa: BLE001 - a plan must never stay in binding
+            log.exception("binding podgroup %s failed", plan.group)
+            self._finish(plan, False, f"binding failed: {type(err).__name__}: {err}")
+
+    def _bind_gang(self, plan: Plan) -> None:
+        """Write the placement record (synchronously: before any binding), then bind everyone."""
         key = plan.group
         ns, name = key.split("/", 1)
-        group = self.cache.podgroup(key)
         self.metrics.barrier.labels(outcome="released").inc()
         pending = {uid: node for uid, node in plan.assignments.items() if not self._bound_node(uid)}
+        self.dispatcher.flush(_podgroup_obj(key), timeout=5.0)  # an older queued record removal lands first
         try:
             self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: placement_annotation(
                 plan.domain, {self._pod_name(uid): n for uid, n in plan.assignments.items()})})
         except WriteError as err:
             self._finish(plan, False, f"could not write the placement record: {err}")
             return
-        if group is not None:
-            self._set_status(key, True, "Scheduled",
-                             f"{len(plan.assignments)} pods going to binding in {plan.domain or 'the cluster'}")
         futures = {uid: self._binder.submit(self._bind_uid, uid, node) for uid, node in pending.items()}
-        failed = {uid: f.result() for uid, f in futures.items() if f.result()}
+        failed = {}
+        for uid, future in futures.items():
+            try:
+                why = future.result()
+            except Exception as err:  # noqa: BLE001 - counted as this member's failure
+                why = f"binding {self._pod_name(uid)} failed: {type(err).__name__}: {err}"
+            if why:
+                failed[uid] = why
         if failed:
             plan.failed_uids = set(failed)
             self._finish(plan, False, "; ".join(failed.values()))
@@ -670,32 +984,34 @@ class WorkloadCycle:
             self.writer.bind(record.pod.namespace, record.pod.name, uid, node)
         except WriteError as err:
             return f"binding {record.pod.key} to {node} failed: {err}"
+        except Exception as err:  # noqa: BLE001 - any writer failure fails the plan, never hangs it
+            log.exception("binding %s failed", record.pod.key)
+            return f"binding {record.pod.key} to {node} failed: {type(err).__name__}: {err}"
         return ""
 
     def _finish(self, plan: Plan, ok: bool, error: str) -> None:
         with self._lock:
-            plan.state = "bound" if ok else "failed"
-            plan.error = error
-            if ok:  # learned for this group's members, now moot
-                self.verdicts.forget(plan.assignments)
-                self.replans.forget(plan.group)
-            elif self.plans.get(plan.group) is plan:
-                del self.plans[plan.group]
-                self._count_release(plan.group, replans.BIND_FAILED, error)
-            self.metrics.plans.set(len(self.plans))
-            self._arrival.notify_all()
-        if ok:
-            self._event_key(plan.group, "Bound", f"bound {len(plan.assignments)} pods")
-            self._emit("bound", group=plan.group, assignments=dict(plan.assignments))
-        else:
-            self._event_key(plan.group, "BindFailed", error, "Warning")
-            self._emit("bind_failed", group=plan.group, error=error)
+            if plan.state is not PlanState.BINDING:
+                return
+            self._transition(plan, PlanState.BOUND if ok else PlanState.FAILED,
+                             "" if ok else replans.BIND_FAILED, error)
 
-    # -- status and events -------------------------------------------------------------------
+    # -- status and events (asynchronous: see dispatch.py) -----------------------------------
+    def _submit(self, key: str, kind: str, call: Callable[[], None], coalesce: str = "") -> None:
+        self.dispatcher.submit(Write(_podgroup_obj(key), kind, call, coalesce))
+
+    def flush(self, timeout: float = 10.0) -> bool:
+        """Wait until every queued API write was made (tests, benchmarks, shutdown)."""
+        return self.dispatcher.flush(timeout=timeout)
+
     def _set_status(self, key: str, ok: bool, reason: str, message: str) -> None:
         record = self.cache.podgroups.get(key)
-        conditions = list(((record.raw.get("status") or {}).get("conditions") or []) if record else [])
-        current = next((c for c in conditions if c.get("type") == names.CONDITION_INITIALLY_SCHEDULED), None)
+        if record is None:
+            return  # the group is gone (or not seen yet): nothing to write on
+        conditions = list((record.raw.get("status") or {}).get("conditions") or [])
+        # the condition last queued wins over the cache's, which lags the dispatcher
+        current = self._conditions.get(key) or next(
+            (c for c in conditions if c.get("type") == names.CONDITION_INITIALLY_SCHEDULED), None)
         if current and current.get("status") == "True":
             return  # never back to False; True -> True keeps its lastTransitionTime
         status = "True" if ok else "False"
@@ -709,12 +1025,12 @@ class WorkloadCycle:
             "lastTransitionTime": (current or {}).get("lastTransitionTime") if current and current.get(
                 "status") == status else _now_rfc3339(),
         }
+        self._conditions[key] = condition
         others = [c for c in conditions if c.get("type") != names.CONDITION_INITIALLY_SCHEDULED]
         namespace, name = key.split("/", 1)
-        try:
-            self.writer.patch_podgroup_status(namespace, name, {"conditions": others + [condition]})
-        except WriteError as err:
-            log.warning("could not update status of %s: %s", key, err)
+        patch = {"conditions": others + [condition]}
+        self._submit(key, "status", lambda: self.writer.patch_podgroup_status(namespace, name, patch),
+                     coalesce=f"status:{key}")
 
     def _event(self, group: PodGroup, reason: str, note: str, type_: str = "Normal") -> None:
         self._event_key(group.key, reason, note, type_)
@@ -723,10 +1039,7 @@ class WorkloadCycle:
         ns, name = key.split("/", 1)
         record = self.cache.podgroups.get(key)
         ref = {"kind": "PodGroup", "namespace": ns, "name": name, "uid": record.uid if record else ""}
-        try:
-            self.writer.event(ref, reason, note[:1024], type_)
-        except WriteError as err:
-            log.debug("event %s on %s not recorded: %s", reason, key, err)
+        self._submit(key, "event", lambda: self.writer.event(ref, reason, note[:1024], type_))
 
     # -- requeue on capacity changes ---------------------------------------------------------
     def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
@@ -737,6 +1050,9 @@ class WorkloadCycle:
             self.domains.pop(key, None)
             self.replans.forget(key)
             self.parked.forget_group(key)
+            with self._changed_lock:
+                self._deleted.add(key)  # the rest under the cycle's lock, by the requeue thread
+            self._wake.set()
         if kind == "Pod" and (isinstance(record, str) or (isinstance(record, PodRecord) and record.pod.node)):
             uid = record if isinstance(record, str) else record.pod.uid
             self.verdicts.forget([uid])  # deleted or bound
@@ -780,6 +1096,7 @@ class WorkloadCycle:
                 if time.monotonic() - swept >= SWEEP_INTERVAL:
                     swept = time.monotonic()
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
+                self.prune()  # deletions noted, and what a re-list dropped without an event
                 if not woken:
                     continue
                 self._touch_parked()
@@ -798,10 +1115,41 @@ class WorkloadCycle:
             self._nudge(namespace, name)
 
     def _nudge(self, namespace: str, name: str) -> None:
-        try:
-            self.writer.annotate_pod(namespace, name, {names.ANNOTATION_RETRY: _now_rfc3339()})
-        except WriteError as err:
-            log.info("could not nudge %s/%s: %s", namespace, name, err)
+        def touch() -> None:
+            try:
+                self.writer.annotate_pod(namespace, name, {names.ANNOTATION_RETRY: _now_rfc3339()})
+            except WriteError as err:  # a pod gone or changed: the next event retries it anyway
+                log.info("could not nudge %s/%s: %s", namespace, name, err)
+        self.dispatcher.submit(Write(f"Pod/{namespace}/{name}", "nudge", touch, f"nudge:{namespace}/{name}"))
+
+    def prune(self) -> None:
+        """Forget everything kept for PodGroups that no longer exist — deleted (noted by the
+        cache listener) or dropped by a re-list (which sends no event): every map keyed by group
+        or pod returns to its size before the group. A plan of a gone group that still holds
+        capacity is released (a gang already binding finishes on its own)."""
+        with self._changed_lock:
+            deleted, self._deleted = self._deleted, set()
+        with self._lock:
+            live = self.cache.podgroups
+            gone = set(deleted)
+            for table in (self.plans, self.explanations, self.domains, self.barrier_queue, self._conditions,
+                          self.queue.failed, self.replans.groups):
+                gone.update(k for k in table if k not in live)
+            for key in gone:
+                if key in live:
+                    continue  # deleted and created again since
+                plan = self.plans.get(key)
+                if plan is not None:
+                    if plan.state is PlanState.PLANNED or (plan.state is PlanState.BINDING and not plan.gang):
+                        self._transition(plan, PlanState.RELEASED, "", f"podgroup {key} was deleted")
+                    elif plan.state is PlanState.BOUND:
+                        self._forget(plan)
+                for table in (self.explanations, self.domains, self.barrier_queue, self._conditions,
+                              self.queue.failed):
+                    table.pop(key, None)
+                self.replans.forget(key)
+                self.parked.forget_group(key)
+            self.parked.prune(live)
 
     def _still_pending(self, uid: str) -> bool | None:
         """For the verdict sweep: True while the pod waits for a node, None when unknown."""
@@ -809,8 +1157,8 @@ class WorkloadCycle:
         return None if record is None else not record.pod.node and record.active
 
     def _requeue_fitting(self) -> None:
-        nudges = []
-        with self._lock:
+        work = []
+        with self._lock:  # inputs under the lock, solves off it (a stale answer costs one touch)
             self._capacity_seen = self.cache.capacity_version
             for key in list(self.queue.failed):
                 pending = [m.pod for m in self.cache.members(key) if not m.pod.node and not m.gated]
@@ -819,15 +1167,18 @@ class WorkloadCycle:
                     self.queue.succeeded(key)
                     continue
                 snapshot = self._snapshot_for(key)
-                allowed = self.verdicts.allowed(group, snapshot.index.keys())
-                try:
-                    fits = bool(place(snapshot, group, self.options, allowed=allowed).assignments)
-                except InvalidInput:
-                    fits = False
-                if fits:
-                    self.queue.succeeded(key)
-                    nudges.append(pending[0])
-        for pod in nudges:
+                work.append((key, group, snapshot, self.verdicts.allowed(group, snapshot.index.keys()), pending[0]))
+        nudges = []
+        for key, group, snapshot, allowed, pod in work:
+            try:
+                if place(snapshot, group, self.options, allowed=allowed).assignments:
+                    nudges.append((key, pod))
+            except InvalidInput:
+                pass
+        with self._lock:
+            for key, _ in nudges:
+                self.queue.succeeded(key)
+        for _, pod in nudges:
             self._nudge(pod.namespace, pod.name)
 
     # -- on demand (gRPC PlaceGroup, the demo driver) ----------------------------------------
@@ -856,16 +1207,18 @@ class WorkloadCycle:
         """One pass of the queue: every eligible group with pending members, highest priority then
         oldest, gets a cycle now (so a high-priority gang plans before a lower one takes its room,
         whatever order kube-scheduler sends pods in). Returns each group's placement or reason."""
+        groups = []
+        for key in list(self.cache.podgroups):
+            try:
+                group = self.cache.podgroup(key)
+            except InvalidInput:
+                continue
+            if group is not None:
+                groups.append(group)
         with self._lock:
-            groups = []
-            for key in list(self.cache.podgroups):
-                try:
-                    group = self.cache.podgroup(key)
-                except InvalidInput:
-                    continue
-                if group is not None:
-                    groups.append(group)
-            return {g.key: self.place_group(g.key) for g in self.queue.order(groups)}
+            order = self.queue.order(groups)
+        # one group at a time, each cycle taking the lock itself (its solve runs off it)
+        return {g.key: self.place_group(g.key) for g in order}
 
     # -- introspection -----------------------------------------------------------------------
     def plan_of(self, key: str) -> Plan | None:
@@ -878,7 +1231,7 @@ class WorkloadCycle:
             self._expire()
             plan = self.plans.get(key)
             if plan is not None:
-                return {"planned": "planned", "binding": "binding", "bound": "scheduled"}.get(plan.state, plan.state)
+                return {PlanState.BOUND: "scheduled"}.get(plan.state, plan.state.value)
             reason = self.explanations.get(key, "")
         members = self.cache.members(key)
         group = self.cache.podgroups.get(key)
@@ -898,3 +1251,5 @@ class WorkloadCycle:
         self._closed = True
         self._wake.set()
         self._binder.shutdown(wait=False, cancel_futures=True)
+        self.dispatcher.flush(timeout=2.0)
+        self.dispatcher.close()

@@ -164,6 +164,7 @@ def test_a_planned_node_kube_scheduler_always_rejects_is_not_replanned_for_ever(
     message = next(iter(answer.unresolvable.values()))
     assert "kube-scheduler's filters rejected the planned node" in message and "for db-2" in message
     assert "not modelled by phalanx" in message
+    cycle.flush()  # status, events and touches are written asynchronously
     cond = condition(sim, "db")
     assert cond["status"] == "False" and cond["reason"] == names.REASON_UNSCHEDULABLE and cond["message"] == message
     warnings = [e for e in sim.events if e["type"] == "Warning" and e["reason"] == "FailedScheduling"]
@@ -226,6 +227,7 @@ def test_a_group_with_a_malformed_member_is_unschedulable_not_waiting(sim, cycle
     message = next(iter(answer.unresolvable.values()))
     assert answer.nodes == [] and message.startswith("podgroup default/db: member default/db-2 is malformed: ")
     assert "lots" in message
+    cycle.flush()  # status, events and touches are written asynchronously
     cond = condition(sim, "db")
     assert cond["reason"] == names.REASON_UNSCHEDULABLE and cond["message"] == message
 
@@ -266,6 +268,7 @@ def test_members_answered_no_node_are_touched_when_their_plan_forms(sim, cycle):
     assert cycle.filter(last, nodes).nodes  # completes the group: planned
     assert len(cycle.parked) == 0
     cycle._touch_parked()
+    cycle.flush()  # status, events and touches are written asynchronously
     touched = {p["metadata"]["name"] for p in sim.list("Pod")
                if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})}
     assert touched == {"g-0", "g-1"}

@@ -94,6 +94,7 @@ def test_gang_that_does_not_fit_binds_nothing_and_says_why(sim, cycle):
     answer = cycle.filter(pods[0], all_nodes(sim))
     assert answer.nodes == []
     assert "needs 20 nvidia.com/gpu, 16 free" in next(iter(answer.unresolvable.values()))
+    cycle.flush()  # status, events and touches are written asynchronously
     cond = condition(sim, "big")
     assert cond["status"] == "False" and cond["reason"] == names.REASON_UNSCHEDULABLE
     assert not any(p["spec"].get("nodeName") for p in sim.list("Pod"))

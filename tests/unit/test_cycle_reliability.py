@@ -1,0 +1,368 @@
+"""The workload cycle's reliability: the plan state machine (fake clock), binding errors of any
+kind, barrier capacity planned across gangs, solves off the lock, and bounded state."""
+
+import threading
+import time
+
+import pytest
+
+from cluster import names
+from cluster.backend import WriteError
+from extender.cycle import BindError, PlanState, WorkloadCycle, service
+from extender.cycle.service import TRANSITIONS, Plan
+
+from .k8s_objects import pod, podgroup
+from .test_cycle_learning import clock, cycle  # noqa: F401 - the fake clock and a cycle on it
+from .test_cycle_service import all_nodes, condition, make_gang
+
+
+def uid(p):
+    return p["metadata"]["uid"]
+
+
+def plan_for(cycle, sim, pods):
+    """Filter every member; the planned node of each."""
+    planned = {}
+    for p in pods:
+        answer = cycle.filter(p, all_nodes(sim))
+        assert len(answer.nodes) == 1, answer
+        planned[uid(p)] = answer.nodes[0]
+    return planned
+
+
+def bind_in_threads(cycle, pods, planned):
+    errors, threads = [], []
+
+    def bind(p):
+        try:
+            cycle.bind("default", p["metadata"]["name"], uid(p), planned[uid(p)])
+        except BindError as err:
+            errors.append(str(err))
+
+    for p in pods:
+        threads.append(threading.Thread(target=bind, args=(p,)))
+        threads[-1].start()
+    return threads, errors
+
+
+def bind_gang(cycle, pods, planned):
+    """Every member's bind in its own thread, joined: the errors (no waiter may stay blocked)."""
+    threads, errors = bind_in_threads(cycle, pods, planned)
+    for t in threads:
+        t.join(10)
+    assert not any(t.is_alive() for t in threads), "a waiter is still blocked"
+    return errors
+
+
+def reasons(sim, key="default/"):
+    return [e["reason"] for e in sim.events if f"{e['regarding']['namespace']}/{e['regarding']['name']}".startswith(key)]
+
+
+def transitions(cycle, to):
+    return cycle.metrics.transitions.labels(to=to)._value.get()
+
+
+# -- the state machine, over a fake clock -------------------------------------------------------
+
+@pytest.mark.parametrize("came, to, allowed", [
+    (None, PlanState.PLANNED, True),
+    (PlanState.PLANNED, PlanState.BINDING, True),
+    (PlanState.PLANNED, PlanState.EXPIRED, True),
+    (PlanState.PLANNED, PlanState.RELEASED, True),
+    (PlanState.PLANNED, PlanState.BOUND, False),  # only through binding
+    (PlanState.BINDING, PlanState.BOUND, True),
+    (PlanState.BINDING, PlanState.FAILED, True),
+    (PlanState.BINDING, PlanState.PLANNED, False),
+    (PlanState.BOUND, PlanState.PLANNED, False),
+    (PlanState.FAILED, PlanState.PLANNED, False),
+    (PlanState.RELEASED, PlanState.BINDING, False),
+])
+def test_the_transition_table(sim, cycle, came, to, allowed):
+    sim.create(podgroup("t", 1))
+    plan = Plan("default/t", {}, {}, "", 0.0, 1e9, state=came)
+    with cycle._lock:
+        assert cycle._transition(plan, to) is allowed
+    assert plan.state is (to if allowed else came)
+
+
+def test_a_binding_gang_is_never_released_or_expired_under_its_waiters(sim, cycle):
+    plan = Plan("default/t", {}, {}, "", 0.0, 1e9, state=PlanState.BINDING, gang=True)
+    with cycle._lock:
+        assert not cycle._transition(plan, PlanState.RELEASED)
+        assert not cycle._transition(plan, PlanState.EXPIRED)
+    assert set(TRANSITIONS) == {None, *PlanState}
+
+
+def test_planned_expires_on_the_injected_clock(sim, cycle, clock):
+    pods = make_gang(sim, "g", 2)
+    plan_for(cycle, sim, pods[:1])
+    assert cycle.plan_of("default/g").state is PlanState.PLANNED
+    clock.now += 59.0
+    cycle.check_timers()
+    assert cycle.plan_of("default/g") is not None
+    clock.now += 2.0
+    cycle.check_timers()
+    assert cycle.plan_of("default/g") is None
+    assert transitions(cycle, "expired") == 1
+    assert cycle.metrics.plans_released.labels(reason="expired")._value.get() == 1
+
+
+def test_the_barrier_times_out_on_the_injected_clock(sim, cycle, clock):
+    pods = make_gang(sim, "g", 2)
+    planned = plan_for(cycle, sim, pods)
+    threads, errors = bind_in_threads(cycle, pods[:1], planned)
+    deadline = time.monotonic() + 5
+    while not cycle.metrics.barrier_waiting._value.get() and time.monotonic() < deadline:
+        time.sleep(0.01)
+    clock.now += 2.5  # past the barrier timeout: no real time needed
+    cycle.check_timers()
+    for t in threads:
+        t.join(5)
+    assert errors and "barrier timed out: 1 of 2" in errors[0]
+    assert cycle.plan_of("default/g") is None and transitions(cycle, "released") == 1
+    cycle.flush()
+    assert names.EVENT_BARRIER_TIMEOUT in reasons(sim)
+
+
+def test_gang_goes_planned_binding_bound_with_status_event_and_time_to_place(sim, cycle, clock):
+    pods = make_gang(sim, "g", 3)
+    planned = plan_for(cycle, sim, pods)
+    clock.now += 4.0
+    threads, errors = bind_in_threads(cycle, pods, planned)
+    for t in threads:
+        t.join(10)
+    assert errors == []
+    assert cycle.plan_of("default/g").state is PlanState.BOUND
+    cycle.flush()
+    assert condition(sim, "g")["status"] == "True"
+    assert reasons(sim).count(names.EVENT_BOUND) == 1
+    assert cycle.metrics.time_to_place._sum.get() == pytest.approx(4.0)
+
+
+def test_basic_group_gets_the_same_status_event_and_time_to_place(sim, cycle, clock):
+    """Basic members bind one by one; the plan is binding from the first and bound with the last,
+    and the group gets what a gang gets: PodGroupInitiallyScheduled=True, a Bound event, a time."""
+    sim.create(podgroup("web"))
+    members = [sim.create(pod(f"web-{i}", "web")) for i in range(2)]
+    first = cycle.filter(members[0], all_nodes(sim)).nodes[0]
+    plan = cycle.plan_of("default/web")
+    assert plan.gang is False and plan.state is PlanState.PLANNED
+    clock.now += 1.5
+    cycle.bind("default", "web-0", uid(members[0]), first)
+    assert plan.state is PlanState.BINDING
+    if uid(members[1]) in plan.assignments:
+        second = cycle.filter(members[1], all_nodes(sim)).nodes[0]  # a Basic binding plan still answers
+        cycle.bind("default", "web-1", uid(members[1]), second)
+    else:  # planned alone: the plan is whole once its one member is bound
+        cycle.check_timers()
+    assert plan.state is PlanState.BOUND
+    cycle.flush()
+    assert condition(sim, "web")["status"] == "True"
+    assert names.EVENT_BOUND in reasons(sim)
+    assert cycle.metrics.time_to_place._sum.get() >= 1.5
+
+
+# -- a bind error that is not a WriteError ---------------------------------------------------------
+
+class Exploding:
+    """The simulated cluster, whose bindings raise something that is not a WriteError."""
+
+    def __init__(self, sim, error=RuntimeError("connection pool exploded")):
+        self.sim, self.error = sim, error
+
+    def __getattr__(self, name):
+        return getattr(self.sim, name)
+
+    def bind(self, *args):
+        raise self.error
+
+
+def test_a_bind_error_that_is_not_a_write_error_fails_the_plan_and_answers_every_waiter(sim, clock):
+    cycle = WorkloadCycle(sim.cache, Exploding(sim), barrier_timeout=5.0, clock=clock)
+    try:
+        pods = make_gang(sim, "g", 3)
+        planned = plan_for(cycle, sim, pods)
+        errors = bind_gang(cycle, pods, planned)
+        assert len(errors) == 3 and all("RuntimeError: connection pool exploded" in e for e in errors)
+        assert cycle.plan_of("default/g") is None  # released: the group may be planned again
+        assert transitions(cycle, "failed") == 1
+        assert cycle.metrics.plans_released.labels(reason="bind_failed")._value.get() == 1
+        cycle.flush()
+        assert names.EVENT_BIND_FAILED in reasons(sim)
+        # a pod without a group, or a Basic member: a BindError, never an exception out of bind
+        sim.create(pod("solo"))
+        solo = sim.get("Pod", "default/solo")
+        with pytest.raises(BindError, match="RuntimeError"):
+            cycle.bind("default", "solo", uid(solo), all_nodes(sim)[0])
+        assert len(plan_for(cycle, sim, pods[:1])) == 1  # re-planned
+    finally:
+        cycle.close()
+
+
+def test_a_pod_gone_mid_bind_fails_the_plan(sim, clock):
+    class Vanishing(Exploding):
+        def bind(self, namespace, name, uid_, node):
+            if name.endswith("-1"):
+                raise KeyError(uid_)  # the pod record vanished under the writer
+            return self.sim.bind(namespace, name, uid_, node)
+
+    cycle = WorkloadCycle(sim.cache, Vanishing(sim), barrier_timeout=5.0, clock=clock)
+    try:
+        pods = make_gang(sim, "g", 2)
+        planned = plan_for(cycle, sim, pods)
+        errors = bind_gang(cycle, pods, planned)
+        assert errors and any("KeyError" in e for e in errors)
+        assert cycle.plan_of("default/g") is None
+    finally:
+        cycle.close()
+
+
+# -- barrier capacity ------------------------------------------------------------------------------
+
+@pytest.fixture
+def small(sim, clock):
+    """A cycle whose server can hold 6 gang members at the barrier."""
+    service_ = WorkloadCycle(sim.cache, sim, barrier_timeout=5.0, clock=clock, barrier_capacity=6)
+    yield service_
+    service_.close()
+
+
+def test_a_gang_beyond_the_free_barrier_capacity_waits_and_is_planned_when_it_frees(sim, small):
+    a = make_gang(sim, "a", 4, gpu=1)
+    b = make_gang(sim, "b", 4, gpu=1)
+    planned = plan_for(small, sim, a)
+    answer = small.filter(b[0], all_nodes(sim))
+    message = next(iter(answer.unresolvable.values()))
+    assert answer.nodes == [] and "waiting for barrier capacity: 4 members planned elsewhere" in message
+    assert small.plan_of("default/b") is None
+    threads, errors = bind_in_threads(small, a, planned)
+    for t in threads:
+        t.join(10)
+    assert errors == []
+    assert len(plan_for(small, sim, b)) == 4  # a is bound: its capacity is free again
+
+
+def test_a_waiting_big_gang_blocks_a_later_small_one_from_taking_the_room(sim, small, clock):
+    a = make_gang(sim, "a", 4, gpu=1)
+    plan_for(small, sim, a)
+    clock.now += 1
+    b = make_gang(sim, "b", 4, gpu=1)  # older than c: first in the queue
+    assert small.filter(b[0], all_nodes(sim)).nodes == []
+    sim.now += 5  # c is created later
+    c = make_gang(sim, "c", 2, gpu=1)
+    answer = small.filter(c[0], all_nodes(sim))
+    assert answer.nodes == [] and "behind an earlier gang" in next(iter(answer.unresolvable.values()))
+
+
+def test_a_gang_that_can_never_wait_whole_at_the_barrier_is_unschedulable(sim, small):
+    big = make_gang(sim, "big", 7, gpu=1)
+    answer = small.filter(big[0], all_nodes(sim))
+    message = next(iter(answer.unresolvable.values()))
+    assert "7 members cannot all wait at the bind barrier: the server holds at most 6" in message
+    small.flush()
+    assert condition(sim, "big")["reason"] == names.REASON_UNSCHEDULABLE
+
+
+# -- solves off the lock -----------------------------------------------------------------------
+
+def test_other_calls_are_answered_while_a_group_is_being_solved(sim, cycle, monkeypatch):
+    release, entered = threading.Event(), threading.Event()
+    real = service.place
+
+    def slow(snapshot, group, options, allowed=None):
+        if group.name == "slow":
+            entered.set()
+            release.wait(10)
+        return real(snapshot, group, options, allowed=allowed)
+
+    monkeypatch.setattr(service, "place", slow)
+    slow_pods = make_gang(sim, "slow", 2, gpu=1)
+    fast_pods = make_gang(sim, "fast", 2, gpu=1)
+    result = {}
+    worker = threading.Thread(target=lambda: result.update(a=cycle.filter(slow_pods[0], all_nodes(sim))))
+    worker.start()
+    assert entered.wait(5)
+    started = time.monotonic()
+    planned = plan_for(cycle, sim, fast_pods)  # another group is planned meanwhile
+    sim.create(pod("solo", gpu=0))
+    assert cycle.filter(sim.get("Pod", "default/solo"), all_nodes(sim)).nodes
+    threads, errors = bind_in_threads(cycle, fast_pods, planned)
+    for t in threads:
+        t.join(5)
+    assert errors == [] and time.monotonic() - started < 3
+    release.set()
+    worker.join(10)
+    # the fast plan changed the reservations while slow was solved: it was solved again, and fits
+    assert len(result["a"].nodes) == 1
+    assert cycle.plan_of("default/slow") is not None
+
+
+def test_a_cycle_whose_inputs_keep_changing_answers_retry(sim, cycle, monkeypatch):
+    real = service.place
+
+    def moving(snapshot, group, options, allowed=None):
+        cycle._generation += 1  # as if another plan were committed during every solve
+        return real(snapshot, group, options, allowed=allowed)
+
+    monkeypatch.setattr(service, "place", moving)
+    pods = make_gang(sim, "g", 2, gpu=1)
+    answer = cycle.filter(pods[0], all_nodes(sim))
+    assert answer.nodes == [] and "changed while it was being solved; retrying" in next(iter(answer.unresolvable.values()))
+    assert cycle.plan_of("default/g") is None
+
+
+# -- bounded state ---------------------------------------------------------------------------------
+
+def sizes(cycle):
+    return {
+        "plans": len(cycle.plans), "explanations": len(cycle.explanations), "domains": len(cycle.domains),
+        "barrier_queue": len(cycle.barrier_queue), "conditions": len(cycle._conditions),
+        "solving": len(cycle._solving), "queue": len(cycle.queue.failed), "replans": len(cycle.replans.groups),
+        "parked": len(cycle.parked), "verdicts": len(cycle.verdicts), "dispatch": len(cycle.dispatcher),
+    }
+
+
+def test_ten_thousand_groups_created_and_deleted_leave_every_structure_at_baseline(sim, clock):
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, clock=clock, barrier_capacity=10)
+    try:
+        baseline = sizes(cycle)
+        nodes = all_nodes(sim)
+        for i in range(10_000):
+            name = f"g{i}"
+            if i % 50 == 0:  # planned and bound (a Basic group keeps its rack)
+                sim.create(podgroup(name, key=names.LABEL_RACK))
+                p = sim.create(pod(f"{name}-0", name, gpu=0))
+                node = cycle.filter(p, nodes).nodes[0]
+                cycle.bind("default", f"{name}-0", uid(p), node)
+            elif i % 50 == 1:  # planned, never bound
+                sim.create(podgroup(name, 1))
+                cycle.filter(sim.create(pod(f"{name}-0", name, gpu=0)), nodes)
+            elif i % 50 == 2:  # infeasible: explanation, status, backoff
+                sim.create(podgroup(name, 1))
+                cycle.filter(sim.create(pod(f"{name}-0", name, gpu=64)), nodes)
+            else:  # waiting for members: explanation and a parked pod
+                sim.create(podgroup(name, 2))
+                cycle.filter(sim.create(pod(f"{name}-0", name, gpu=0)), nodes)
+        assert len(cycle.explanations) > 9000 and len(cycle.parked) > 9000
+        # deleted as the watch reports it (the simulation's own delete collects garbage in
+        # O(objects) per call: 20,000 of them would take minutes)
+        for kind in ("Pod", "PodGroup"):
+            for obj in sim.list(kind):
+                sim.objects.pop((kind, f"default/{obj['metadata']['name']}"))
+                sim.cache.apply(kind, "DELETED", obj)
+        cycle.prune()
+        cycle.flush()
+        assert sizes(cycle) == baseline
+    finally:
+        cycle.close()
+
+
+def test_a_relist_that_drops_groups_without_events_is_pruned(sim, cycle):
+    for name in ("a", "b"):
+        sim.create(podgroup(name, 2))
+        cycle.filter(sim.create(pod(f"{name}-0", name)), all_nodes(sim))
+    assert set(cycle.explanations) == {"default/a", "default/b"}
+    keep = [pg for pg in sim.list("PodGroup") if pg["metadata"]["name"] == "a"]
+    sim.cache.replace("PodGroup", keep)  # a re-list: b is gone, no DELETED event
+    cycle.prune()
+    assert set(cycle.explanations) == {"default/a"} and len(cycle.parked) == 1
