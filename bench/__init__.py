@@ -14,6 +14,7 @@ SUITES = {
     "controller": "bench.controller_bench",
     "extender": "bench.extender_bench",
     "faults": "bench.faults_bench",
+    "contention": "bench.contention_bench",
 }
 
 

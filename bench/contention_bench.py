@@ -1,0 +1,174 @@
+"""``phalanx bench contention``: one group's filter and bind while another group's preemption
+plan is solved, against the same calls idle, in the same run.
+
+A simulated cluster of 2,000 8-GPU nodes is full of low-priority 8-GPU pods but for a few nodes.
+In the *busy* phase a thread keeps sending the first filter call of a fresh high-priority gang
+(6 pods of 8 GPUs) that does not fit: each is a workload cycle (placement solve) followed by a
+group-preemption solve over the whole cluster (evictions are not carried out, so every preemptor
+finds the same full cluster). Meanwhile, and in the *idle* phase alone, a probe gang of 2 one-GPU
+pods is filtered and bound (each bind in its own thread, as kube-scheduler does), then deleted.
+Rows: filter and bind p50/p99 of the probe, idle and busy, with solves off the cycle's lock (as
+phalanx runs) and, for comparison, with the solves held under it (as before).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import threading
+import time
+
+import numpy as np
+
+from cluster.sim import SimCluster
+from extender.cycle import BindError, WorkloadCycle
+
+from . import run_suite
+
+NS = "bench"
+POOL = "bench.phalanx.dev/pool"  # the full nodes are the preemptors' pool: the probe's room stays its own
+FULL = dict(nodes=2_000, probes=60, seeds=1)
+QUICK = dict(nodes=2_000, probes=20, seeds=1)
+
+
+class _NoEvictions:
+    """The simulated cluster, except that evictions are dropped (victims stay, every preemptor
+    solves against the same full cluster)."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim = sim
+
+    def __getattr__(self, name):
+        return getattr(self.sim, name)
+
+    def evict(self, *args, **kwargs) -> None:
+        return None
+
+
+def _podgroup(name: str, size: int, priority: int) -> dict:
+    return {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "PodGroup",
+            "metadata": {"name": name, "namespace": NS},
+            "spec": {"schedulingPolicy": {"gang": {"minCount": size}}, "priority": priority}}
+
+
+def _pod(name: str, group: str | None, gpus: int, priority: int, node: str = "", pool: str = "") -> dict:
+    spec: dict = {"priority": priority, "containers": [{"name": "c", "resources": {"requests": {
+        "cpu": "1", "nvidia.com/gpu": str(gpus)}}}]}
+    if pool:
+        spec["nodeSelector"] = {POOL: pool}
+    if group:
+        spec["schedulingGroup"] = {"podGroupName": group}
+    if node:
+        spec["nodeName"] = node
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+def _cluster(nodes: int, free: int) -> tuple[SimCluster, list[str]]:
+    sim = SimCluster()
+    names = sim.add_nodes(zones=1, racks_per_zone=max(1, nodes // 100), nodes_per_rack=min(nodes, 100), gpus=8)
+    for i, node in enumerate(names[free:]):
+        sim.update("Node", node, lambda n: n["metadata"].setdefault("labels", {}).update({POOL: "batch"}))
+        sim.create(_pod(f"low-{i}", None, 8, 0, node))
+    return sim, names
+
+
+def _probe(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], k: int) -> tuple[float, float]:
+    """Filter both members of a fresh 2-pod gang, bind them; (slowest filter, slowest bind) ms."""
+    group = f"probe-{k}"
+    sim.create(_podgroup(group, 2, 0))
+    pods = [sim.create(_pod(f"{group}-{i}", group, 1, 0)) for i in range(2)]
+    filter_ms, planned = 0.0, {}
+    for p in pods:
+        started = time.perf_counter()
+        answer = cycle.filter(p, nodes)
+        filter_ms = max(filter_ms, (time.perf_counter() - started) * 1000)
+        planned[p["metadata"]["uid"]] = answer.nodes[0] if answer.nodes else ""
+    bind_ms = [0.0, 0.0]
+
+    def bind(i: int, p: dict) -> None:
+        started = time.perf_counter()
+        try:
+            cycle.bind(NS, p["metadata"]["name"], p["metadata"]["uid"], planned[p["metadata"]["uid"]])
+        except BindError:
+            pass
+        bind_ms[i] = (time.perf_counter() - started) * 1000
+
+    threads = [threading.Thread(target=bind, args=(i, p)) for i, p in enumerate(pods)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    for p in pods:
+        sim.delete("Pod", f"{NS}/{p['metadata']['name']}")
+    sim.delete("PodGroup", f"{NS}/{group}")
+    return filter_ms, max(bind_ms)
+
+
+def _phase(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], probes: int, busy: bool,
+           counter: itertools.count) -> dict:
+    stop = threading.Event()
+    solves: list[float] = []
+
+    def preemptors() -> None:
+        for k in itertools.count():
+            if stop.is_set():
+                return
+            group = f"pre-{next(counter)}"
+            sim.create(_podgroup(group, 6, 10_000))
+            first = [sim.create(_pod(f"{group}-{i}", group, 8, 10_000, pool="batch")) for i in range(6)][0]
+            started = time.perf_counter()
+            cycle.filter(first, nodes)
+            solves.append((time.perf_counter() - started) * 1000)
+            cycle.preemption.release(f"{NS}/{group}")  # victims never go: hold nothing, next one
+
+    worker = threading.Thread(target=preemptors, daemon=True)
+    if busy:
+        worker.start()
+        while not solves:  # the first solve warms up; measure from the second on
+            time.sleep(0.05)
+    rows = [_probe(cycle, sim, nodes, next(counter)) for _ in range(probes)]
+    stop.set()
+    if busy:
+        worker.join()
+    filters, binds = [r[0] for r in rows], [r[1] for r in rows]
+
+    def pct(values: list[float], q: int) -> float:
+        return round(float(np.percentile(values, q)), 1) if values else 0.0
+
+    return {"filter_p50_ms": pct(filters, 50), "filter_p99_ms": pct(filters, 99),
+            "bind_p50_ms": pct(binds, 50), "bind_p99_ms": pct(binds, 99),
+            "preemption_cycles": len(solves), "preemption_cycle_p50_ms": pct(solves, 50),
+            "preemption_cycle_p99_ms": pct(solves, 99)}
+
+
+def run(nodes: int, probes: int, seeds: int = 1) -> list[dict]:
+    rows = []
+    for locked in (False, True):
+        sim, names = _cluster(nodes, free=4)
+        cycle = WorkloadCycle(sim.cache, _NoEvictions(sim), barrier_timeout=30.0)
+        if locked:  # the comparison: every solve under the cycle's lock, as before
+            cycle._unlocked = contextlib.nullcontext
+        counter = itertools.count()
+        try:
+            for busy in (False, True):
+                row = _phase(cycle, sim, names, probes, busy, counter)
+                rows.append({"nodes": nodes, "solves": "under the lock" if locked else "off the lock",
+                             "phase": "busy" if busy else "idle", "probes": probes, **row})
+        finally:
+            cycle.close()
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| nodes | solves | another group's preemption | filter p50 / p99 ms | bind p50 / p99 ms | "
+           "preemption cycle p50 / p99 ms |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        pre = (f"{r['preemption_cycle_p50_ms']} / {r['preemption_cycle_p99_ms']} ({r['preemption_cycles']})"
+               if r["phase"] == "busy" else "")
+        out.append(f"| {r['nodes']:,} | {r['solves']} | {'solving' if r['phase'] == 'busy' else 'idle'} | "
+                   f"{r['filter_p50_ms']} / {r['filter_p99_ms']} | {r['bind_p50_ms']} / {r['bind_p99_ms']} | {pre} |")
+    return "\n".join(out)
+
+
+def main(quick: bool, json_path: str | None, seeds: int | None = None) -> int:
+    return run_suite(run, markdown, QUICK if quick else FULL, None, json_path)
