@@ -508,9 +508,10 @@ class WorkloadCycle:
             if answer is not None:
                 return answer
             self._release_rejected(plan, pod)
-        elif plan is not None and plan.state is PlanState.BINDING:
+        elif plan is not None and plan.state is PlanState.BINDING and plan.gang:
             return no(f"phalanx: podgroup {key} is binding")
-        elif plan is not None and plan.state is PlanState.PLANNED:
+        elif plan is not None and plan.state in (PlanState.PLANNED, PlanState.BINDING):
+            # a Basic plan's bound members stay where they are; the rest is planned with the new one
             self._release(key, replans.NEW_MEMBER, f"re-plan: new member {pod.key}")
         elif plan is not None and plan.state is PlanState.BOUND and pod.uid not in plan.assignments:
             self._forget(plan)  # a new member after the gang bound: planned on its own below

@@ -366,3 +366,16 @@ def test_a_relist_that_drops_groups_without_events_is_pruned(sim, cycle):
     sim.cache.replace("PodGroup", keep)  # a re-list: b is gone, no DELETED event
     cycle.prune()
     assert set(cycle.explanations) == {"default/a"} and len(cycle.parked) == 1
+
+
+def test_a_new_member_of_a_basic_group_whose_plan_is_binding_is_planned_at_once(sim, cycle):
+    sim.create(podgroup("web"))
+    first = sim.create(pod("web-0", "web"))
+    node = cycle.filter(first, all_nodes(sim)).nodes[0]
+    plan = cycle.plan_of("default/web")
+    plan.assignments[uid(first) + "-other"] = node  # a second planned member, not bound yet
+    cycle.bind("default", "web-0", uid(first), node)
+    assert plan.state is PlanState.BINDING
+    late = sim.create(pod("web-9", "web"))
+    assert len(cycle.filter(late, all_nodes(sim)).nodes) == 1  # not "binding": re-planned with it
+    assert cycle.plan_of("default/web") is not plan
