@@ -110,7 +110,7 @@ def _phase(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], probes: int,
     solves: list[float] = []
 
     def preemptors() -> None:
-        for k in itertools.count():
+        for _ in itertools.count():
             if stop.is_set():
                 return
             group = f"pre-{next(counter)}"

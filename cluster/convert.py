@@ -296,8 +296,8 @@ def _spread_constraint(raw: Any, where: str, labels: Mapping[str, str]) -> Sprea
 
 
 def _spread(spec: JSON, where: str, labels: Mapping[str, str]) -> tuple[SpreadConstraint, ...]:
-    return tuple(_spread_constraint(c, path, labels)
-                 for path, c in _items(spec.get("topologySpreadConstraints"), f"{where}: spec.topologySpreadConstraints"))
+    items = _items(spec.get("topologySpreadConstraints"), f"{where}: spec.topologySpreadConstraints")
+    return tuple(_spread_constraint(c, path, labels) for path, c in items)
 
 
 def _host_ports(spec: JSON, where: str) -> tuple[HostPort, ...]:
@@ -339,7 +339,8 @@ def pod_claims(obj: JSON) -> tuple[ClaimRef, ...]:
     for path, volume in _items(_mapping(obj.get("spec"), f"pod {namespace}/{name}: spec").get("volumes"), where):
         if volume.get("persistentVolumeClaim") is not None:
             claim = _mapping(volume["persistentVolumeClaim"], f"{path}.persistentVolumeClaim")
-            refs[ClaimRef(f"{namespace}/{_text(claim.get('claimName'), f'{path}.persistentVolumeClaim.claimName', True)}")] = None
+            claim_name = _text(claim.get("claimName"), f"{path}.persistentVolumeClaim.claimName", True)
+            refs[ClaimRef(f"{namespace}/{claim_name}")] = None
         elif volume.get("ephemeral") is not None:
             refs[ClaimRef(f"{namespace}/{name}-{_text(volume.get('name'), f'{path}.name', True)}", True)] = None
     return tuple(refs)
@@ -440,11 +441,12 @@ def podgroup_spec(obj: JSON) -> GroupSpec:
         policy=Policy.GANG if gang else Policy.BASIC,
         min_count=min_count,
         topology_key=_text(topology[0][1].get("key"), f"{path}[0].key") if topology else "",
-        disruption_mode=DisruptionMode.ALL if "all" in _mapping(spec.get("disruptionMode"), f"{where}: spec.disruptionMode")
-        else DisruptionMode.SINGLE,
+        disruption_mode=DisruptionMode.ALL
+        if "all" in _mapping(spec.get("disruptionMode"), f"{where}: spec.disruptionMode") else DisruptionMode.SINGLE,
         priority_class=_text(spec.get("priorityClassName"), f"{where}: spec.priorityClassName"),
         priority=None if priority is None else _integer(priority, f"{where}: spec.priority"),
-        preemption_policy=_text(spec.get("preemptionPolicy"), f"{where}: spec.preemptionPolicy") or "PreemptLowerPriority",
+        preemption_policy=_text(spec.get("preemptionPolicy"), f"{where}: spec.preemptionPolicy")
+        or "PreemptLowerPriority",
     )
 
 
@@ -517,7 +519,8 @@ def placement_record(annotations: Mapping[str, str]) -> PlacementRecord | None:
         return None
     if "pods" not in data:
         raise InvalidInput(f"{names.ANNOTATION_PLACEMENT}: no pods")
-    return PlacementRecord(str(data.get("domain", "")), _string_map(data["pods"], f"{names.ANNOTATION_PLACEMENT}: pods"))
+    pods = _string_map(data["pods"], f"{names.ANNOTATION_PLACEMENT}: pods")
+    return PlacementRecord(str(data.get("domain", "")), pods)
 
 
 def placement_domain(annotations: Mapping[str, str]) -> str:
@@ -545,7 +548,8 @@ def disruption_budget(pdb: JSON, pods: list[tuple[str, str, Mapping[str, str]]])
                         if ns == namespace and selector is not None and selector.matches(labels))
     allowed = (pdb.get("status") or {}).get("disruptionsAllowed", 0)
     if isinstance(allowed, bool) or not isinstance(allowed, int):
-        raise InvalidInput(f"poddisruptionbudget {namespace}/{meta.get('name')}: status.disruptionsAllowed must be an integer")
+        raise InvalidInput(f"poddisruptionbudget {namespace}/{meta.get('name')}: "
+                           "status.disruptionsAllowed must be an integer")
     return DisruptionBudget(f"{namespace}/{meta.get('name')}", covered, max(0, allowed))
 
 
@@ -636,7 +640,8 @@ def volume_from_json(obj: JSON) -> VolumeInfo:
         claim_ref=claim_ref,
         csi_driver=_text(_mapping(spec.get("csi"), f"{where}: spec.csi").get("driver"), f"{where}: spec.csi.driver"),
     )
-    return VolumeInfo(volume, _text(_mapping(obj.get("status"), f"{where}: status").get("phase"), f"{where}: status.phase"))
+    phase = _text(_mapping(obj.get("status"), f"{where}: status").get("phase"), f"{where}: status.phase")
+    return VolumeInfo(volume, phase)
 
 
 @dataclass(frozen=True)
@@ -664,7 +669,8 @@ def _topology_term(term: JSON, where: str) -> tuple[Requirement, ...]:
 def storage_class_from_json(obj: JSON) -> ClassInfo:
     name = _name(obj, "storageclass")
     where = f"storageclass {name}"
-    terms = tuple(_topology_term(t, path) for path, t in _items(obj.get("allowedTopologies"), f"{where}: allowedTopologies"))
+    items = _items(obj.get("allowedTopologies"), f"{where}: allowedTopologies")
+    terms = tuple(_topology_term(t, path) for path, t in items)
     mode = _text(obj.get("volumeBindingMode"), f"{where}: volumeBindingMode")
     return ClassInfo(name=name, delayed=mode == names.BINDING_WAIT_FOR_FIRST_CONSUMER,
                      provisioner=_text(obj.get("provisioner"), f"{where}: provisioner"),
@@ -679,7 +685,8 @@ def csinode_limits(obj: JSON) -> dict[str, int]:
     for path, driver in _items(_mapping(obj.get("spec"), where).get("drivers"), where):
         count = _mapping(driver.get("allocatable"), f"{path}.allocatable").get("count")
         if count is not None:
-            limits[_text(driver.get("name"), f"{path}.name", required=True)] = _integer(count, f"{path}.allocatable.count")
+            name = _text(driver.get("name"), f"{path}.name", required=True)
+            limits[name] = _integer(count, f"{path}.allocatable.count")
     return limits
 
 

@@ -104,8 +104,10 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
     if sim is not None:
         cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads))
-        ready: Callable[[], tuple[bool, str]] = lambda: (True, "ok (simulated cluster)")
-        stop_backend: Callable[[], None] = lambda: None
+        def ready() -> tuple[bool, str]:
+            return (True, "ok (simulated cluster)")
+        def stop_backend() -> None:
+            return None
     else:
         cache = ClusterCache()
         backend = ApiServerBackend(Kube(None if kubeconfig == "in-cluster" else kubeconfig), cache)

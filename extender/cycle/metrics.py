@@ -22,7 +22,8 @@ class CycleMetrics:
                                           "Duration of one PodGroup scheduling attempt (snapshot + solver)",
                                           buckets=LATENCY_BUCKETS, registry=r)
         self.plans_released = Counter(names.METRIC_PLANS_RELEASED.removesuffix("_total"),
-                                      "Plans released before binding, by reason (a fixed set, see extender/cycle/replans.py)",
+                                      "Plans released before binding, by reason "
+                                      "(a fixed set, see extender/cycle/replans.py)",
                                       ["reason"], registry=r)
         self.barrier = Counter(names.METRIC_BARRIER_OUTCOMES.removesuffix("_total"),
                                "Bind barrier outcomes", ["outcome"], registry=r)
@@ -39,7 +40,8 @@ class CycleMetrics:
         self.transitions = Counter(names.METRIC_PLAN_TRANSITIONS.removesuffix("_total"),
                                    "Plan state changes by target state", ["to"], registry=r)
         self.barrier_held = Gauge(names.METRIC_BARRIER_HELD,
-                                  "Gang members planned and not yet bound (each may hold a server thread at the barrier)",
+                                  "Gang members planned and not yet bound "
+                                  "(each may hold a server thread at the barrier)",
                                   registry=r)
         self.dispatch = Counter(names.METRIC_DISPATCH_WRITES.removesuffix("_total"),
                                 "Asynchronous API writes by outcome (coalesced, retried, failed, dropped) and kind",

@@ -65,8 +65,19 @@ from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import ClusterCache, PodRecord
 from cluster.convert import PlacementRecord, placement_annotation, placement_record, pod_from_json, pod_group_name
-from solver import (InvalidInput, Placement, PlacementInvalid, Pod, PodGroup, Policy, SolveOptions, Snapshot,
-                    assert_placement_valid, place, rank_candidates)
+from solver import (
+    InvalidInput,
+    Placement,
+    PlacementInvalid,
+    Pod,
+    PodGroup,
+    Policy,
+    Snapshot,
+    SolveOptions,
+    assert_placement_valid,
+    place,
+    rank_candidates,
+)
 from solver.model import PODS, add_resources, placement_usage
 
 from . import replans
@@ -344,7 +355,7 @@ class WorkloadCycle:
     # -- reservations ------------------------------------------------------------------------
     def _expire(self) -> None:
         now = self.clock()
-        for key, plan in list(self.plans.items()):
+        for _key, plan in list(self.plans.items()):
             done = all(self._bound_node(u) for u in plan.assignments)
             if done and plan.state is PlanState.BINDING and not plan.gang:
                 self._transition(plan, PlanState.BOUND)

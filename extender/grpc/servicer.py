@@ -131,10 +131,12 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "name needs namespace")
         if request.name:
             key = group_key(request.namespace, request.name)
-            accept: Callable[[CycleEvent], bool] = lambda e: e.group == key
+            def accept(e: CycleEvent) -> bool:
+                return e.group == key
         else:
             prefix = f"{checked_namespace(request.namespace)}/" if request.namespace else ""
-            accept = lambda e: e.group.startswith(prefix)
+            def accept(e):
+                return e.group.startswith(prefix)
         try:
             stream = self.hub.open(accept)
         except TooManyStreams as err:

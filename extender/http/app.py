@@ -27,9 +27,9 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from cluster import names
 from cluster.convert import pod_group_name
-from solver import InvalidInput
 from extender.cycle import BindError, WorkloadCycle
 from extender.dashboard import dashboard_blueprint
+from solver import InvalidInput
 
 from . import wire
 
@@ -117,7 +117,7 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
             return wire.preemption_result({})
         return wire.preemption_result(cycle.preempt_candidates(args.pod, args.meta_victims))
 
-    for name, handler in zip(VERBS, (do_filter, do_prioritize, do_bind, do_preempt)):
+    for name, handler in zip(VERBS, (do_filter, do_prioritize, do_bind, do_preempt), strict=False):
         verb(name, handler)
 
     @app.errorhandler(HTTPException)

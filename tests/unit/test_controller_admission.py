@@ -7,7 +7,7 @@ import pytest
 
 from cluster import names
 from controller import BUILTIN, CRD, PodMutator, Reconciler, review_statefulset, validate_statefulset
-from controller.config import (MSG_DISRUPTION_ALL_BASIC, MSG_GANG_ORDERED_READY, MSG_MIN_COUNT, MSG_PARTITION)
+from controller.config import MSG_DISRUPTION_ALL_BASIC, MSG_GANG_ORDERED_READY, MSG_MIN_COUNT, MSG_PARTITION
 from tests.unit.controller_fakes import Events, FakeKube, statefulset, sts_pod
 
 GANG = {"schedulingPolicy": {"gang": {}}}

@@ -7,7 +7,6 @@ import time
 import pytest
 
 from cluster import names
-from cluster.backend import WriteError
 from extender.cycle import BindError, PlanState, WorkloadCycle, service
 from extender.cycle.service import TRANSITIONS, Plan
 

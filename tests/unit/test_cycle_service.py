@@ -307,7 +307,7 @@ def test_an_infeasible_gang_backs_off_until_capacity_is_freed(sim, cycle):
 
 def test_queue_orders_eligible_groups_by_priority_then_age():
     from extender.cycle.queue import PodGroupQueue
-    from solver import PodGroup, Pod
+    from solver import Pod, PodGroup
 
     def group(name, priority, created, members, min_count):
         pods = tuple(Pod(f"{name}-{i}", f"{name}-{i}") for i in range(members))

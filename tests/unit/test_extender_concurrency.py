@@ -2,9 +2,9 @@
 filter calls for the remaining members keep being answered. A fixed pool of 8 threads would
 deadlock a gang of 9; phalanx's server must place a 1,000-pod gang whole."""
 
+from bench.scheduler_sim import SimulatedScheduler
 from cluster.sim import SimCluster
 from extender.server import ServeOptions, build
-from bench.scheduler_sim import SimulatedScheduler
 
 from .k8s_objects import podgroup
 

@@ -37,7 +37,7 @@ from solver import (
     place,
 )
 from solver.errors import PlacementInvalid
-from solver.model import IGNORE, HONOR
+from solver.model import HONOR, IGNORE
 
 HOST = "kubernetes.io/hostname"
 ZONE = "topology.kubernetes.io/zone"
@@ -347,7 +347,7 @@ def test_infeasible_cases_have_no_valid_placement_of_the_gang_at_all(case):
     if len(names) ** len(pending) > 20_000:
         pytest.skip("too many assignments")
     for choice in itertools.product(names, repeat=len(pending)):
-        placement = {p.uid: n for p, n in zip(pending, choice)}
+        placement = {p.uid: n for p, n in zip(pending, choice, strict=False)}
         with pytest.raises(PlacementInvalid):
             assert_placement_valid(snap, group, placement)
 

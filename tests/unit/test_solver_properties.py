@@ -12,14 +12,14 @@ from solver import (
     HostPort,
     LabelSelector,
     Node,
-    PodAffinityTerm,
-    SpreadConstraint,
     Pod,
+    PodAffinityTerm,
     PodGroup,
     PodSpec,
     Policy,
     Snapshot,
     SolveOptions,
+    SpreadConstraint,
     Taint,
     TaintEffect,
     assert_placement_valid,
@@ -77,7 +77,7 @@ def brute_force(snap, group, problem=None):
     options = [None] + [n.name for n in snap.nodes]
     best = None
     for choice in itertools.product(options, repeat=len(pending)):
-        placement = {p.uid: n for p, n in zip(pending, choice) if n is not None}
+        placement = {p.uid: n for p, n in zip(pending, choice, strict=False) if n is not None}
         if not placement or len(placement) < group.needed:
             continue
         try:
