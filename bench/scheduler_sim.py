@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 import numpy as np
 import orjson
 
+from cluster import names as names_mod
 from cluster.cache import ClusterCache
 from cluster.convert import pod_from_json, pod_group_name
 from cluster.sim import SimCluster
@@ -81,6 +82,7 @@ class SimulatedScheduler:
         self.post_filter = post_filter
         self.backoff = backoff
         self._backoff: dict[str, tuple[float, float]] = {}  # group (or pod uid) -> (retry at, delay)
+        self._retried: dict[str, str | None] = {}  # pod uid -> its retry annotation when last tried
         self.cache: ClusterCache = sim.cache
         self.client = ExtenderClient(port)
         self._binder = ThreadPoolExecutor(max_workers=bind_threads, thread_name_prefix="sim-bind")
@@ -100,56 +102,77 @@ class SimulatedScheduler:
                                            p["metadata"]["name"]))
 
     def run_round(self, wait: bool = True) -> RoundStats:
-        """One pass over the pending pods; with ``wait``, until their bind calls returned."""
+        """One pass over the pending pods; with ``wait``, until their bind calls returned. While
+        it waits, a pending pod whose ``scheduling.phalanx.dev/retry`` annotation changed is tried
+        again at once, as kube-scheduler requeues a pod on its update (phalanx touches members it
+        answered "no node" once their group's plan forms)."""
         stats = RoundStats()
         snapshot = self.cache.snapshot()
         free = snapshot.free.astype(np.int64).copy()
         names = np.array([n.name for n in snapshot.nodes], dtype=object)
-        futures = []
+        futures: list = []
         now = time.monotonic()
         for pod_json in self.pending():
-            unit = self._unit(pod_json)
-            if self._backoff.get(unit, (0.0, 0.0))[0] > now:
-                continue
-            stats.attempted += 1
-            pod = pod_from_json(pod_json)
-            vec, unknown = snapshot.request_vector(pod.spec.requests)
-            if unknown:
-                stats.rejected += 1
-                continue
-            fits = snapshot.eligibility(pod.spec).mask & np.all(free >= vec, axis=1)
-            candidates = names[fits].tolist()
-            if not candidates:
-                stats.rejected += 1
-                if self.post_filter and pod_group_name(pod_json):
-                    self.client.post("preempt", {"Pod": pod_json, "NodeNameToMetaVictims": {}})
-                self._back_off(unit, now)
-                continue
-            args = {"Pod": pod_json, "Nodes": None, "NodeNames": candidates}
-            started = time.perf_counter()
-            result = self.client.post("filter", args)
-            self.filter_ms.append((time.perf_counter() - started) * 1000)
-            feasible = result.get("NodeNames") or []
-            if not feasible:
-                stats.rejected += 1
-                self._back_off(unit, now)
-                continue
-            self._backoff.pop(unit, None)
-            node = feasible[0]
-            if len(feasible) > 1:
-                scores = self.client.post("prioritize", {**args, "NodeNames": feasible})
-                order = {name: i for i, name in enumerate(feasible)}
-                node = max(scores, key=lambda h: (h["Score"], -order.get(h["Host"], 0)))["Host"]
-            i = snapshot.index[node]
-            free[i] -= vec  # assume, as kube-scheduler's cache does, until the binding lands
-            uid = pod_json["metadata"]["uid"]
-            with self._lock:
-                self._inflight.add(uid)
-            futures.append(self._binder.submit(self._bind, pod_json, node, stats))
+            self._attempt(pod_json, snapshot, free, names, stats, futures, now)
         if wait:
+            while any(not f.done() for f in futures):
+                for pod_json in self._touched():
+                    self._attempt(pod_json, snapshot, free, names, stats, futures, time.monotonic(), touched=True)
+                time.sleep(0.02)
             for f in futures:
                 f.result()
         return stats
+
+    def _touched(self) -> list[dict]:
+        """Pending pods whose retry annotation changed since they were last tried."""
+        out = []
+        for pod_json in self.pending():
+            mark = (pod_json["metadata"].get("annotations") or {}).get(names_mod.ANNOTATION_RETRY)
+            if mark and mark != self._retried.get(pod_json["metadata"]["uid"]):
+                out.append(pod_json)
+        return out
+
+    def _attempt(self, pod_json: dict, snapshot, free, names, stats: RoundStats, futures: list, now: float,
+                 touched: bool = False) -> None:
+        unit = self._unit(pod_json)
+        uid = pod_json["metadata"]["uid"]
+        self._retried[uid] = (pod_json["metadata"].get("annotations") or {}).get(names_mod.ANNOTATION_RETRY)
+        if not touched and self._backoff.get(unit, (0.0, 0.0))[0] > now:
+            return
+        stats.attempted += 1
+        pod = pod_from_json(pod_json)
+        vec, unknown = snapshot.request_vector(pod.spec.requests)
+        if unknown:
+            stats.rejected += 1
+            return
+        fits = snapshot.eligibility(pod.spec).mask & np.all(free >= vec, axis=1)
+        candidates = names[fits].tolist()
+        if not candidates:
+            stats.rejected += 1
+            if self.post_filter and pod_group_name(pod_json):
+                self.client.post("preempt", {"Pod": pod_json, "NodeNameToMetaVictims": {}})
+            self._back_off(unit, now)
+            return
+        args = {"Pod": pod_json, "Nodes": None, "NodeNames": candidates}
+        started = time.perf_counter()
+        result = self.client.post("filter", args)
+        self.filter_ms.append((time.perf_counter() - started) * 1000)
+        feasible = result.get("NodeNames") or []
+        if not feasible:
+            stats.rejected += 1
+            self._back_off(unit, now)
+            return
+        self._backoff.pop(unit, None)
+        node = feasible[0]
+        if len(feasible) > 1:
+            scores = self.client.post("prioritize", {**args, "NodeNames": feasible})
+            order = {name: i for i, name in enumerate(feasible)}
+            node = max(scores, key=lambda h: (h["Score"], -order.get(h["Host"], 0)))["Host"]
+        i = snapshot.index[node]
+        free[i] -= vec  # assume, as kube-scheduler's cache does, until the binding lands
+        with self._lock:
+            self._inflight.add(uid)
+        futures.append(self._binder.submit(self._bind, pod_json, node, stats))
 
     @staticmethod
     def _unit(pod_json: dict) -> str:
