@@ -76,7 +76,6 @@ METRIC_BARRIER_OUTCOMES = "phalanx_barrier_outcomes_total"
 METRIC_BARRIER_WAITING = "phalanx_barrier_waiting"
 METRIC_EXTENDER_REQUESTS = "phalanx_extender_requests_total"
 METRIC_EXTENDER_LATENCY = "phalanx_extender_request_duration_seconds"
-METRIC_CACHE_SKIPPED = "phalanx_cache_skipped_objects_total"
 
 # -- repair after a webhook outage (pods of a StatefulSet admitted without their PodGroup) -----------
 # PodGroup phalanx manages: comma-separated names of the StatefulSet's pods that are bound to nodes

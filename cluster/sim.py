@@ -14,7 +14,7 @@ from __future__ import annotations
 import copy
 import itertools
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping
 
 import yaml
 
@@ -294,10 +294,3 @@ def _annotate(obj: dict, annotations: Mapping[str, str | None]) -> None:
 def _ready(pod: Mapping[str, Any]) -> bool:
     return any(c.get("type") == "Ready" and c.get("status") == "True"
                for c in (pod.get("status") or {}).get("conditions") or ())
-
-
-def sim_from_objects(objects: Iterable[Mapping[str, Any]]) -> SimCluster:
-    sim = SimCluster()
-    for obj in objects:
-        sim.create(obj)
-    return sim
