@@ -240,16 +240,22 @@ def placed_anti_affinity(snapshot: "Snapshot") -> bool:
     return bound or any(p.spec.pod_anti_affinity for p in snapshot.assumed)
 
 
+def _bound_index(snapshot: "Snapshot") -> PlacedIndex:
+    """The bound pods' index, built once per bound-pod tuple."""
+    shared = _bound_cache(snapshot)
+    index: PlacedIndex | None = shared.get("index")
+    if index is None:
+        index = shared["index"] = _index_pods(snapshot, snapshot.bound)
+    return index
+
+
 def placed_index(snapshot: "Snapshot") -> PlacedIndex:
     """Placed pods (bound + assumed) by namespace, the ones with required anti-affinity, and the
     host ports in use per node."""
     key = ("placed-index", id(snapshot.assumed))
     index: PlacedIndex | None = snapshot._caches.get(key)
     if index is None:
-        shared = _bound_cache(snapshot)
-        index = shared.get("index")
-        if index is None:
-            index = shared["index"] = _index_pods(snapshot, snapshot.bound)
+        index = _bound_index(snapshot)
         if snapshot.assumed:
             extra = _index_pods(snapshot, snapshot.assumed)
             by_ns = {ns: list(pods) for ns, pods in index["by_ns"].items()}
@@ -287,18 +293,11 @@ def placed_counts(snapshot: "Snapshot", scope: Scope) -> np.ndarray:
         shared = _bound_cache(snapshot)
         base: np.ndarray | None = shared.get(("counts", scope, id(snapshot.namespaces)))
         if base is None:
-            by_ns: dict[str, list[Pod]] = {}
-            for pod in snapshot.bound:
-                by_ns.setdefault(pod.namespace, []).append(pod)
-            bound_by_ns = shared.setdefault("by_ns", by_ns)
             base = shared[("counts", scope, id(snapshot.namespaces))] = _count(
-                snapshot, _scoped(bound_by_ns, scope), scope)
+                snapshot, _scoped(_bound_index(snapshot)["by_ns"], scope), scope)
         counts = base
-        if snapshot.assumed:
-            assumed_by_ns: dict[str, list[Pod]] = {}
-            for pod in snapshot.assumed:
-                assumed_by_ns.setdefault(pod.namespace, []).append(pod)
-            counts = base + _count(snapshot, _scoped(assumed_by_ns, scope), scope)
+        if snapshot.assumed:  # few: Scope.selects checks their namespace itself
+            counts = base + _count(snapshot, snapshot.assumed, scope)
         snapshot._caches[key] = counts
     return counts
 
