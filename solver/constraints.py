@@ -595,7 +595,7 @@ class _Builder:
         for key, value in spec.node_selector.items():
             mask &= self.snap.label_values(key) == value
         if spec.affinity.terms:
-            mask &= self.snap._affinity_mask(spec)
+            mask &= node_affinity_mask(self.snap, spec.affinity)
         return mask
 
     # -- volumes ---------------------------------------------------------------------------
