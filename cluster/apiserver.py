@@ -7,8 +7,9 @@ starts a full re-list; any other error backs off exponentially (capped) and retr
 watch is down the cache keeps serving what it has; :meth:`ApiServerBackend.ready` turns false
 once a resource has not been confirmed fresh for ``stale_after`` seconds.
 
-The API flavor is chosen by discovery at start: the built-in ``scheduling.k8s.io/v1beta1``
-PodGroups when served, else the CRD fallback ``scheduling.phalanx.dev/v1beta1``.
+The API flavor is chosen by discovery at start (:func:`detect_flavor`, the one rule ``phalanx serve``
+and ``phalanx controller`` share): the built-in ``scheduling.k8s.io/v1beta1`` when it serves both
+Workloads and PodGroups, else the CRD fallback ``scheduling.phalanx.dev/v1beta1`` when that does.
 """
 
 from __future__ import annotations
@@ -28,10 +29,27 @@ from .kube import MERGE_PATCH, Kube, KubeError, api_path
 log = logging.getLogger("phalanx.apiserver")
 
 
+BUILTIN, CRD = "builtin", "crd"
+FLAVOR_GROUPS = {BUILTIN: names.SCHEDULING_GROUP, CRD: names.CRD_GROUP}
+FLAVOR_RESOURCES = frozenset({"workloads", "podgroups"})
+
+
+class FlavorUnavailable(RuntimeError):
+    """Neither the built-in Workload API nor phalanx's CRDs are served."""
+
+
 def detect_flavor(kube: Kube) -> str:
-    """``builtin`` when the API server serves scheduling.k8s.io/v1beta1 podgroups, else ``crd``."""
-    served = kube.served_resources(f"{names.SCHEDULING_GROUP}/{names.SCHEDULING_VERSION}") or set()
-    return "builtin" if "podgroups" in served else "crd"
+    """``builtin`` when the API server serves scheduling.k8s.io/v1beta1 workloads and podgroups,
+    else ``crd`` when it serves phalanx's scheduling.phalanx.dev/v1beta1 CRDs; raises
+    FlavorUnavailable when it serves neither (phalanx would watch nothing)."""
+    for flavor, group in FLAVOR_GROUPS.items():
+        if FLAVOR_RESOURCES <= (kube.served_resources(f"{group}/{names.SCHEDULING_VERSION}") or set()):
+            return flavor
+    raise FlavorUnavailable(
+        f"the API server serves neither {names.SCHEDULING_GROUP}/{names.SCHEDULING_VERSION} nor "
+        f"{names.CRD_GROUP}/{names.SCHEDULING_VERSION} workloads and podgroups: enable the built-in API "
+        "(GenericWorkload and --runtime-config=scheduling.k8s.io/v1beta1=true on kube-apiserver) or "
+        "apply phalanx's CRDs (kubectl apply -k scheduler-config/crds/)")
 
 
 def _now() -> str:
@@ -46,8 +64,7 @@ class ApiServerBackend:
         self.stale_after = stale_after
         self.identity = identity
         self.flavor = detect_flavor(kube)
-        group = names.SCHEDULING_GROUP if self.flavor == "builtin" else names.CRD_GROUP
-        self.scheduling_gv = f"{group}/{names.SCHEDULING_VERSION}"
+        self.scheduling_gv = f"{FLAVOR_GROUPS[self.flavor]}/{names.SCHEDULING_VERSION}"
         self.resources: dict[str, tuple[str, str]] = {
             "Node": ("v1", "nodes"),
             "Pod": ("v1", "pods"),

@@ -1,11 +1,13 @@
 """Names of the Workload and PodGroup phalanx creates — for readability only.
 
 Discovery never reconstructs a name (it follows ``spec.controllerRef`` and ``spec.workloadRef``),
-so this scheme may change freely. Workload: ``<sts>-<hash>``; PodGroup:
-``<workload>-<template>-<hash>``; a PodGroup's shared ResourceClaim: ``<podgroup>-<claim entry>``.
-The hash is FNV-32a, its decimal digits spelled with Kubernetes' "safe" alphabet (no vowels, no
-look-alike characters). Every name is a DNS subdomain of at most 253 characters; when parts must
-be cut, each part gets a fair share of the room.
+so this scheme may change freely. Workload: ``<sts>-<hash>``; PodGroup: ``<sts>-<hash>`` for the
+StatefulSet's own Workload, ``<workload>-<template>-<hash>`` for a template of another's; a
+PodGroup's shared ResourceClaim: ``<podgroup>-<claim entry>``. The hash is FNV-32a, its decimal
+digits spelled with Kubernetes' "safe" alphabet (no vowels, no look-alike characters). Every name
+is a DNS subdomain of at most 253 characters, and a PodGroup's name at most 63 (a valid label
+value: in the CRD flavor a pod names its PodGroup in the label ``scheduling.phalanx.dev/pod-group``);
+when parts must be cut, each part gets a fair share of the room.
 """
 
 from __future__ import annotations
@@ -59,8 +61,11 @@ def workload_name(sts_name: str, sts_uid: str) -> str:
 
 
 def podgroup_name(workload: str, template: str, workload_uid: str, owner_uid: str = "") -> str:
-    """The owner's UID is part of the hash: sibling StatefulSets of one parent template differ."""
-    return fair_join([workload, template], name_hash(workload_uid, template, owner_uid))
+    """At most 63 characters (a label value). The Workload's name is left out when it is the
+    template's own (``<template>-...``), so it carries no information twice. The owner's UID is part
+    of the hash: sibling StatefulSets of one parent template differ."""
+    parts = [template] if workload.startswith(f"{template}-") else [workload, template]
+    return fair_join(parts, name_hash(workload_uid, template, owner_uid), MAX_LABEL)
 
 
 def template_name(sts_name: str) -> str:

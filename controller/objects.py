@@ -17,7 +17,7 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cluster import names
+from cluster import convert, names
 from cluster.kube import api_path
 
 from . import naming
@@ -44,10 +44,11 @@ class Flavor:
         return api_path(self.api_version, resource, namespace, name)
 
     def pod_group_of(self, pod: Mapping[str, Any]) -> str | None:
-        """The PodGroup a pod names, if any."""
-        if self.builtin:
-            return ((pod.get("spec") or {}).get("schedulingGroup") or {}).get("podGroupName")
-        return ((pod.get("metadata") or {}).get("labels") or {}).get(names.LABEL_POD_GROUP)
+        """The PodGroup a pod names, if any, read as ``phalanx serve`` reads it (cluster.convert)."""
+        try:
+            return convert.pod_group_name(pod) or None
+        except convert.InvalidInput:
+            return None
 
 
 BUILTIN = Flavor(names.SCHEDULING_GROUP)

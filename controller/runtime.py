@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from cluster import names
+from cluster import apiserver, names
 from cluster.kube import KubeError, api_path
 
 from . import objects
@@ -40,15 +40,13 @@ from .reconciler import CreationFailed, Reconciler, StatefulSetGone
 
 log = logging.getLogger(__name__)
 
-WORKLOAD_RESOURCES = {"workloads", "podgroups"}
 REPAIR_BASE_DELAY = 5.0  # seconds before a StatefulSet's unstamped pods are deleted a second time
 REPAIR_MAX_DELAY = 300.0
 
 
 def discover_flavor(kube: Any) -> Flavor:
-    """Built-in ``scheduling.k8s.io/v1beta1`` when served, else phalanx's CRDs."""
-    served = kube.served_resources(BUILTIN.api_version) or set()
-    return BUILTIN if WORKLOAD_RESOURCES <= served else CRD
+    """The flavor ``phalanx serve`` detects too (one rule, cluster.apiserver.detect_flavor)."""
+    return BUILTIN if apiserver.detect_flavor(kube) == apiserver.BUILTIN else CRD
 
 
 class WorkQueue:

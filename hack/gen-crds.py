@@ -7,7 +7,8 @@ CRDs carry exactly the upstream schema (spec and status).
     python3 hack/gen-crds.py scheduling-v1beta1.json scheduler-config/crds
 
 ``$ref``s are inlined (CRD schemas must be structural), ``metav1.Time`` becomes a date-time
-string, and descriptions are kept to their first sentence to keep the manifests readable.
+string, and descriptions are kept to their first sentence to keep the manifests readable. One rule
+is added: a PodGroup's name is at most 63 characters (pods reference it by a label value).
 """
 
 from __future__ import annotations
@@ -22,6 +23,15 @@ GROUP = "scheduling.phalanx.dev"
 PREFIX = "io.k8s.api.scheduling.v1beta1."
 KEEP = ("type", "format", "enum", "default", "maxItems", "minItems", "maximum", "minimum", "maxLength",
         "x-kubernetes-list-type", "x-kubernetes-list-map-keys", "x-kubernetes-map-type")
+
+
+# Beyond the upstream schema: in this flavor a pod names its PodGroup in the label
+# scheduling.phalanx.dev/pod-group, and a label value holds at most 63 characters.
+PODGROUP_NAME_RULE = {
+    "rule": "size(self.metadata.name) <= 63",
+    "message": "a PodGroup's name must be at most 63 characters in the scheduling.phalanx.dev flavor: pods "
+               "name their PodGroup in the label scheduling.phalanx.dev/pod-group",
+}
 
 
 def first_sentence(text: str) -> str:
@@ -73,11 +83,11 @@ def crd(kind: str, plural: str, schemas: dict) -> dict:
     for part in ("spec", "status"):
         if part in top.get("properties", {}):
             props[part] = inline(top["properties"][part], schemas)
-    version = {
-        "name": "v1beta1", "served": True, "storage": True,
-        "schema": {"openAPIV3Schema": {"type": "object", "description": first_sentence(top.get("description", "")),
-                                       "properties": props, "required": ["spec"]}},
-    }
+    root = {"type": "object", "description": first_sentence(top.get("description", "")),
+            "properties": props, "required": ["spec"]}
+    if kind == "PodGroup":
+        root["x-kubernetes-validations"] = [PODGROUP_NAME_RULE]
+    version = {"name": "v1beta1", "served": True, "storage": True, "schema": {"openAPIV3Schema": root}}
     if "status" in props:
         version["subresources"] = {"status": {}}
     return {

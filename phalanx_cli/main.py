@@ -33,7 +33,12 @@ def _serve(args: argparse.Namespace) -> int:
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr)
-    return serve(options, kubeconfig=args.kubeconfig, sim_file=args.sim)
+    from cluster.apiserver import FlavorUnavailable
+
+    try:
+        return serve(options, kubeconfig=args.kubeconfig, sim_file=args.sim)
+    except FlavorUnavailable as err:
+        raise SystemExit(f"phalanx serve: {err}") from None
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -48,8 +53,13 @@ def _controller(args: argparse.Namespace) -> int:
     from controller import run
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    return run(args.kubeconfig, args.webhook_addr, args.tls_cert, args.tls_key, args.lease_namespace,
-               workers=args.workers)
+    from cluster.apiserver import FlavorUnavailable
+
+    try:
+        return run(args.kubeconfig, args.webhook_addr, args.tls_cert, args.tls_key, args.lease_namespace,
+                   workers=args.workers)
+    except FlavorUnavailable as err:
+        raise SystemExit(f"phalanx controller: {err}") from None
 
 
 def build_parser() -> argparse.ArgumentParser:

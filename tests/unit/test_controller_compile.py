@@ -8,7 +8,16 @@ import pytest
 from cluster import names
 from controller import BUILTIN, CRD, compile_podgroup, compile_workload, raw_scheduling, resolve
 from controller.config import ConfigError, SchedulingConfig
-from controller.naming import MAX_NAME, SAFE_ALPHABET, fair_join, fnv32a, podgroup_name, template_name, workload_name
+from controller.naming import (
+    MAX_LABEL,
+    MAX_NAME,
+    SAFE_ALPHABET,
+    fair_join,
+    fnv32a,
+    podgroup_name,
+    template_name,
+    workload_name,
+)
 from controller.objects import min_count, min_count_patch, template_fields
 from tests.unit.controller_fakes import statefulset
 
@@ -110,19 +119,35 @@ def test_names_use_the_safe_alphabet_and_are_stable():
     assert name == workload_name("db", "uid-1") != workload_name("db", "uid-2")
     prefix, suffix = name.split("-", 1)
     assert prefix == "db" and set(suffix) <= set(SAFE_ALPHABET)
-    assert podgroup_name(name, "db", "w-uid").startswith(f"{name}-db-")
+    # a StatefulSet's own Workload is not repeated in its PodGroup's name; another's is kept
+    assert re.fullmatch(f"db-[{SAFE_ALPHABET}]+", podgroup_name(name, "db", "w-uid"))
+    assert podgroup_name("train-x1", "workers", "w-uid").startswith("train-x1-workers-")
+    assert podgroup_name(name, "db", "w-uid", "sts-1") != podgroup_name(name, "db", "w-uid", "sts-2")
 
 
-@pytest.mark.parametrize("sts_len,template_len", [(253, 63), (200, 10), (10, 250), (126, 126)])
-def test_long_names_are_truncated_fairly_to_a_dns_subdomain(sts_len, template_len):
+LABEL_VALUE = re.compile(r"^([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9]$")
+
+
+@pytest.mark.parametrize("sts_len,template_len", [(253, 63), (200, 10), (10, 250), (126, 126), (63, 63), (52, 52)])
+def test_long_names_are_truncated_fairly_podgroups_to_a_label_value(sts_len, template_len):
     workload = workload_name("a" * (sts_len - 1) + "b", "uid")
     pg = podgroup_name(workload, "c" * template_len, "uid2")
-    for name in (workload, pg):
-        assert len(name) <= MAX_NAME and DNS_SUBDOMAIN.match(name), name
+    assert len(workload) <= MAX_NAME and DNS_SUBDOMAIN.match(workload), workload
+    # in the CRD flavor pods carry the PodGroup's name as a label value
+    assert len(pg) <= MAX_LABEL and DNS_SUBDOMAIN.match(pg) and LABEL_VALUE.match(pg), pg
     wpart, tpart, _ = pg.rsplit("-", 2)
-    room = MAX_NAME - 2 - len(pg.rsplit("-", 1)[1])
+    room = MAX_LABEL - 2 - len(pg.rsplit("-", 1)[1])
     # neither part is cut below half the room while the other keeps more than its share
     assert min(len(wpart), len(tpart)) >= min(room // 2, len(workload), template_len) - 1
+
+
+@pytest.mark.parametrize("length", [1, 30, 52, 63])
+def test_a_statefulsets_own_podgroup_name_is_a_label_value(length):
+    sts = ("s" * length)[:-1] + "z"
+    workload = workload_name(sts, "uid")
+    pg = podgroup_name(workload, template_name(sts), "w-uid", "uid")
+    assert len(pg) <= MAX_LABEL and LABEL_VALUE.match(pg), pg
+    assert pg.startswith(sts[: min(length, 40)]) and pg.count(sts[:min(length, 40)]) == 1
 
 
 def test_truncated_parts_never_end_in_a_dash_or_dot():

@@ -280,7 +280,7 @@ class ScriptedKube:
         self.requests = []
 
     def served_resources(self, group_version):
-        return {"podgroups"}
+        return {"podgroups", "workloads"}
 
     def request(self, method, path, body=None, content_type="application/json"):
         self.requests.append((method, path.rsplit("/", 1)[-1]))
