@@ -33,6 +33,7 @@ browser-deps:
 
 e2e: install
 	bash hack/build-k8s.sh
+	bash hack/build-lws.sh
 	$(PY) -m pytest tests/e2e -q
 
 # interactive (Ctrl-C stops it); scripts: make demo DEMO_ARGS="--duration 20 --headless"

@@ -1,15 +1,66 @@
-"""LeaderWorkerSet-shaped groups placed by phalanx. LWS itself is not installed: the tests create
-exactly the objects the LWS controller creates (see the LWS gang-scheduling guide) — a Workload
-with a replica template, runtime PodGroups per replica (or one for the whole LWS, or one per role),
-leader pods first behind the `leaderworkerset.sigs.k8s.io/group-replacement` scheduling gate, then
-workers once the gate is lifted — and check where kube-scheduler + phalanx put them."""
+"""LeaderWorkerSets under the real LWS controller (sigs.k8s.io/lws at LWS_VERSION, built by
+hack/build-lws.sh): LWS creates the leader StatefulSet, one worker StatefulSet per group and the
+pods, its own webhooks label them; phalanx's controller and webhooks turn an annotated LWS into the
+LWS gang-scheduling guide's Workload and PodGroups, and kube-scheduler + phalanx place them.
+
+The last tests (``test_handmade_*``) place LWS-*shaped* PodGroups that the test creates by hand,
+without the LWS controller: unit-level cases of the group shapes, not of LWS.
+"""
 
 from __future__ import annotations
 
-from harness import GPU, RACK, assert_none_bound, create, pod, podgroup, podgroup_template, wait_all_bound, workload
+import pytest
+from harness import (
+    GPU,
+    RACK,
+    assert_none_bound,
+    create,
+    pod,
+    podgroup,
+    podgroup_template,
+    pods,
+    scheduler_config,
+    wait_all_bound,
+    workload,
+)
+from harness.lws import LWS_API, LwsManager, leaderworkerset
 
 from cluster.names import GATE_LWS_GROUP_REPLACEMENT
 
+PLAIN = "lws-e2e-plain"
+LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
+
+
+@pytest.fixture(scope="module")
+def lws(control_plane):
+    manager = LwsManager(control_plane).start()
+    yield manager
+    manager.stop()
+
+
+def make_lws(rest, namespace, obj):
+    return rest.post(f"{LWS_API}/namespaces/{namespace}/leaderworkersets", obj)
+
+
+def test_lws_without_annotation_runs_as_lws_runs_it(rest, namespace, nodes, lws, start_scheduler):
+    """The anchor: LWS alone, a plain kube-scheduler, no phalanx object anywhere."""
+    start_scheduler(scheduler_config(PLAIN), name="lws-plain")
+    nodes.add_many(4, prefix="plain", cpu="4")
+    make_lws(rest, namespace, leaderworkerset("plain", size=3, replicas=2, scheduler_name=PLAIN))
+    placed = wait_all_bound(rest, namespace, count=6, timeout=60, label_selector=f"{LWS_NAME}=plain")
+    assert sorted(placed) == ["plain-0", "plain-0-1", "plain-0-2", "plain-1", "plain-1-1", "plain-1-2"]
+    sets = {s["metadata"]["name"]: s for s in rest.list(f"/apis/apps/v1/namespaces/{namespace}/statefulsets")}
+    assert sorted(sets) == ["plain", "plain-0", "plain-1"]  # leaders, then one worker set per group
+    assert sets["plain-0"]["metadata"]["ownerReferences"][0]["kind"] == "Pod"  # owned by its leader
+    for p in pods(rest, namespace):
+        labels = p["metadata"]["labels"]
+        name = p["metadata"]["name"]
+        assert labels["leaderworkerset.sigs.k8s.io/group-index"] == name.split("-")[1]
+        assert labels["leaderworkerset.sigs.k8s.io/worker-index"] == (name.split("-") + ["0"])[2]
+        assert "schedulingGroup" not in p["spec"] and not p["spec"].get("schedulingGates")
+
+
+# -- hand-made LWS-shaped PodGroups (no LWS controller): unit-level cases of the shapes -------------
 
 def lws_replica(rest, namespace, group, size, gpu=1, leader_group=None, worker_group=None):
     """One LWS replica: the gated leader, the gate lifted, then size-1 workers."""
@@ -26,7 +77,7 @@ def rack_of(rest, node):
     return rest.get(f"/api/v1/nodes/{node}")["metadata"]["labels"][RACK]
 
 
-def test_replica_level_each_replica_whole_and_independent(rest, namespace, nodes, phalanx_scheduler):
+def test_handmade_replica_level_each_replica_whole_and_independent(rest, namespace, nodes, phalanx_scheduler):
     for rack in ("la", "lb"):
         for i in range(2):
             nodes.add(f"lws-{rack}-{i}", gpu=2, rack=rack)  # 4 GPUs per rack
@@ -41,7 +92,7 @@ def test_replica_level_each_replica_whole_and_independent(rest, namespace, nodes
     assert_none_bound(rest, namespace, seconds=5, podgroup="lws-2")  # no room: waits whole, others unaffected
 
 
-def test_whole_lws_level_is_all_or_nothing(rest, namespace, nodes, phalanx_scheduler):
+def test_handmade_whole_lws_level_is_all_or_nothing(rest, namespace, nodes, phalanx_scheduler):
     for i in range(7):
         nodes.add(f"whole-{i}", gpu=1, rack="lw")
     create(rest, workload("lws-all", [podgroup_template("all", min_count=8)]), namespace)
@@ -56,7 +107,7 @@ def test_whole_lws_level_is_all_or_nothing(rest, namespace, nodes, phalanx_sched
     assert len(wait_all_bound(rest, namespace, count=8, timeout=60, podgroup="lws-all")) == 8
 
 
-def test_role_level_leader_and_worker_groups_are_placed_separately(rest, namespace, nodes, phalanx_scheduler):
+def test_handmade_role_level_leader_and_worker_groups_are_placed_separately(rest, namespace, nodes, phalanx_scheduler):
     nodes.add("role-0", gpu=2, rack="lr")
     create(rest, workload("lws-role", [podgroup_template("leader"), podgroup_template("worker", min_count=3)]),
            namespace)

@@ -1,0 +1,83 @@
+#!/usr/bin/env bash
+# Build the LeaderWorkerSet controller used by phalanx's e2e tests from the sigs.k8s.io/lws Go
+# module, and keep the manifests the tests install next to it, in
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/lws/<LWS_VERSION>/
+#     lws-manager                     the manager binary (controllers and webhooks)
+#     crds/                           the module's config/crd/bases
+#     webhook/                        config/webhook/manifests.yaml and its two pod-webhook patches
+# Idempotent: does nothing when the pinned version is already there (.built stamp). The version is
+# pinned in hack/versions.env. Needs: go (>= 1.26.0), the Go module proxy for a cold build. The
+# build log goes to the cache dir, never into the repository.
+set -euo pipefail
+
+HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
+# shellcheck source=versions.env
+source "$HERE/versions.env"
+
+OUT="${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/lws/$LWS_VERSION"
+STAMP="$OUT/.built"
+WANT="lws=$LWS_VERSION"
+
+if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$OUT/lws-manager" ]]; then
+  echo "build-lws: $WANT already built in $OUT"
+  exit 0
+fi
+
+command -v go >/dev/null || { echo "build-lws: go is not on PATH" >&2; exit 1; }
+export GOTOOLCHAIN="${GOTOOLCHAIN:-$K8S_GOTOOLCHAIN}"
+export GOFLAGS="-buildvcs=false"
+export CGO_ENABLED=0
+
+mkdir -p "$OUT"
+WORK="$OUT/.build"
+LOG="$OUT/build.log"
+rm -rf "$WORK"
+mkdir -p "$WORK"
+: >"$LOG"
+echo "build-lws: building $WANT into $OUT (log: $LOG)"
+START=$(date +%s)
+
+fail() {
+  echo "build-lws: FAILED: $*" >&2
+  echo "---- last 40 lines of $LOG ----" >&2
+  tail -n 40 "$LOG" >&2 || true
+  exit 1
+}
+
+# The manager's main package is sigs.k8s.io/lws/cmd; the module has no replace directives, but a
+# throwaway module keeps the build independent of the module's own test dependencies.
+MOD_JSON="$(go mod download -json "sigs.k8s.io/lws@$LWS_VERSION" 2>>"$LOG")" \
+  || fail "go mod download sigs.k8s.io/lws@$LWS_VERSION"
+MOD_DIR="$(printf '%s\n' "$MOD_JSON" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+[[ -d "$MOD_DIR/config/crd/bases" ]] || fail "no config/crd/bases in sigs.k8s.io/lws@$LWS_VERSION"
+GO_LINE="$(grep -m1 '^go ' "$MOD_DIR/go.mod")"
+
+printf 'module phalanx.local/lwsbuild\n\n%s\n\nrequire sigs.k8s.io/lws %s\n' "$GO_LINE" "$LWS_VERSION" >"$WORK/go.mod"
+cat >"$WORK/tools.go" <<'GO'
+//go:build tools
+
+package tools
+
+import _ "sigs.k8s.io/lws/cmd"
+GO
+
+(
+  cd "$WORK"
+  echo "== go mod tidy (lws) ==" >>"$LOG"
+  go mod tidy >>"$LOG" 2>&1
+  echo "== go build lws-manager ==" >>"$LOG"
+  go build -p 2 -trimpath -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" \
+    -o "$WORK/lws-manager" sigs.k8s.io/lws/cmd >>"$LOG" 2>&1
+) || fail "go build sigs.k8s.io/lws/cmd@$LWS_VERSION"
+
+rm -rf "$OUT/crds" "$OUT/webhook"
+mkdir -p "$OUT/crds" "$OUT/webhook"
+cp "$MOD_DIR"/config/crd/bases/*.yaml "$OUT/crds/"
+cp "$MOD_DIR"/config/webhook/manifests.yaml "$MOD_DIR"/config/webhook/mutating-patch.yaml \
+  "$MOD_DIR"/config/webhook/validating-patch.yaml "$OUT/webhook/"
+chmod -R u+w "$OUT/crds" "$OUT/webhook"
+mv -f "$WORK/lws-manager" "$OUT/lws-manager"
+echo "$WANT" >"$STAMP"
+rm -rf "$WORK"
+END=$(date +%s)
+echo "build-lws: done in $((END - START))s: $(ls "$OUT" | tr '\n' ' ')"
