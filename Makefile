@@ -27,12 +27,23 @@ test: lint browser-deps
 	$(PY) -m pytest tests/browser -q
 
 # Debian's Chromium at /usr/bin/chromium drives the browser tests (Playwright's own browser
-# download is not used)
+# download is not used). Installed only when missing, and said so; without root or apt, the
+# target fails with the command to run.
 browser-deps:
-	command -v chromium >/dev/null || (apt-get update && apt-get install -y chromium)
+	@if command -v chromium >/dev/null; then \
+	  echo "browser-deps: using $$(command -v chromium)"; \
+	elif [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "browser-deps: chromium is missing; installing the Debian package chromium (apt-get install -y chromium)"; \
+	  apt-get update && apt-get install -y chromium; \
+	else \
+	  echo "browser-deps: chromium is missing and cannot be installed here (needs root and apt-get)." >&2; \
+	  echo "browser-deps: run: sudo apt-get install -y chromium   (or put a chromium on PATH)" >&2; \
+	  exit 1; \
+	fi
 
 e2e: install
 	bash hack/build-k8s.sh
+	bash hack/build-tools.sh
 	bash hack/build-lws.sh
 	$(PY) -m pytest tests/e2e -q
 

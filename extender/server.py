@@ -7,6 +7,8 @@ gangs do so at once; so the workload cycle is told the pool's *barrier capacity*
 a reserve for filter, prioritize and the probes, :func:`extender.cycle.barrier_capacity`) and never
 plans more unbound gang members than that: gangs beyond it wait their turn instead of deadlocking
 the pool.
+``--health-addr`` adds a listener for the kubelet's probes that serves only /healthz and /readyz
+(:mod:`extender.http.health`), so the extender itself can stay on loopback.
 Everything (watch threads, service, servers) starts inside this one process; nothing forks.
 """
 
@@ -28,7 +30,7 @@ from cluster.kube import Kube
 from cluster.sim import SimCluster
 from extender.cycle import WorkloadCycle, barrier_capacity
 from extender.grpc import GrpcServer, start_grpc_server
-from extender.http import create_app
+from extender.http import create_app, health_app
 from solver import SolveOptions
 
 log = logging.getLogger("phalanx.serve")
@@ -45,6 +47,7 @@ class ServeOptions:
     plan_ttl: float = 60.0
     solver_path: str = "exact"
     grpc_addr: str = "127.0.0.1:50051"  # the WorkloadCycle gRPC service; "" or "off": none
+    health_addr: str = ""  # HOST:PORT of the probe listener (/healthz, /readyz only); "": none
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -78,10 +81,31 @@ class Phalanx:
         self._thread: threading.Thread | None = None
         self.grpc_addr = "" if grpc_addr == "off" else grpc_addr
         self.grpc: GrpcServer | None = None
+        self.health: wsgi.Server | None = None
+        self._health_thread: threading.Thread | None = None
 
     @property
     def port(self) -> int:
         return self.server.bind_addr[1]
+
+    @property
+    def health_port(self) -> int | None:
+        return None if self.health is None else self.health.bind_addr[1]
+
+    def live(self) -> tuple[bool, str]:
+        """Liveness for the probe listener: the extender's HTTP server is up and serving."""
+        if self._thread is not None and self._thread.is_alive() and self.server.ready:
+            return True, "ok"
+        return False, "the extender's HTTP server is not serving"
+
+    def serve_health(self, addr: str) -> "Phalanx":
+        """Start the probe listener on ``addr`` (a few threads: the kubelet probes one at a time)."""
+        self.health = wsgi.Server(split_addr(addr), health_app(self.live, self.ready), numthreads=4,
+                                  request_queue_size=16, timeout=10)
+        self.health.prepare()
+        self._health_thread = threading.Thread(target=self.health.serve, name="phalanx-health", daemon=True)
+        self._health_thread.start()
+        return self
 
     def start(self) -> "Phalanx":
         if self.grpc_addr:  # first: an address that cannot be bound fails before anything serves
@@ -94,6 +118,8 @@ class Phalanx:
     def stop(self) -> None:
         if self.grpc is not None:
             self.grpc.stop()
+        if self.health is not None:
+            self.health.stop()
         self.server.stop()
         self._stop_backend()
         self.cycle.close()
@@ -128,9 +154,13 @@ def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | 
         with open(sim_file) as f:
             sim.load_yaml(f.read())
     phalanx = build(options, kubeconfig, sim).start()
+    if options.health_addr:
+        phalanx.serve_health(options.health_addr)
     scheme = "https" if options.tls_cert else "http"
     print(f"phalanx serving the extender on {scheme}://{options.http_addr}/scheduler "
           f"({'simulated cluster ' + sim_file if sim_file else 'API server'})", flush=True)
+    if phalanx.health is not None:
+        print(f"phalanx serving /healthz and /readyz on http://{options.health_addr}", flush=True)
     if phalanx.grpc is not None:
         print(f"phalanx serving gRPC phalanx.v1.WorkloadCycle on {phalanx.grpc_addr}", flush=True)
     done = threading.Event()

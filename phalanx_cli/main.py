@@ -32,7 +32,8 @@ def _serve(args: argparse.Namespace) -> int:
         raise SystemExit("phalanx serve: give exactly one of --kubeconfig PATH or --sim FILE")
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
-                           plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr)
+                           plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
+                           health_addr=args.health_addr)
     from cluster.apiserver import FlavorUnavailable
 
     try:
@@ -91,6 +92,9 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--solver", choices=["exact", "greedy"], default="exact", help="solver path (default exact)")
     serve.add_argument("--grpc-addr", default="127.0.0.1:50051",
                        help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
+    serve.add_argument("--health-addr", default="",
+                       help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
+                            "(e.g. 0.0.0.0:8889; default: none)")
     serve.set_defaults(func=_serve)
 
     explain = sub.add_parser("explain", help="print a PodGroup's state, explanation and plan from a running serve")
