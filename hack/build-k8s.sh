@@ -50,54 +50,11 @@ fail() {
 }
 
 # ---- Kubernetes ---------------------------------------------------------------------------
-# k8s.io/kubernetes replaces its staging modules with local paths, so it cannot be built with
-# `go install pkg@version`. Build it from a throwaway module that requires k8s.io/kubernetes and
-# points every staging module at its published v0.X.Y release.
-STAGING_VERSION="v0.${K8S_VERSION#v1.}"
-K8S_MOD_JSON="$(go mod download -json "k8s.io/kubernetes@$K8S_VERSION" 2>>"$LOG")" \
-  || fail "go mod download k8s.io/kubernetes@$K8S_VERSION"
-K8S_GOMOD="$(printf '%s\n' "$K8S_MOD_JSON" | sed -n 's/^[[:space:]]*"GoMod": "\(.*\)",\{0,1\}$/\1/p')"
-[[ -f "$K8S_GOMOD" ]] || fail "no GoMod file for k8s.io/kubernetes@$K8S_VERSION"
-GO_LINE="$(grep -m1 '^go ' "$K8S_GOMOD")"
-STAGING="$(sed -n 's#^[[:space:]]*\(k8s\.io/[^[:space:]]*\)[[:space:]]*=>[[:space:]]*\./staging/src/.*#\1#p' "$K8S_GOMOD")"
-[[ -n "$STAGING" ]] || fail "no staging replaces found in $K8S_GOMOD"
-
-{
-  echo "module phalanx.local/k8sbuild"
-  echo
-  echo "$GO_LINE"
-  echo
-  echo "require k8s.io/kubernetes $K8S_VERSION"
-  echo
-  echo "replace ("
-  for m in $STAGING; do echo "	$m => $m $STAGING_VERSION"; done
-  echo ")"
-} >"$WORK/k8s/go.mod"
-cat >"$WORK/k8s/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import (
-	_ "k8s.io/kubernetes/cmd/kube-apiserver"
-	_ "k8s.io/kubernetes/cmd/kube-controller-manager"
-	_ "k8s.io/kubernetes/cmd/kube-scheduler"
-)
-GO
-
-MAJOR="${K8S_VERSION#v}"; MAJOR="${MAJOR%%.*}"
-MINOR="${K8S_VERSION#v*.}"; MINOR="${MINOR%%.*}"
-BUILD_DATE="$(date -u +%Y-%m-%dT%H:%M:%SZ)"
-VPKG=k8s.io/component-base/version
-LDFLAGS="-s -w -X $VPKG.gitVersion=$K8S_VERSION -X $VPKG.gitMajor=$MAJOR -X $VPKG.gitMinor=$MINOR"
-LDFLAGS+=" -X $VPKG.gitTreeState=clean -X $VPKG.buildDate=$BUILD_DATE"
-LDFLAGS+=" -X k8s.io/client-go/pkg/version.gitVersion=$K8S_VERSION"
-
-(
-  cd "$WORK/k8s"
-  echo "== go mod tidy (k8s) ==" >>"$LOG"
-  go mod tidy >>"$LOG" 2>&1
-) || fail "go mod tidy for k8s.io/kubernetes@$K8S_VERSION"
+# shellcheck source=k8s-module.sh
+source "$HERE/k8s-module.sh"
+k8s_module "$WORK/k8s" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
+  k8s.io/kubernetes/cmd/kube-scheduler
+LDFLAGS="$(k8s_ldflags)"
 
 for b in kube-apiserver kube-controller-manager kube-scheduler; do
   echo "build-k8s: building $b ..."
