@@ -24,7 +24,17 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from harness import ControlPlane, FakeKubelet, MissingBinaries, Rest, Scheduler, create_node, delete_node, locate  # noqa: E402
+from harness import (  # noqa: E402
+    ControlPlane,
+    FakeKubelet,
+    MissingBinaries,
+    Rest,
+    Scheduler,
+    create_node,
+    delete_node,
+    locate,
+    wait_for,
+)
 
 _WORKDIR: dict[str, Path] = {}
 
@@ -68,6 +78,44 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         keep = request.session.testsfailed or os.environ.get("PHALANX_E2E_KEEP") == "1"
         if keep:
             sys.stderr.write(f"\nphalanx e2e: logs kept in {workdir}/logs\n")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+CRDS = Path(__file__).resolve().parents[2] / "scheduler-config" / "crds"
+
+
+@pytest.fixture(scope="session")
+def crd_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
+    """A second control plane as most clusters in the field are: ``GenericWorkload`` off, so
+    ``scheduling.k8s.io`` Workloads and PodGroups are not served, and phalanx's CRDs applied from
+    ``scheduler-config/crds/`` (its own fake kubelet as ``.fake_kubelet``)."""
+    import yaml
+
+    try:
+        binaries = locate()
+    except MissingBinaries as err:
+        pytest.fail(str(err), pytrace=False)
+    workdir = Path(tempfile.mkdtemp(prefix="phalanx-e2e-crd-"))
+    plane = ControlPlane(workdir, binaries, apiserver_feature_gates=None, runtime_config=None,
+                         controller_manager_feature_gates=None)
+    try:
+        plane.start()
+    except Exception as err:
+        pytest.fail(f"CRD-flavor control plane did not start (logs in {workdir}/logs): {err}", pytrace=False)
+    plane.fake_kubelet = FakeKubelet(plane.rest)
+    plane.fake_kubelet.start()
+    try:
+        for crd in sorted(CRDS.glob("*.scheduling.phalanx.dev.yaml")):
+            plane.rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(crd.read_text()))
+        wait_for(lambda: {"workloads", "podgroups"} <= {r["name"] for r in (plane.rest.get_or_none(
+            "/apis/scheduling.phalanx.dev/v1beta1") or {}).get("resources", [])}, 60, "phalanx's CRDs served")
+        yield plane
+    finally:
+        plane.fake_kubelet.stop()
+        plane.stop()
+        if request.session.testsfailed or os.environ.get("PHALANX_E2E_KEEP") == "1":
+            sys.stderr.write(f"\nphalanx e2e: CRD-flavor control-plane logs kept in {workdir}/logs\n")
         else:
             shutil.rmtree(workdir, ignore_errors=True)
 

@@ -1,17 +1,16 @@
 """The CRD fallback on a cluster that does not serve scheduling.k8s.io Workload/PodGroup: a second
 real control plane with GenericWorkload off, phalanx's CRDs from scheduler-config/crds applied,
 pods linked by the label scheduling.phalanx.dev/pod-group, and kube-scheduler + phalanx placing a
-gang all-or-nothing through them."""
+gang all-or-nothing through them. (The controller's StatefulSet path on this control plane is in
+test_product_path.py.)"""
 
 from __future__ import annotations
 
-import shutil
-import tempfile
 from pathlib import Path
 
 import pytest
 import yaml
-from harness import GPU, ControlPlane, FakeKubelet, assert_none_bound, create_node, locate, pod, wait_for
+from harness import GPU, ApiError, assert_none_bound, create_node, delete_node, pod, wait_for
 
 from cluster.apiserver import detect_flavor
 from cluster.kube import Kube
@@ -23,23 +22,9 @@ CRDS = ROOT / "scheduler-config" / "crds"
 
 
 @pytest.fixture(scope="module")
-def old_cluster():
-    workdir = Path(tempfile.mkdtemp(prefix="phalanx-e2e-crd-"))
-    plane = ControlPlane(workdir, locate(), apiserver_feature_gates=None, runtime_config=None,
-                         controller_manager_feature_gates=None).start()
-    kubelet = FakeKubelet(plane.rest)
-    kubelet.start()
-    try:
-        for path in sorted(CRDS.glob("*.scheduling.phalanx.dev.yaml")):
-            plane.rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(path.read_text()))
-        wait_for(lambda: plane.rest.get_or_none("/apis/scheduling.phalanx.dev/v1beta1") is not None
-                 and len(plane.rest.get("/apis/scheduling.phalanx.dev/v1beta1")["resources"]) >= 2,
-                 timeout=60, message="CRDs served")
-        yield plane
-    finally:
-        kubelet.stop()
-        plane.stop()
-        shutil.rmtree(workdir, ignore_errors=True)
+def old_cluster(crd_control_plane):
+    """The session's control plane without GenericWorkload, phalanx's CRDs applied (conftest)."""
+    return crd_control_plane
 
 
 def test_builtin_api_absent_and_crds_accept_the_upstream_shape(old_cluster):
@@ -88,3 +73,23 @@ def test_gang_all_or_nothing_through_the_crd_flavor(old_cluster):
     finally:
         scheduler.stop()
         phalanx.stop()
+        # the control plane is shared with test_product_path.py: leave it as found
+        rest.request("DELETE", "/api/v1/namespaces/default/pods", params={
+            "labelSelector": f"{LABEL_POD_GROUP}=db", "gracePeriodSeconds": 0})
+        rest.delete("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/db")
+        for i in range(3):
+            delete_node(rest, f"crd-{i}")
+
+
+def test_the_crd_rejects_a_podgroup_name_no_label_value_can_hold(old_cluster):
+    """In this flavor pods name their PodGroup in a label: a name over 63 characters is refused
+    at creation, saying why, instead of every member pod failing later."""
+    group = {"apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
+             "metadata": {"name": "g" * 64}, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
+    with pytest.raises(ApiError) as refused:
+        old_cluster.rest.post("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
+    assert refused.value.status == 422
+    assert "at most 63 characters" in str(refused.value) and LABEL_POD_GROUP in str(refused.value)
+    group["metadata"]["name"] = "g" * 63
+    old_cluster.rest.post("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
+    old_cluster.rest.delete(f"/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/{'g' * 63}")
