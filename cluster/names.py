@@ -57,6 +57,22 @@ EVENT_DELEGATION_IGNORED = "DelegationIgnored"  # group-template-name without a 
 EVENT_RESOURCECLAIM_CREATED = "ResourceClaimCreated"  # a PodGroup's shared claim, created by phalanx
 EVENT_RESOURCECLAIM_FAILED = "ResourceClaimCreationFailed"  # template missing, name taken, API error
 
+# -- LeaderWorkerSet (sigs.k8s.io/lws v0.9.0 spells these; phalanx reads them, never writes them) ---
+LWS_API_VERSION = "leaderworkerset.x-k8s.io/v1"
+LWS_API_GROUP = "leaderworkerset.x-k8s.io"
+LABEL_LWS_NAME = "leaderworkerset.sigs.k8s.io/name"  # every LWS pod and StatefulSet
+LABEL_LWS_GROUP_INDEX = "leaderworkerset.sigs.k8s.io/group-index"  # the replica a pod belongs to
+LABEL_LWS_WORKER_INDEX = "leaderworkerset.sigs.k8s.io/worker-index"  # 0 for the leader
+LABEL_LWS_REVISION = "leaderworkerset.sigs.k8s.io/template-revision-hash"  # a pod's LWS revision
+ANNOTATION_LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"  # pods: the group size of their revision
+ANNOTATION_LWS_LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"  # worker pods: their leader
+ANNOTATION_LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
+LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller
+# phalanx's, for LWS: the leader pod's group incarnation (workers inherit it; see controller/lws.py),
+# and on the PodGroups phalanx creates for an LWS, the scheduling level (replica, whole, role).
+LABEL_LWS_INCARNATION = "scheduling.phalanx.dev/lws-incarnation"
+ANNOTATION_LWS_LEVEL = "scheduling.phalanx.dev/lws-level"
+
 # -- conditions -------------------------------------------------------------------------------------
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
@@ -96,6 +112,9 @@ EVENT_BOUND = "Bound"
 EVENT_BIND_FAILED = "BindFailed"
 EVENT_BARRIER_TIMEOUT = "BarrierTimeout"
 EVENT_FAILED_SCHEDULING = "FailedScheduling"
+EVENT_PLACEMENT_ABANDONED = "PlacementAbandoned"  # a partly bound gang's record no longer fits
+EVENT_PREEMPTING = "Preempting"  # PodGroup: victims chosen, their eviction started
+EVENT_PREEMPTED = "Preempted"  # victim pod
 METRIC_TIME_TO_PLACE = "phalanx_podgroup_time_to_place_seconds"  # plan made -> every member bound
 METRIC_PLAN_TRANSITIONS = "phalanx_plan_transitions_total"  # {to}: every plan state change
 METRIC_BARRIER_HELD = "phalanx_barrier_capacity_held"  # gang members planned and not yet bound

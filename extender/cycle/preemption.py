@@ -174,7 +174,7 @@ class GroupPreemption:
         note = (f"preempting {len(plan.victims)} pods in {len(plan.units)} units "
                 f"({', '.join(nomination.evicted_units[:5])}) to place {len(plan.placement)} pods"
                 f"{' in ' + plan.domain if plan.domain else ''}; PDB violations: {plan.pdb_violations}")
-        self.cycle._event(group, "Preempting", note)
+        self.cycle._event(group, names.EVENT_PREEMPTING, note)
         self.cycle._emit("preempting", group=group.key, victims=list(plan.victims), units=nomination.evicted_units)
         respect_pdb = plan.pdb_violations == 0
         threading.Thread(target=self._evict, args=(group.key, list(plan.victims), respect_pdb),
@@ -201,7 +201,7 @@ class GroupPreemption:
             except WriteError as err:
                 log.warning("evicting %s for %s failed: %s", pod.key, preemptor, err)
                 continue
-            self._victim_event(record, "Preempted", message)
+            self._victim_event(record, names.EVENT_PREEMPTED, message)
 
     def _victim_event(self, record: PodRecord, reason: str, note: str) -> None:
         pod = record.pod

@@ -86,6 +86,7 @@ from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .preemption import GroupPreemption
 from .queue import PodGroupQueue
+from .records import RecordedHolds
 from .replans import ReplanBudget
 from .verdicts import SWEEP_INTERVAL, Verdicts
 
@@ -257,6 +258,7 @@ class WorkloadCycle:
         self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
         self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
         self._deleted: set[str] = set()  # PodGroups deleted, pruned by the requeue thread
+        self.recorded = RecordedHolds(cache)  # partly bound gangs' records hold their nodes
         self.replans = ReplanBudget()  # group -> plans released since it last bound
         for reason in replans.REASONS:
             self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start
@@ -392,14 +394,22 @@ class WorkloadCycle:
     def reservations(self, exclude_group: str = "") -> dict[str, dict[str, int]]:
         """Capacity held by plans (other than ``exclude_group``), per node, minus bound members."""
         with self._lock:  # also called by group preemption, off the lock
+            self._refresh_records()
             held = [plan.reservations({uid for uid in plan.assignments if self._bound_node(uid)})
                     for key, plan in self.plans.items() if key != exclude_group and plan.state in HOLDING]
+            held += self.recorded.usage(lambda key: key == exclude_group or (
+                key in self.plans and self.plans[key].state in HOLDING))  # a plan holds it already
             held += self.preemption.reservations(exclude_group)  # under its own lock
         total: dict[str, dict[str, int]] = {}
         for usage in held:
             for node, amounts in usage.items():
                 total[node] = add_resources(total.get(node, {}), amounts)
         return total
+
+    def _refresh_records(self) -> None:
+        """Bring the records' holds up to date (lock held); a change is a reservation change."""
+        if self.recorded.refresh():
+            self._generation += 1
 
     def _bound_node(self, uid: str) -> str:
         record = self.cache.pods.get(uid)
@@ -646,7 +656,8 @@ class WorkloadCycle:
                 raise PlacementInvalid("recorded nodes are not among the candidates")
             assert_placement_valid(snapshot, group, assignments)
         except PlacementInvalid as err:
-            self._event(group, "PlacementAbandoned", f"placement record no longer fits: {err}", "Warning")
+            self._event(group, names.EVENT_PLACEMENT_ABANDONED, f"placement record no longer fits: {err}", "Warning")
+            self.recorded.abandon(group.key)
             self._submit(group.key, "annotate", lambda: self.writer.annotate_podgroup(
                 group.namespace, group.name, {names.ANNOTATION_PLACEMENT: None}))
             return None
@@ -750,6 +761,7 @@ class WorkloadCycle:
                     placement: Placement | InvalidInput = place(snapshot, group, self.options, allowed=allowed)
                 except InvalidInput as err:
                     placement = err
+            self._refresh_records()  # a record that came or went meanwhile counts as a change
             if self._generation == generation:
                 break
         else:
@@ -1057,6 +1069,13 @@ class WorkloadCycle:
     def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
         # runs on whichever thread applied the event (possibly holding a backend lock): only note
         # the work and wake the requeue thread, never take the cycle's lock here
+        if kind == "PodGroup":
+            self.recorded.mark(record if isinstance(record, str) else record.key)
+        elif kind == "Pod":
+            if isinstance(record, PodRecord) and record.pod.group:
+                self.recorded.mark(record.pod.group)
+            else:
+                self.recorded.mark_held()
         if kind == "PodGroup" and event_type == "DELETED":
             key = record if isinstance(record, str) else record.key
             self.domains.pop(key, None)
@@ -1071,6 +1090,7 @@ class WorkloadCycle:
             self.parked.forget_pod(uid)
         if kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
             self.domains.pop(record.pod.group, None)  # evicted or preempted: free to land anywhere
+            self.recorded.abandon(record.pod.group)  # and its record holds no room for it any more
         if kind == "Node":
             with self._changed_lock:
                 self._changed_nodes.add(record if isinstance(record, str) else record.name)
@@ -1162,6 +1182,8 @@ class WorkloadCycle:
                 self.replans.forget(key)
                 self.parked.forget_group(key)
             self.parked.prune(live)
+            self.recorded.prune(live)
+            self._refresh_records()
 
     def _still_pending(self, uid: str) -> bool | None:
         """For the verdict sweep: True while the pod waits for a node, None when unknown."""

@@ -7,6 +7,8 @@ import time
 import pytest
 
 from cluster import names
+from cluster.backend import WriteError
+from cluster.convert import placement_annotation
 from extender.cycle import BindError, PlanState, WorkloadCycle, service
 from extender.cycle.service import TRANSITIONS, Plan
 
@@ -318,6 +320,7 @@ def sizes(cycle):
         "barrier_queue": len(cycle.barrier_queue), "conditions": len(cycle._conditions),
         "solving": len(cycle._solving), "queue": len(cycle.queue.failed), "replans": len(cycle.replans.groups),
         "parked": len(cycle.parked), "verdicts": len(cycle.verdicts), "dispatch": len(cycle.dispatcher),
+        "recorded": len(cycle.recorded),
     }
 
 
@@ -378,3 +381,75 @@ def test_a_new_member_of_a_basic_group_whose_plan_is_binding_is_planned_at_once(
     late = sim.create(pod("web-9", "web"))
     assert len(cycle.filter(late, all_nodes(sim)).nodes) == 1  # not "binding": re-planned with it
     assert cycle.plan_of("default/web") is not plan
+
+
+# -- a partly bound gang's record holds its nodes -------------------------------------------------
+
+def fill_other_rack(sim, rack):
+    """Bind a 4-GPU blocker on every node outside ``rack``: a rack gang has only ``rack`` left."""
+    for n in sim.list("Node"):
+        if n["metadata"]["labels"][names.LABEL_RACK] != rack:
+            name = f"blk-{n['metadata']['name']}"
+            blocker = sim.create(pod(name, gpu=4))
+            sim.bind("default", name, uid(blocker), n["metadata"]["name"])
+
+
+def rack_of(sim, node):
+    return sim.get("Node", node)["metadata"]["labels"][names.LABEL_RACK]
+
+
+def test_after_a_restart_a_companion_planned_first_does_not_take_a_partly_bound_gangs_recorded_nodes(sim, clock):
+    """``phalanx serve`` killed just after the record was written and one member bound; after the
+    restart another rack gang is filtered before the rest of the first one comes back."""
+    first = WorkloadCycle(sim.cache, sim, barrier_timeout=5.0, clock=clock)
+    pods = make_gang(sim, "g", 6, key=names.LABEL_RACK)
+    planned = {p["metadata"]["name"]: first.filter(p, all_nodes(sim)).nodes[0] for p in pods}
+    first.close()
+    sim.annotate_podgroup("default", "g", {names.ANNOTATION_PLACEMENT: placement_annotation("", planned)})
+    sim.bind("default", "g-0", uid(pods[0]), planned["g-0"])
+    fill_other_rack(sim, rack_of(sim, planned["g-0"]))
+    second = WorkloadCycle(sim.cache, sim, barrier_timeout=5.0, clock=clock)
+    try:
+        companion = make_gang(sim, "c", 3, key=names.LABEL_RACK)  # fits the rack only on g's recorded room
+        answer = second.filter(companion[0], all_nodes(sim))
+        assert answer.nodes == [], "the companion was planned onto the recorded nodes"
+        rest = {uid(p): second.filter(p, all_nodes(sim)).nodes for p in pods[1:]}
+        assert rest == {uid(p): [planned[p["metadata"]["name"]]] for p in pods[1:]}
+        assert bind_gang(second, pods[1:], {u: nodes[0] for u, nodes in rest.items()}) == []
+        assert all(sim.get("Pod", f"default/g-{i}")["spec"]["nodeName"] == planned[f"g-{i}"] for i in range(6))
+    finally:
+        second.close()
+
+
+def test_a_gang_whose_binding_failed_half_way_keeps_its_recorded_nodes_until_it_is_whole(sim, clock):
+    """The API server restarting while a gang binds: some bindings land, the rest fail, the plan
+    fails; a companion filtered before the failed members retry must not take their nodes."""
+    class Restarting(Exploding):
+        down = True
+
+        def bind(self, namespace, name, uid_, node):
+            if self.down and not name.endswith("-0") and not name.endswith("-1"):
+                raise WriteError("connection refused", status=0)
+            return self.sim.bind(namespace, name, uid_, node)
+
+    writer = Restarting(sim)
+    cycle = WorkloadCycle(sim.cache, writer, barrier_timeout=5.0, clock=clock)
+    try:
+        pods = make_gang(sim, "g", 6, key=names.LABEL_RACK)
+        planned = plan_for(cycle, sim, pods)
+        errors = bind_gang(cycle, pods, planned)
+        assert errors and cycle.plan_of("default/g") is None
+        bound = [p for p in pods if sim.get("Pod", f"default/{p['metadata']['name']}")["spec"].get("nodeName")]
+        assert 0 < len(bound) < 6
+        fill_other_rack(sim, rack_of(sim, planned[uid(pods[0])]))
+        writer.down = False  # the API server is back
+        companion = make_gang(sim, "c", 3, key=names.LABEL_RACK)
+        assert cycle.filter(companion[0], all_nodes(sim)).nodes == []
+        rest = [p for p in pods if p not in bound]
+        again = plan_for(cycle, sim, rest)
+        assert again == {uid(p): planned[uid(p)] for p in rest}
+        assert bind_gang(cycle, rest, again) == []
+        assert all(sim.get("Pod", f"default/{p['metadata']['name']}")["spec"]["nodeName"] == planned[uid(p)]
+                   for p in pods)
+    finally:
+        cycle.close()
