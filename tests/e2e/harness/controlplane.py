@@ -171,13 +171,19 @@ class ControlPlane:
         apiserver.wait_ready(lambda: self.rest.request("GET", "/readyz", raw=True) == "ok", timeout=90)
 
     def write_kubeconfig(self, name: str, cert: Path, key: Path) -> Path:
+        return self._kubeconfig(name, {"client-certificate": str(cert), "client-key": str(key)})
+
+    def token_kubeconfig(self, name: str, token: str) -> Path:
+        """A kubeconfig that authenticates with a bearer token (e.g. a ServiceAccount's)."""
+        return self._kubeconfig(name, {"token": token})
+
+    def _kubeconfig(self, name: str, user: dict[str, str]) -> Path:
         assert self.pki is not None
         config = {
             "apiVersion": "v1", "kind": "Config", "current-context": "e2e",
             "clusters": [{"name": "e2e", "cluster": {
                 "server": self.server, "certificate-authority": str(self.pki.ca_cert)}}],
-            "users": [{"name": name, "user": {
-                "client-certificate": str(cert), "client-key": str(key)}}],
+            "users": [{"name": name, "user": user}],
             "contexts": [{"name": "e2e", "context": {"cluster": "e2e", "user": name}}],
         }
         path = self.workdir / f"{name}.kubeconfig"
@@ -223,11 +229,15 @@ class ControlPlane:
 
     def start_scheduler(self, config: Path | Mapping[str, Any] | None = None,
                         feature_gates: FeatureGates = None, extra_args: tuple[str, ...] = (),
-                        name: str | None = None) -> Scheduler:
+                        name: str | None = None, kubeconfig: Path | None = None,
+                        leader_elect: bool = False) -> Scheduler:
         """Start a kube-scheduler from a KubeSchedulerConfiguration (a file or a dict).
 
-        The configuration's clientConnection.kubeconfig is pointed at this control plane and leader
-        election is turned off; everything else (profiles, plugins, extenders) is used as given.
+        The configuration's clientConnection.kubeconfig is pointed at this control plane (as
+        ``system:kube-scheduler`` in ``system:masters``, or with ``kubeconfig``'s credentials, e.g. a
+        ServiceAccount token, for its API calls and its delegated authentication alike) and leader
+        election is turned off unless ``leader_elect``; everything else (profiles, plugins,
+        extenders, the leader-election Lease) is used as given.
         """
         self._schedulers += 1
         name = name or f"kube-scheduler-{self._schedulers}"
@@ -238,9 +248,10 @@ class ControlPlane:
             cfg = json.loads(json.dumps(config))
         else:
             cfg = yaml.safe_load(Path(config).read_text())
-        kubeconfig = self.component_kubeconfig(name, "system:kube-scheduler")
+        kubeconfig = kubeconfig or self.component_kubeconfig(name, "system:kube-scheduler")
         cfg.setdefault("clientConnection", {})["kubeconfig"] = str(kubeconfig)
-        cfg.setdefault("leaderElection", {})["leaderElect"] = False
+        if not leader_elect:
+            cfg.setdefault("leaderElection", {})["leaderElect"] = False
         config_path = self.workdir / f"{name}.config.yaml"
         config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         port = free_port()

@@ -1,0 +1,487 @@
+"""phalanx as a cluster admin installs it: ``kubectl apply -k scheduler-config/`` and
+``helm install charts/phalanx`` against a real control plane that authorizes with RBAC.
+
+Every object the install renders is created for real (not a dry run) and read back. Then the
+installed Deployments are run the way their pods would run them: kube-scheduler, ``phalanx serve``
+and ``phalanx controller`` as processes on this host (there is no container runtime), each with the
+arguments of its container in the installed Deployment and with the credentials its pod would get —
+the token of the pod's ServiceAccount (TokenRequest, as the kubelet's projected volume gets it) or,
+for phalanx beside kube-scheduler, the token Secret its container mounts — never as admin. A gang
+StatefulSet is then placed whole through them. Only what needs a pod network is changed: listen
+addresses become loopback ports, and the webhooks are called by URL instead of through their Service.
+
+This module starts its own control plane: the installs create cluster-wide RBAC and webhooks that
+must not leak into other modules.
+"""
+
+from __future__ import annotations
+
+import base64
+import copy
+import os
+import shutil
+import ssl
+import sys
+import tempfile
+import urllib.request
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+from harness import (
+    ApiError,
+    ControlPlane,
+    FakeKubelet,
+    MissingBinaries,
+    create,
+    create_node,
+    locate,
+    podgroup_conditions,
+    statefulset,
+    wait_all_bound,
+    wait_for,
+    wait_gone,
+)
+from harness.process import Component, free_port
+from harness.tools import Tools, locate_tools
+
+from cluster.kube import Kube, KubeError, api_path
+from tests.pod_specs import pod_templates, shipped_problems
+
+ROOT = Path(__file__).resolve().parents[2]
+KUSTOMIZE = ROOT / "scheduler-config"
+CHART = ROOT / "charts" / "phalanx"
+SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
+                  "ValidatingWebhookConfiguration", "MutatingWebhookConfiguration", "PriorityClass"}
+# chart renderings checked by helm lint/template and installed for real, beside the default one
+SHAPES = {
+    "main": ["--set", "mode=main"],
+    "tls": ["--set", "tls.enabled=true"],
+    "main-tls": ["--set", "mode=main", "--set", "tls.enabled=true"],
+    "crds": ["--set", "flavor=crds", "--set", "controller.replicas=3"],
+    "no-controller": ["--set", "controller.enabled=false"],
+}
+
+
+# -- fixtures ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def plane(request):
+    try:
+        binaries = locate()
+    except MissingBinaries as err:
+        pytest.fail(str(err), pytrace=False)
+    workdir = Path(tempfile.mkdtemp(prefix="phalanx-e2e-install-"))
+    control_plane = ControlPlane(workdir, binaries).start()
+    kubelet = FakeKubelet(control_plane.rest)
+    kubelet.start()
+    try:
+        yield control_plane
+    finally:
+        kubelet.stop()
+        control_plane.stop()
+        if request.session.testsfailed or os.environ.get("PHALANX_E2E_KEEP") == "1":
+            sys.stderr.write(f"\nphalanx e2e install: logs kept in {workdir}/logs\n")
+        else:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(scope="module")
+def tools(plane) -> Tools:
+    try:
+        return locate_tools(plane.admin_kubeconfig, plane.workdir / "helm-home")
+    except MissingBinaries as err:
+        pytest.fail(str(err), pytrace=False)
+
+
+# -- objects -------------------------------------------------------------------------------------
+
+def documents(text: str) -> list[dict]:
+    return [d for d in yaml.safe_load_all(text) if isinstance(d, dict) and d.get("kind")]
+
+
+def object_path(obj: dict) -> str:
+    meta = obj["metadata"]
+    namespace = None if obj["kind"] in CLUSTER_SCOPED else meta.get("namespace", "default")
+    return api_path(obj["apiVersion"], obj["kind"].lower() + "s", namespace, meta["name"])
+
+
+def missing_on_server(rest, objects: list[dict]) -> list[str]:
+    return [object_path(o) for o in objects if rest.get_or_none(object_path(o)) is None]
+
+
+def rules_of(objects: list[dict], suffix: str) -> list[dict]:
+    (role,) = [o for o in objects if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith(suffix)]
+    return role["rules"]
+
+
+@dataclass
+class Install:
+    """What one install rendered, and the processes started from it."""
+
+    objects: list[dict]
+    processes: list[Component] = field(default_factory=list)
+
+    def deployment(self, container: str) -> dict:
+        (dep,) = [o for o in self.objects if o["kind"] == "Deployment"
+                  and container in {c["name"] for c in o["spec"]["template"]["spec"]["containers"]}]
+        return dep
+
+    def webhook_configurations(self) -> list[dict]:
+        return [o for o in self.objects if o["kind"].endswith("WebhookConfiguration")]
+
+    def stop(self) -> None:
+        for process in reversed(self.processes):
+            process.stop()
+        self.processes.clear()
+
+
+def container(deployment: dict, name: str) -> dict:
+    return next(c for c in deployment["spec"]["template"]["spec"]["containers"] if c["name"] == name)
+
+
+def override(args: list[str], **flags: str) -> list[str]:
+    """``args`` with the given ``--flag`` values replaced (``--flag=v`` or ``--flag v``), others appended."""
+    wanted = {"--" + k.replace("_", "-"): v for k, v in flags.items()}
+    out, seen, i = [], set(), 0
+    while i < len(args):
+        name, eq, _ = args[i].partition("=")
+        if name in wanted:
+            seen.add(name)
+            out.append(f"{name}={wanted[name]}")
+            i += 1 if eq else 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out + [f"{k}={v}" for k, v in wanted.items() if k not in seen]
+
+
+# -- credentials as the pods get them ---------------------------------------------------------------
+
+def token_request(rest, namespace: str, service_account: str) -> str:
+    """A ServiceAccount token from the TokenRequest API (what a projected token volume holds)."""
+    review = rest.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+                       {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                        "spec": {"expirationSeconds": 3600}})
+    return review["status"]["token"]
+
+
+def mounted_token(rest, deployment: dict, container_name: str) -> tuple[str, str]:
+    """(token, ServiceAccount name) of the token Secret ``container_name`` mounts at the token path."""
+    spec = deployment["spec"]["template"]["spec"]
+    (mount,) = [m for m in container(deployment, container_name).get("volumeMounts", []) if m["mountPath"] == SA_MOUNT]
+    (volume,) = [v for v in spec["volumes"] if v["name"] == mount["name"]]
+    path = f"/api/v1/namespaces/{deployment['metadata']['namespace']}/secrets/{volume['secret']['secretName']}"
+    secret = wait_for(lambda: (s := rest.get(path)).get("data", {}).get("token") and s, 30,
+                      "the token controller fills in the token Secret")
+    return base64.b64decode(secret["data"]["token"]).decode(), secret["metadata"]["annotations"][
+        "kubernetes.io/service-account.name"]
+
+
+def check_token_mounts(rest, deployment: dict) -> None:
+    """In the pod the ReplicaSet controller created (admitted, never started: no kubelet), the
+    ServiceAccount admission plugin gave kube-scheduler the pod's projected token and left the
+    phalanx container's own token Secret mount alone."""
+    labels = deployment["spec"]["selector"]["matchLabels"]
+    selector = ",".join(f"{k}={v}" for k, v in labels.items())
+    namespace = deployment["metadata"]["namespace"]
+    pod = wait_for(lambda: (rest.list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector) or [None])[0],
+                   60, "the scheduler Deployment's pod is created")
+    volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
+    sources = {}
+    for c in pod["spec"]["containers"]:
+        (mount,) = [m for m in c.get("volumeMounts", []) if m["mountPath"] == SA_MOUNT]
+        sources[c["name"]] = "secret" if "secret" in volumes[mount["name"]] else "projected"
+    assert sources == {"kube-scheduler": "projected", "phalanx": "secret"}
+
+
+def insecure_get(url: str) -> int:
+    context = ssl.create_default_context()
+    context.check_hostname, context.verify_mode = False, ssl.CERT_NONE
+    with urllib.request.urlopen(url, timeout=5, context=context) as resp:  # noqa: S310 (loopback)
+        return resp.status
+
+
+def forbidden(kube: Kube, method: str, path: str, body: Any = None) -> bool:
+    try:
+        kube.request(method, path, body)
+    except KubeError as err:
+        return err.status == 403
+    return False
+
+
+# -- running the installed components ---------------------------------------------------------------
+
+def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
+    """Start kube-scheduler, phalanx serve and phalanx controller from the installed Deployments with
+    their pods' credentials; point the installed webhooks at the controller. Returns what a test checks."""
+    rest, phalanx_bin = plane.rest, str(Path(sys.executable).parent / "phalanx")
+    scheduler_dep = rest.get(object_path(install.deployment("kube-scheduler")))
+    controller_dep = rest.get(object_path(install.deployment("controller")))
+    scheduler_ns = scheduler_dep["metadata"]["namespace"]
+    scheduler_sa = scheduler_dep["spec"]["template"]["spec"]["serviceAccountName"]
+    controller_ns = controller_dep["metadata"]["namespace"]
+    controller_sa = controller_dep["spec"]["template"]["spec"]["serviceAccountName"]
+
+    check_token_mounts(rest, scheduler_dep)
+    # phalanx serve: the token Secret its container mounts over the pod's token
+    serve_token, serve_sa = mounted_token(rest, scheduler_dep, "phalanx")
+    assert serve_sa != scheduler_sa  # two identities in one pod
+    http_port, health_port = free_port(), free_port()
+    serve_args = override(container(scheduler_dep, "phalanx")["args"],
+                          kubeconfig=str(plane.token_kubeconfig(f"sa-{serve_sa}", serve_token)),
+                          http_addr=f"127.0.0.1:{http_port}", health_addr=f"127.0.0.1:{health_port}",
+                          grpc_addr="off")
+    serve = Component("phalanx-serve", [phalanx_bin, *serve_args], plane.workdir / "logs" / "phalanx-serve.log",
+                      cwd=plane.workdir)
+    install.processes.append(serve)
+    serve.wait_ready(lambda: insecure_get(f"http://127.0.0.1:{health_port}/readyz") == 200, timeout=120)
+
+    # kube-scheduler: the installed ConfigMap, the pod's ServiceAccount token, leader election on
+    spec = scheduler_dep["spec"]["template"]["spec"]
+    config_file = next(a.split("=", 1)[1] for a in container(scheduler_dep, "kube-scheduler")["command"]
+                       if a.startswith("--config="))
+    config_mount = next(m for m in container(scheduler_dep, "kube-scheduler")["volumeMounts"]
+                        if config_file.startswith(m["mountPath"] + "/"))
+    config_map = next(v for v in spec["volumes"] if v["name"] == config_mount["name"])["configMap"]["name"]
+    data = rest.get(f"/api/v1/namespaces/{scheduler_ns}/configmaps/{config_map}")["data"]
+    config = yaml.safe_load(data[config_file.rsplit("/", 1)[1]])
+    extender = config["extenders"][0]
+    assert extender["urlPrefix"].startswith("http://127.0.0.1:")  # the sidecar shape: loopback
+    extender["urlPrefix"] = f"http://127.0.0.1:{http_port}/scheduler"
+    scheduler_kubeconfig = plane.token_kubeconfig(f"sa-{scheduler_sa}",
+                                                  token_request(rest, scheduler_ns, scheduler_sa))
+    scheduler = plane.start_scheduler(config, kubeconfig=scheduler_kubeconfig, leader_elect=True,
+                                      name=f"kube-scheduler-{scheduler_ns}")
+    install.processes.append(scheduler.component)
+
+    # phalanx controller: the pod's ServiceAccount token, a serving certificate from the test CA
+    tls = plane.pki.server(f"controller-{controller_ns}", ["IP:127.0.0.1"])
+    webhook_port = free_port()
+    controller_args = override(container(controller_dep, "controller")["args"],
+                               kubeconfig=str(plane.token_kubeconfig(
+                                   f"sa-{controller_sa}", token_request(rest, controller_ns, controller_sa))),
+                               webhook_addr=f"127.0.0.1:{webhook_port}", tls_cert=str(tls.cert), tls_key=str(tls.key))
+    controller = Component("phalanx-controller", [phalanx_bin, *controller_args],
+                           plane.workdir / "logs" / f"phalanx-controller-{controller_ns}.log", cwd=plane.workdir)
+    install.processes.append(controller)
+    controller.wait_ready(lambda: insecure_get(f"https://127.0.0.1:{webhook_port}/healthz") == 200, timeout=60)
+
+    # the installed webhooks, called by URL (no pod network to reach their Service)
+    ca_bundle = base64.b64encode(plane.pki.ca_cert.read_bytes()).decode()
+    for rendered in install.webhook_configurations():
+        live = rest.get(object_path(rendered))
+        for hook in live["webhooks"]:
+            assert hook["clientConfig"]["service"]["namespace"] == controller_ns
+            path = hook["clientConfig"]["service"]["path"]
+            hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
+        rest.put(object_path(rendered), live)
+    wait_for(lambda: validation_active(rest), 30, "the installed webhooks are called by the API server")
+    return {"scheduler_name": config["profiles"][0]["schedulerName"],
+            "lease": config["leaderElection"], "controller_ns": controller_ns,
+            "logs": {"phalanx serve": serve.log, "phalanx controller": controller.log,
+                     "kube-scheduler": scheduler.log},
+            "tokens": {"phalanx serve": plane.token_kubeconfig(f"sa-{serve_sa}", serve_token),
+                       "kube-scheduler": scheduler_kubeconfig}}
+
+
+def validation_active(rest) -> bool:
+    """True once the StatefulSet webhook rejects a malformed scheduling annotation (dry run)."""
+    sts = statefulset("probe", 1, scheduling={"bogus": 1})
+    try:
+        rest.post("/apis/apps/v1/namespaces/default/statefulsets", sts, dryRun="All")
+    except ApiError as err:
+        return "unknown field" in str(err)
+    return False
+
+
+def place_a_gang(plane: ControlPlane, running: dict[str, Any]) -> None:
+    """A user's gang StatefulSet: the controller makes its PodGroup, the webhook stamps and gates its
+    pods, kube-scheduler + phalanx bind all three at once."""
+    rest = plane.rest
+    namespace = f"gang-{uuid.uuid4().hex[:6]}"
+    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    nodes = [f"{namespace}-n{i}" for i in range(3)]
+    for name in nodes:
+        create_node(rest, name, cpu="2")
+    try:
+        create(rest, statefulset("db", 3, scheduling={"schedulingPolicy": {"gang": {}}}, requests={"cpu": "2"},
+                                 scheduler_name=running["scheduler_name"]), namespace)
+        placement = wait_all_bound(rest, namespace, count=3, timeout=90, label_selector="app=db")
+        assert len(set(placement.values())) == 3
+        groups = rest.list(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups")
+        assert len(groups) == 1 and groups[0]["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
+        cond = podgroup_conditions(rest, namespace, groups[0]["metadata"]["name"])["PodGroupInitiallyScheduled"]
+        assert cond["status"] == "True"
+        assert "scheduling.phalanx.dev/placement" in rest.get(
+            f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/{groups[0]['metadata']['name']}"
+        )["metadata"]["annotations"]
+    finally:
+        rest.delete(f"/api/v1/namespaces/{namespace}")
+        for name in nodes:
+            rest.delete(f"/api/v1/nodes/{name}")
+
+
+def check_identities(plane: ControlPlane, running: dict[str, Any]) -> None:
+    rest = plane.rest
+    lease = running["lease"]
+    holder = rest.get(f"/apis/coordination.k8s.io/v1/namespaces/{lease['resourceNamespace']}/leases/"
+                      f"{lease['resourceName']}")["spec"]["holderIdentity"]
+    assert holder  # kube-scheduler led through its own Lease, with its own ServiceAccount
+    assert rest.list(f"/apis/coordination.k8s.io/v1/namespaces/{running['controller_ns']}/leases")
+    for who, kubeconfig in running["tokens"].items():  # not admin
+        kube = Kube(str(kubeconfig))
+        assert forbidden(kube, "GET", "/api/v1/namespaces/kube-system/secrets"), who
+        assert forbidden(kube, "POST", "/api/v1/namespaces/default/configmaps",
+                         {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}), who
+    for who, log in running["logs"].items():  # every call the components made was allowed
+        text = log.read_text(errors="replace")
+        denied = [line for line in text.splitlines() if "forbidden" in line.lower() or "HTTP 403" in line]
+        assert not denied, f"{who} was denied: {denied[:3]}"
+
+
+def check_pod_security(rest, objects: list[dict]) -> None:
+    """Every shipped pod not on the host network is admitted by Pod Security "restricted" (the
+    upstream PodSecurity admission plugin, for real); the same pod with a probe host is refused."""
+    namespace = f"psa-{uuid.uuid4().hex[:6]}"
+    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+        "name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
+    try:
+        checked = 0
+        for where, spec in pod_templates(objects):
+            if spec.get("hostNetwork"):
+                continue
+            spec = copy.deepcopy(spec)
+            spec.pop("serviceAccountName", None)
+            name = where.split("/", 1)[1].lower()[:50]
+            create(rest, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name}, "spec": spec}, namespace)
+            checked += 1
+            bad = copy.deepcopy(spec)
+            bad["containers"][0].setdefault("livenessProbe", {"httpGet": {"port": 1}})["httpGet"]["host"] = "127.0.0.1"
+            with pytest.raises(ApiError) as refused:
+                create(rest, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name + "-host"}, "spec": bad},
+                       namespace)
+            assert refused.value.status == 403 and "probe" in str(refused.value).lower(), refused.value
+        assert checked >= 2
+    finally:
+        rest.delete(f"/api/v1/namespaces/{namespace}")
+
+
+# -- kubectl apply -k -----------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def kustomize_install(plane, tools):
+    tools.run("kubectl", "apply", "-k", str(KUSTOMIZE / "crds"))
+    tools.run("kubectl", "apply", "-k", str(KUSTOMIZE))
+    install = Install(documents(tools.run("kubectl", "kustomize", str(KUSTOMIZE)).stdout)
+                      + documents(tools.run("kubectl", "kustomize", str(KUSTOMIZE / "crds")).stdout))
+    yield install
+    install.stop()
+
+
+def test_kubectl_apply_k_creates_every_object(plane, kustomize_install):
+    kinds = {o["kind"] for o in kustomize_install.objects}
+    assert {"Deployment", "ClusterRole", "ServiceAccount", "Secret", "ConfigMap", "MutatingWebhookConfiguration",
+            "CustomResourceDefinition"} <= kinds
+    assert missing_on_server(plane.rest, kustomize_install.objects) == []
+    assert shipped_problems(kustomize_install.objects) == {}
+    check_pod_security(plane.rest, kustomize_install.objects)
+
+
+def test_kubectl_install_runs_under_its_serviceaccounts_and_places_a_gang(plane, kustomize_install):
+    running = run_components(plane, kustomize_install)
+    place_a_gang(plane, running)
+    check_identities(plane, running)
+
+
+def test_kubectl_delete_k_removes_it(plane, tools, kustomize_install):
+    kustomize_install.stop()
+    # the token controller deletes the token Secret with its ServiceAccount, hence --ignore-not-found
+    tools.run("kubectl", "delete", "-k", str(KUSTOMIZE), "--wait=false", "--ignore-not-found")
+    cluster_wide = [o for o in kustomize_install.objects
+                    if o["kind"] in CLUSTER_SCOPED - {"CustomResourceDefinition", "Namespace"}]
+    assert missing_on_server(plane.rest, cluster_wide) == [object_path(o) for o in cluster_wide]
+    for namespace in (o for o in kustomize_install.objects if o["kind"] == "Namespace"):  # finalized asynchronously
+        assert (plane.rest.get_or_none(object_path(namespace)) or {"metadata": {"deletionTimestamp": "gone"}})[
+            "metadata"].get("deletionTimestamp")
+
+
+# -- helm ------------------------------------------------------------------------------------------
+
+def helm_template(tools: Tools, *values: str, release: str = "phalanx", namespace: str = "phalanx") -> list[dict]:
+    return documents(tools.run("helm", "template", release, str(CHART), "-n", namespace, *values).stdout)
+
+
+def test_helm_lint_and_every_rendering(tools):
+    for values in [[], *SHAPES.values()]:
+        tools.run("helm", "lint", "--strict", str(CHART), *values)
+        rendered = helm_template(tools, *values)
+        assert shipped_problems(rendered) == {}, values
+        assert pod_templates(rendered), values
+    kustomized = documents((KUSTOMIZE / "rbac.yaml").read_text()) + documents(
+        (KUSTOMIZE / "controller" / "rbac.yaml").read_text())
+    default = helm_template(tools)
+    assert rules_of(default, "-scheduler") == rules_of(kustomized, "phalanx-scheduler")
+    assert rules_of(default, "-controller") == rules_of(kustomized, "phalanx-controller")
+    crds = [o for o in helm_template(tools, "--set", "flavor=crds") if o["kind"] == "CustomResourceDefinition"]
+    shipped = [doc for p in sorted((KUSTOMIZE / "crds").glob("*.scheduling.phalanx.dev.yaml"))
+               for doc in documents(p.read_text())]
+    for crd in crds:
+        assert crd["metadata"]["annotations"].pop("helm.sh/resource-policy") == "keep"
+        if not crd["metadata"]["annotations"]:
+            del crd["metadata"]["annotations"]
+    assert sorted(crds, key=lambda o: o["metadata"]["name"]) == sorted(shipped, key=lambda o: o["metadata"]["name"])
+    bad = tools.run("helm", "template", "x", str(CHART), "--set", "mode=sidecar", check=False)
+    assert bad.returncode != 0 and "mode" in bad.stderr
+
+
+@pytest.fixture(scope="module")
+def helm_install(plane, tools, kustomize_install):
+    tools.run("helm", "install", "phalanx", str(CHART), "-n", "phalanx", "--create-namespace")
+    install = Install(documents(tools.run("helm", "get", "manifest", "phalanx", "-n", "phalanx").stdout))
+    yield install
+    install.stop()
+    tools.run("helm", "uninstall", "phalanx", "-n", "phalanx", check=False)
+
+
+def test_helm_install_creates_every_object(plane, helm_install):
+    assert {"Deployment", "ClusterRole", "ServiceAccount", "Secret", "ConfigMap"} <= {o["kind"] for o in helm_install.objects}
+    assert missing_on_server(plane.rest, helm_install.objects) == []
+    check_pod_security(plane.rest, helm_install.objects)
+
+
+def test_helm_install_runs_under_its_serviceaccounts_and_places_a_gang(plane, helm_install):
+    running = run_components(plane, helm_install)
+    place_a_gang(plane, running)
+    check_identities(plane, running)
+
+
+@pytest.mark.parametrize("shape", sorted(SHAPES))
+def test_helm_install_every_shape_is_accepted(plane, tools, shape):
+    rest, release = plane.rest, f"shape-{shape}"
+    crds = [f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.scheduling.phalanx.dev"
+            for plural in ("podgroups", "workloads")]
+    if shape == "crds":  # the kubectl install's CRDs go first, so this release installs its own
+        for crd in crds:
+            rest.delete(crd)
+            wait_gone(rest, crd)
+    tools.run("helm", "install", release, str(CHART), "-n", release, "--create-namespace", *SHAPES[shape])
+    try:
+        objects = documents(tools.run("helm", "get", "manifest", release, "-n", release).stdout)
+        assert objects and missing_on_server(rest, objects) == []
+        if shape == "crds":
+            assert sum(o["kind"] == "CustomResourceDefinition" for o in objects) == 2
+            # a second release of the CRD flavor leaves the CRDs to the first instead of failing
+            tools.run("helm", "install", f"{release}-2", str(CHART), "-n", f"{release}-2", "--create-namespace",
+                      *SHAPES[shape])
+            second = documents(tools.run("helm", "get", "manifest", f"{release}-2", "-n", f"{release}-2").stdout)
+            assert not [o for o in second if o["kind"] == "CustomResourceDefinition"]
+            tools.run("helm", "uninstall", f"{release}-2", "-n", f"{release}-2")
+    finally:
+        tools.run("helm", "uninstall", release, "-n", release)
+    if shape == "crds":  # CRDs outlive the release (helm.sh/resource-policy: keep), with their objects
+        assert all(rest.get_or_none(crd) for crd in crds)
