@@ -9,15 +9,21 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from extender.cycle import WorkloadCycle
+from extender.cycle.plugin_mode import PluginEnforcement
+from proto.phalanx.v1 import scheduler_plugin_pb2 as plugin_pb
+from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as plugin_pb_grpc
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
 from .events import EventHub
+from .plugin_servicer import SchedulerPluginServicer
 from .servicer import WorkloadCycleServicer
 
 log = logging.getLogger("phalanx.grpc")
 
 SERVICE_NAME = pb.DESCRIPTOR.services_by_name["WorkloadCycle"].full_name  # phalanx.v1.WorkloadCycle
+# phalanx.v1.SchedulerPlugin: the contract of the kube-scheduler framework plugin (plugin mode)
+PLUGIN_SERVICE_NAME = plugin_pb.DESCRIPTOR.services_by_name["SchedulerPlugin"].full_name
 
 
 class GrpcServer:
@@ -45,12 +51,13 @@ def start_grpc_server(cycle: WorkloadCycle, addr: str, workers: int = 32, max_wa
     server = grpc.server(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phalanx-grpc"),
                          options=[("grpc.so_reuseport", 0)])
     pb_grpc.add_WorkloadCycleServicer_to_server(WorkloadCycleServicer(cycle, hub), server)
+    plugin_pb_grpc.add_SchedulerPluginServicer_to_server(SchedulerPluginServicer(PluginEnforcement(cycle)), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)
     port = server.add_insecure_port(addr)
     cycle.subscribe(hub.publish)
     server.start()
-    for service in ("", SERVICE_NAME):
+    for service in ("", SERVICE_NAME, PLUGIN_SERVICE_NAME):
         health_servicer.set(service, health_pb2.HealthCheckResponse.SERVING)
     log.info("gRPC %s serving on %s (port %d)", SERVICE_NAME, addr, port)
     return GrpcServer(server, port, hub, health_servicer)

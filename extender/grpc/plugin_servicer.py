@@ -1,0 +1,124 @@
+"""The phalanx.v1.SchedulerPlugin gRPC service: the contract of phalanx's kube-scheduler framework
+plugin (plugin/), over :class:`extender.cycle.plugin_mode.PluginEnforcement`.
+
+Errors are gRPC status codes like the WorkloadCycle service's: FAILED_PRECONDITION for a contract
+version this service does not speak, INVALID_ARGUMENT for a pod that is not JSON, INTERNAL
+(logged) for anything unexpected. A pod phalanx cannot read is no error: it is answered WAIT with
+the reason, as the extender answers it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any, Iterator
+
+import grpc
+
+from extender.cycle.plugin_mode import COALESCE_SECONDS, PluginEnforcement, Snapshot
+from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
+from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as pb_grpc
+
+from .servicer import Refusal, _answered
+
+log = logging.getLogger("phalanx.grpc")
+
+SUPPORTED = (pb.CONTRACT_VERSION_1,)
+VERDICTS = {"planned": pb.PlanForPodReply.PLANNED, "wait": pb.PlanForPodReply.WAIT,
+            "not_a_member": pb.PlanForPodReply.NOT_A_MEMBER}
+DECISIONS = {"allow": pb.PermitReply.ALLOW, "wait": pb.PermitReply.WAIT, "reject": pb.PermitReply.REJECT}
+
+
+def _checked(request: Any) -> None:
+    if request.version not in SUPPORTED:
+        raise Refusal(grpc.StatusCode.FAILED_PRECONDITION,
+                      f"phalanx: contract version {request.version} is not served (serving {list(SUPPORTED)})")
+
+
+def _pod(raw: bytes) -> Any:
+    try:
+        return json.loads(raw)
+    except (ValueError, UnicodeDecodeError) as err:
+        raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"pod_json is not JSON: {err}") from None
+
+
+def snapshot_message(snap: Snapshot) -> pb.Reservations:
+    message = pb.Reservations(version=snap.version, waiting_groups=list(snap.waiting_groups))
+    for plan in snap.plans:
+        message.plans.append(pb.GroupPlan(group=plan.group, id=snap.plan_ids.get(plan.group, 0),
+                                          state=plan.state.value if plan.state else "",
+                                          assignments=plan.assignments, gang=plan.gang,
+                                          reserved=sorted(plan.arrived)))
+    for node, amounts in snap.nodes.items():
+        message.nodes[node].amounts.update(amounts)
+    return message
+
+
+class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
+    def __init__(self, enforcement: PluginEnforcement) -> None:
+        self.enforcement = enforcement
+
+    @_answered
+    def PlanForPod(self, request: pb.PlanForPodRequest, context: grpc.ServicerContext) -> pb.PlanForPodReply:
+        _checked(request)
+        answer = self.enforcement.plan_for_pod(_pod(request.pod_json))
+        reply = pb.PlanForPodReply(verdict=VERDICTS[answer.verdict], node=answer.node, reason=answer.reason)
+        if answer.plan is not None:
+            plan = answer.plan
+            reply.plan.CopyFrom(pb.GroupPlan(group=plan.group, id=self.enforcement.plan_id(plan),
+                                             state=plan.state.value if plan.state else "",
+                                             assignments=plan.assignments, gang=plan.gang,
+                                             reserved=sorted(plan.arrived)))
+        return reply
+
+    @_answered
+    def ReportRejection(self, request: pb.ReportRejectionRequest, context: grpc.ServicerContext
+                        ) -> pb.ReportRejectionReply:
+        _checked(request)
+        outcome, node = self.enforcement.report_rejection(_pod(request.pod_json), request.node, request.plugin,
+                                                          request.reason)
+        return pb.ReportRejectionReply(outcome=outcome, node=node)
+
+    @_answered
+    def Reserve(self, request: pb.ReserveRequest, context: grpc.ServicerContext) -> pb.ReserveReply:
+        _checked(request)
+        ok, reason = self.enforcement.reserve(request.pod_uid, request.group, request.node)
+        return pb.ReserveReply(ok=ok, reason=reason)
+
+    @_answered
+    def Unreserve(self, request: pb.UnreserveRequest, context: grpc.ServicerContext) -> pb.UnreserveReply:
+        _checked(request)
+        return pb.UnreserveReply(reject_uids=self.enforcement.unreserve(request.pod_uid, request.group,
+                                                                        request.reason))
+
+    @_answered
+    def Permit(self, request: pb.PermitRequest, context: grpc.ServicerContext) -> pb.PermitReply:
+        _checked(request)
+        answer = self.enforcement.permit(request.pod_uid, request.group)
+        return pb.PermitReply(decision=DECISIONS[answer.decision], reason=answer.reason,
+                              allow_uids=list(answer.allow), wait_seconds=answer.wait_seconds)
+
+    @_answered
+    def WatchReservations(self, request: pb.WatchReservationsRequest, context: grpc.ServicerContext
+                          ) -> Iterator[pb.Reservations]:
+        _checked(request)
+        return self._snapshots(context)
+
+    def _snapshots(self, context: grpc.ServicerContext) -> Iterator[pb.Reservations]:
+        """A full snapshot now, then one after each change (coalesced), unless it is unchanged."""
+        seen = -1
+        last = b""
+        while context.is_active():
+            version = self.enforcement.wait_change(seen, timeout=1.0)
+            if version == seen:
+                continue
+            if seen >= 0:
+                time.sleep(COALESCE_SECONDS)  # let a burst of changes land in one snapshot
+            seen = version
+            message = snapshot_message(self.enforcement.snapshot())
+            body = message.SerializeToString(deterministic=True)
+            if body == last:
+                continue
+            last = body
+            yield message

@@ -1,0 +1,169 @@
+"""The phalanx.v1.SchedulerPlugin gRPC service (the framework plugin's contract): a real server on
+127.0.0.1:0 over the simulated cluster, called through the generated client stub the way the Go
+plugin calls it (PreFilter -> PlanForPod, Reserve, Permit, Unreserve, PostFilter ->
+ReportRejection, the reservations stream)."""
+
+import json
+
+import grpc
+import pytest
+
+from cluster import names
+from extender.grpc import start_grpc_server
+from extender.grpc.server import PLUGIN_SERVICE_NAME
+from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
+from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as pb_grpc
+
+from .k8s_objects import pod, podgroup
+
+V1 = pb.CONTRACT_VERSION_1
+SAFETY_NET = 30  # seconds: a broken stream fails the test instead of hanging it
+
+
+@pytest.fixture
+def stub(cycle):
+    running = start_grpc_server(cycle, "127.0.0.1:0")
+    with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+        yield pb_grpc.SchedulerPluginStub(channel)
+    running.stop(grace=0)
+
+
+def gang(sim, name, size, gpu=1, min_count=None):
+    sim.create(podgroup(name, min_count or size))
+    return [sim.create(pod(f"{name}-{i}", name, gpu=gpu)) for i in range(size)]
+
+
+def plan_for(stub, obj):
+    return stub.PlanForPod(pb.PlanForPodRequest(version=V1, pod_json=json.dumps(obj).encode()))
+
+
+def uid(obj):
+    return obj["metadata"]["uid"]
+
+
+def first_snapshot(stub, predicate=lambda s: True):
+    for snap in stub.WatchReservations(pb.WatchReservationsRequest(version=V1), timeout=SAFETY_NET):
+        if predicate(snap):
+            return snap
+    raise AssertionError("stream ended")
+
+
+def test_service_is_registered_under_its_proto_name():
+    assert PLUGIN_SERVICE_NAME == "phalanx.v1.SchedulerPlugin"
+
+
+def test_gang_plan_reserve_permit_allows_all_once_complete_with_the_record_written_first(sim, stub):
+    members = gang(sim, "g", 4)
+    reply = plan_for(stub, members[0])
+    assert reply.verdict == pb.PlanForPodReply.PLANNED
+    assert reply.plan.gang and reply.plan.state == "planned"
+    assert set(reply.plan.assignments) == {uid(m) for m in members}
+    assert reply.node == reply.plan.assignments[uid(members[0])]
+    for m in members[1:]:  # the other members get the same plan
+        assert plan_for(stub, m).node == reply.plan.assignments[uid(m)]
+    decisions = []
+    for m in members:
+        node = reply.plan.assignments[uid(m)]
+        assert stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(m), group="default/g", node=node)).ok
+        decisions.append(stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(m), group="default/g", node=node)))
+    assert [d.decision for d in decisions] == [pb.PermitReply.WAIT] * 3 + [pb.PermitReply.ALLOW]
+    assert decisions[0].wait_seconds > 0 and "1 of 4 members reserved" in decisions[0].reason
+    assert sorted(decisions[-1].allow_uids) == sorted(uid(m) for m in members)
+    record = sim.get("PodGroup", "default/g")["metadata"]["annotations"][names.ANNOTATION_PLACEMENT]
+    assert set(json.loads(record)["pods"]) == {f"g-{i}" for i in range(4)}
+    assert not any(sim.get("Pod", f"default/g-{i}")["spec"].get("nodeName") for i in range(4))  # kube-scheduler binds
+
+
+def test_reserve_on_another_node_than_planned_is_refused(sim, stub):
+    members = gang(sim, "r", 1)
+    reply = plan_for(stub, members[0])
+    other = next(n for n in sim.cache.nodes if n != reply.node)
+    answer = stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(members[0]), group="default/r", node=other))
+    assert not answer.ok and f"planned on {reply.node}, not {other}" in answer.reason
+
+
+def test_incomplete_gang_waits_and_is_listed_as_waiting(sim, stub):
+    members = gang(sim, "w", 2, min_count=3)
+    reply = plan_for(stub, members[0])
+    assert reply.verdict == pb.PlanForPodReply.WAIT and "waiting for members, 2 of 3 exist" in reply.reason
+    assert "default/w" in first_snapshot(stub).waiting_groups
+
+
+def test_plain_pod_is_not_a_member_and_malformed_pods_wait_with_the_reason(stub):
+    assert plan_for(stub, pod("loner")).verdict == pb.PlanForPodReply.NOT_A_MEMBER
+    bad = pod("bad", "g")
+    bad["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "lots"
+    reply = plan_for(stub, bad)
+    assert reply.verdict == pb.PlanForPodReply.WAIT and "lots" in reply.reason
+
+
+def test_refusals_are_status_codes(stub):
+    with pytest.raises(grpc.RpcError) as err:
+        stub.PlanForPod(pb.PlanForPodRequest(pod_json=b"{}"))  # no contract version
+    assert err.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+    with pytest.raises(grpc.RpcError) as err:
+        stub.PlanForPod(pb.PlanForPodRequest(version=V1, pod_json=b"not json"))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_reservations_stream_holds_planned_capacity_until_members_are_reserved(sim, stub):
+    members = gang(sim, "s", 2, gpu=2)
+    reply = plan_for(stub, members[0])
+    snap = first_snapshot(stub, lambda s: s.plans)
+    held = {n: dict(r.amounts) for n, r in snap.nodes.items()}
+    assert sum(a.get("nvidia.com/gpu", 0) for a in held.values()) == 4
+    assert sum(a.get("cpu", 0) for a in held.values()) == 2000  # millicores
+    assert [p.group for p in snap.plans] == ["default/s"] and snap.plans[0].id == reply.plan.id
+    for m in members:
+        stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(m), group="default/s",
+                                       node=reply.plan.assignments[uid(m)]))
+    snap = first_snapshot(stub, lambda s: s.plans and len(s.plans[0].reserved) == 2)
+    assert not snap.nodes  # assumed by kube-scheduler now: its own cache counts them
+
+
+def test_rejection_releases_the_plan_and_the_next_plan_avoids_the_node(sim, stub):
+    members = gang(sim, "x", 1)
+    first = plan_for(stub, members[0])
+    outcome = stub.ReportRejection(pb.ReportRejectionRequest(
+        version=V1, pod_json=json.dumps(members[0]).encode(), node=first.node, plugin="NodeResourcesFit",
+        reason="Insufficient example.com/widget"))
+    assert outcome.outcome == "released"
+    second = plan_for(stub, members[0])
+    assert second.verdict == pb.PlanForPodReply.PLANNED and second.node != first.node
+    assert second.plan.id != first.plan.id
+
+
+def test_rejection_reslots_an_identical_unanswered_member(sim, stub):
+    members = gang(sim, "y", 2, gpu=4)  # one per node
+    first = plan_for(stub, members[0])  # answers members[0] only
+    outcome = stub.ReportRejection(pb.ReportRejectionRequest(
+        version=V1, pod_json=json.dumps(members[0]).encode(), node=first.node, plugin="X", reason="no"))
+    assert outcome.outcome == "reslotted"
+    assert outcome.node == first.plan.assignments[uid(members[1])]
+    assert plan_for(stub, members[1]).node == first.node  # the partner took the old node
+
+
+def test_permit_rejection_of_one_member_releases_the_gang_and_names_the_waiting_rest(sim, stub):
+    members = gang(sim, "t", 3)
+    reply = plan_for(stub, members[0])
+    for m in members[:2]:
+        node = reply.plan.assignments[uid(m)]
+        stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(m), group="default/t", node=node))
+        stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(m), group="default/t", node=node))
+    answer = stub.Unreserve(pb.UnreserveRequest(version=V1, pod_uid=uid(members[0]), group="default/t",
+                                                reason="rejected"))
+    assert list(answer.reject_uids) == [uid(members[1])]
+    assert sim.cache.podgroups  # still there; the plan is not
+    late = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[2]), group="default/t"))
+    assert late.decision == pb.PermitReply.REJECT
+
+
+def test_basic_group_members_are_allowed_one_by_one(sim, stub):
+    sim.create(podgroup("b"))
+    members = [sim.create(pod(f"b-{i}", "b")) for i in range(2)]
+    reply = plan_for(stub, members[0])
+    assert reply.verdict == pb.PlanForPodReply.PLANNED and not reply.plan.gang
+    node = reply.plan.assignments[uid(members[0])]
+    stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(members[0]), group="default/b", node=node))
+    answer = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/b", node=node))
+    assert answer.decision == pb.PermitReply.ALLOW and list(answer.allow_uids) == [uid(members[0])]
