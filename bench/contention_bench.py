@@ -146,6 +146,7 @@ def run(nodes: int, probes: int, seeds: int = 1) -> list[dict]:
     for locked in (False, True):
         sim, names = _cluster(nodes, free=4)
         cycle = WorkloadCycle(sim.cache, _NoEvictions(sim), barrier_timeout=30.0)
+        cycle.heap.settle()  # as `phalanx serve` does once its caches are synced
         if locked:  # the comparison: every solve under the cycle's lock, as before
             cycle._unlocked = contextlib.nullcontext
         counter = itertools.count()

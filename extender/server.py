@@ -143,6 +143,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads))
         ready, stop_backend = backend.ready, backend.stop
+    cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     app = create_app(cycle, ready)
     return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr)
 

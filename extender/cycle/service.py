@@ -82,6 +82,7 @@ from solver.model import PODS, add_resources, placement_usage
 
 from . import replans
 from .dispatch import Dispatcher, Write
+from .heap import Heap
 from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .preemption import GroupPreemption
@@ -259,6 +260,7 @@ class WorkloadCycle:
         self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
         self._deleted: set[str] = set()  # PodGroups deleted, pruned by the requeue thread
         self.recorded = RecordedHolds(cache)  # partly bound gangs' records hold their nodes
+        self.heap = Heap()  # settled (frozen) once the caches are synced: see heap.py
         self.replans = ReplanBudget()  # group -> plans released since it last bound
         for reason in replans.REASONS:
             self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start
@@ -1128,6 +1130,7 @@ class WorkloadCycle:
                 if time.monotonic() - swept >= SWEEP_INTERVAL:
                     swept = time.monotonic()
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
+                    self.heap.tick()
                 self.prune()  # deletions noted, and what a re-list dropped without an event
                 if not woken:
                     continue
