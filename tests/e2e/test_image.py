@@ -1,0 +1,154 @@
+"""The container image's file layout, built without a container engine.
+
+The Dockerfile copies the build context (the repository filtered by .dockerignore) into a build
+stage, ``pip install``s it into a virtual environment, and the runtime stage keeps only that
+environment, run as a non-root user with ``phalanx`` as the entrypoint. This test does the same on
+this host: it filters the tree with .dockerignore's rules, installs the result into a clean virtual
+environment, deletes the sources, and starts the entrypoint. It is in the e2e suite because the
+install fetches phalanx's dependencies from PyPI (pip's cache makes repeated runs quicker).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ["solver", "cluster", "extender", "controller", "proto", "bench", "phalanx_cli"]
+
+
+def dockerignore_rules(path: Path) -> list[tuple[bool, str]]:
+    """(exception, pattern) per line of a .dockerignore, comments and blanks dropped."""
+    rules = []
+    for line in path.read_text().splitlines():
+        line = line.strip()
+        if line and not line.startswith("#"):
+            rules.append((line.startswith("!"), line.lstrip("!").strip("/")))
+    return rules
+
+
+def _matches(relative: str, pattern: str) -> bool:
+    """Does ``pattern`` match ``relative`` or one of its parent directories (Docker's rule)?"""
+    parts = relative.split("/")
+    candidates = ["/".join(parts[:i]) for i in range(1, len(parts) + 1)]
+    patterns = [pattern] + ([pattern[3:]] if pattern.startswith("**/") else [])
+    return any(fnmatch.fnmatchcase(c, p) for c in candidates for p in patterns)
+
+
+def included(relative: str, rules: list[tuple[bool, str]]) -> bool:
+    """The last rule that matches decides, as in Docker."""
+    keep = True
+    for exception, pattern in rules:
+        if _matches(relative, pattern):
+            keep = exception
+    return keep
+
+
+def build_context(root: Path, target: Path) -> list[str]:
+    """Copy what the Docker build context would hold into ``target``; return its files."""
+    rules = dockerignore_rules(root / ".dockerignore")
+    files = []
+    for directory, subdirs, names in os.walk(root):
+        base = Path(directory).relative_to(root).as_posix()
+        prefix = "" if base == "." else base + "/"
+        # an excluded directory no exception reaches into is not walked (.git, .venv, ...)
+        subdirs[:] = sorted(d for d in subdirs if included(prefix + d, rules) or any(
+            exception and (pattern.startswith(prefix + d + "/") or "**" in pattern) for exception, pattern in rules))
+        for name in sorted(names):
+            relative, path = prefix + name, Path(directory) / name
+            if not path.is_symlink() and included(relative, rules):
+                (target / relative).parent.mkdir(parents=True, exist_ok=True)
+                shutil.copy2(path, target / relative)
+                files.append(relative)
+    return files
+
+
+def final_stage(dockerfile: Path) -> list[tuple[str, str]]:
+    """(instruction, arguments) of the Dockerfile's last stage, continuation lines joined."""
+    text = dockerfile.read_text().replace("\\\n", " ")
+    stages: list[list[tuple[str, str]]] = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line or line.startswith("#"):
+            continue
+        instruction, _, args = line.partition(" ")
+        if instruction.upper() == "FROM":
+            stages.append([])
+        stages[-1].append((instruction.upper(), args.strip()))
+    return stages[-1]
+
+
+def test_dockerfile_runs_phalanx_as_a_non_root_user_from_a_venv_only():
+    stage = final_stage(ROOT / "Dockerfile")
+    users = [args for instruction, args in stage if instruction == "USER"]
+    assert users and users[-1].split(":")[0] not in ("0", "root")
+    assert users[-1].split(":")[0] == "65532"  # the manifests' runAsUser
+    assert ("ENTRYPOINT", '["phalanx"]') in stage
+    copies = [args for instruction, args in stage if instruction == "COPY"]
+    assert copies == ["--from=build /opt/phalanx /opt/phalanx"]  # no sources in the runtime image
+
+
+def test_the_build_context_holds_the_packages_and_nothing_else(tmp_path):
+    files = build_context(ROOT, tmp_path)
+    tops = {f.split("/", 1)[0] for f in files}
+    assert tops == {"pyproject.toml", "README.md", *PACKAGES}
+    assert not [f for f in files if "__pycache__" in f or f.endswith(".pyc") or f.startswith("bench/results/")]
+    assert any(f.startswith("extender/dashboard/static/") for f in files)
+
+
+def test_pip_install_of_the_context_runs_serve_and_controller(tmp_path):
+    context, venv = tmp_path / "src", tmp_path / "opt" / "phalanx"
+    build_context(ROOT, context)
+    subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
+    install = subprocess.run([str(venv / "bin" / "pip"), "install", "--quiet", str(context)],
+                             capture_output=True, text=True, timeout=1200)
+    assert install.returncode == 0, install.stdout + install.stderr
+    shutil.rmtree(context)  # the runtime stage has only the virtual environment
+    workdir = tmp_path / "run"
+    workdir.mkdir()
+    env = {"PATH": f"{venv / 'bin'}:/usr/bin:/bin", "PYTHONDONTWRITEBYTECODE": "1", "HOME": str(workdir)}
+
+    def run(*argv: str) -> str:
+        done = subprocess.run([str(venv / "bin" / "phalanx"), *argv], capture_output=True, text=True, env=env,
+                              cwd=workdir, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    assert "--health-addr" in run("serve", "--help")
+    assert "--webhook-addr" in run("controller", "--help")
+    # what serve and controller import at startup is installed (not found through the sources)
+    probe = ("import json, extender.server, controller.service, extender.dashboard.routes as r; "
+             "print(json.dumps({'server': extender.server.__file__, 'static': sorted(p.name for p in r.STATIC.iterdir())}))")
+    done = subprocess.run([str(venv / "bin" / "python"), "-c", probe], capture_output=True, text=True, env=env,
+                          cwd=workdir, timeout=120)
+    assert done.returncode == 0, done.stderr
+    found = json.loads(done.stdout)
+    assert found["server"].startswith(str(venv)) and found["static"]
+    site = next(venv.glob("lib/python*/site-packages"))
+    assert not (site / "tests").exists()
+    assert {p for p in PACKAGES if (site / p / "__init__.py").exists()} == set(PACKAGES)
+
+
+@pytest.mark.parametrize(("relative", "kept"), [
+    ("pyproject.toml", True), ("solver/model.py", True), (".git/HEAD", False), (".venv/bin/python", False),
+    ("tests/unit/test_x.py", False), ("solver/__pycache__/m.pyc", False), ("bench/results/x.json", False),
+    ("phalanx.egg-info/PKG-INFO", False), ("charts/phalanx/Chart.yaml", False),
+])
+def test_the_dockerignore_rules_as_docker_reads_them(relative, kept):
+    assert included(relative, dockerignore_rules(ROOT / ".dockerignore")) is kept
+
+
+def test_no_build_leftovers_would_enter_the_image():
+    # the tree may hold build/ or *.egg-info from editable installs; none of it is in the context
+    rules = dockerignore_rules(ROOT / ".dockerignore")
+    leftovers = [p for p in ("build", "phalanx.egg-info", ".venv", ".pytest_cache", ".mypy_cache", ".hypothesis")
+                 if (ROOT / p).exists() and included(p, rules)]
+    assert leftovers == []
+    assert os.access(ROOT / "Dockerfile", os.R_OK)
