@@ -17,11 +17,17 @@ after a cluster event).
 * ``kueue-tas`` — Kueue-TAS-style best fit: per node the count of pods that fit, summed per domain
   of the required level; the tightest domain whose count holds the gang wins; inside it nodes are
   taken by count (largest first) and the last chunk goes to the tightest node that holds it.
-* ``phalanx-greedy`` — :func:`solver.place` on the greedy path, gang by gang.
-* ``phalanx-exact`` — :func:`solver.place_batch` (CP-SAT) over the whole queue each round, then
+* ``phalanx-greedy`` — :func:`solver.place` on the greedy path, gang by gang, no queue policy.
+* ``phalanx`` — :func:`solver.place` (exact path, CP-SAT) gang by gang under the queue policies
+  of :mod:`extender.cycle.queue` with their defaults (the live cycle's code and defaults), then
   group preemption (:func:`solver.plan_preemption`, whole gangs as units) for high-priority gangs
-  that still wait. Only this policy preempts; ``phalanx-exact-no-preemption`` is the same without
-  preemption, to separate the two effects.
+  that still wait. Only phalanx policies preempt. ``phalanx-no-queue-policy`` is placement alone
+  (no hold, no fragmentation awareness, no preemption); ``phalanx-no-preemption`` the defaults
+  without preemption; :func:`ablations` change one option at a time.
+
+Decisions: one per gang tried, timed from the policy's own per-gang work (the queue policies'
+restriction included) to its answer; per-round work (the holds) is counted in the total.
+The Permit barrier skips a shape that stopped short in the round, like every other policy.
 
 Every gang placement made by a gang policy except the Permit barrier's pod-by-pod reservations is
 checked by :func:`solver.assert_placement_valid` before it is charged.
@@ -33,6 +39,18 @@ import time
 
 import numpy as np
 
+from extender.cycle.queue import (
+    Hold,
+    QueuePolicy,
+    Running,
+    Waiting,
+    blocked_nodes,
+    plan_holds,
+    preemptor_work,
+    restrict,
+    victim_budget,
+    victim_prefixes,
+)
 from solver import (
     DisruptionMode,
     PreemptionContext,
@@ -40,7 +58,6 @@ from solver import (
     VictimInfo,
     assert_placement_valid,
     place,
-    place_batch,
     plan_preemption,
 )
 
@@ -91,7 +108,10 @@ class PermitBarrier:
 
     def schedule(self, sim: Simulation, now: float) -> None:
         free = sim.free()
+        failed: set[tuple] = set()
         for gang in sim.queue():
+            if gang.shape in failed and not gang.held:
+                continue  # free capacity only shrinks in a round: this shape would stop short again
             vec = sim.vectors[gang.job.id]
             key = gang.group.topology_key
             values = sim.base.label_values(key) if key else None
@@ -107,13 +127,16 @@ class PermitBarrier:
                 placed[pod.uid] = i
             sim.decided(started)
             sim.hold(gang, placed)
+            if len(gang.held) < gang.job.pods:
+                failed.add(gang.shape)
             if gang.held and gang.waiting_since is None and len(gang.held) < gang.job.pods:
                 gang.waiting_since = now
                 sim.at(now + PERMIT_TIMEOUT_S, TIMEOUT, gang.job.id, gang.epoch)
 
 
 class GangByGang:
-    """A policy that places one whole gang per call with ``decide(snapshot, group)``."""
+    """A policy that places one whole gang per call with ``decide(snapshot, group)``; every gang
+    tried is one decision, and a shape that failed in the round is not tried again."""
 
     gang = True
 
@@ -124,17 +147,29 @@ class GangByGang:
     def schedule(self, sim: Simulation, now: float) -> None:
         failed: set[tuple] = set()
         for gang in sim.queue():
-            if gang.shape in failed or gang.job.pods * gang.job.gpus > sim.capacity - sim.used[:, sim.gpu].sum():
+            if gang.job.pods * gang.job.gpus > sim.capacity - sim.used[:, sim.gpu].sum():
                 continue
             snapshot = sim.snapshot()
             started = time.perf_counter()
-            assignments = self.decide(snapshot, gang.group)
+            restricted, key = self.prepare(sim, gang, snapshot, now)
+            if key in failed:
+                sim.overhead(started)
+                continue
+            assignments = self.decide(restricted, gang.group)
             sim.decided(started)
             if not assignments:
-                failed.add(gang.shape)
+                failed.add(key)
                 continue
             assert_placement_valid(snapshot, gang.group, assignments)
             sim.hold(gang, assignments)
+        self.after_round(sim, now)
+
+    def prepare(self, sim: Simulation, gang: GangState, snapshot, now: float) -> tuple:
+        """The snapshot the gang is placed on and its key for the failed-shape skip."""
+        return snapshot, gang.shape
+
+    def after_round(self, sim: Simulation, now: float) -> None:
+        pass
 
 
 def upstream_policy() -> GangByGang:
@@ -186,58 +221,106 @@ def kueue_tas(snapshot, group) -> dict[str, str]:
     return out
 
 
-class PhalanxExact:
-    gang = True
+class Phalanx(GangByGang):
+    """phalanx: :func:`solver.place` gang by gang (exact or greedy path) under the queue policies of
+    :mod:`extender.cycle.queue` (the code the live cycle runs), then group preemption for
+    high-priority gangs that still wait (:func:`solver.plan_preemption`, whole gangs as units;
+    victims offered cheapest lost work first when ``policy.lost_work_preemption``)."""
 
-    def __init__(self, preempt: bool = True, options: SolveOptions = SolveOptions()) -> None:
-        self.name = "phalanx-exact" if preempt else "phalanx-exact-no-preemption"
+    def __init__(self, name: str = "phalanx", preempt: bool = True, policy: QueuePolicy = QueuePolicy(),
+                 options: SolveOptions = SolveOptions()) -> None:
+        super().__init__(name, lambda snapshot, group: place(snapshot, group, options).assignments)
         self.preempt = preempt
-        self.options = options
-        self.gaps: list[float] = []
+        self.policy = policy
+        self.holds: list[Hold] = []
+        self.held_rounds = 0
+        self.queued: list = []
 
     def schedule(self, sim: Simulation, now: float) -> None:
         queue = sim.queue()
         if not queue:
             return
-        by_key = {g.group.key: g for g in queue}
-        snapshot = sim.snapshot()
-        result = place_batch(snapshot, [g.group for g in queue], self.options)
-        current = snapshot
-        waiting = []
-        for placement in result.placements:
-            sim.decisions_ms.append(placement.stats.get("solve_ms", 0.0))
-            gang = by_key[placement.group]
-            if not placement.assignments:
-                waiting.append(gang)
-                continue
-            assert_placement_valid(current, gang.group, placement.assignments)
-            current = current.with_placement(placement.assignments, {p.uid: p for p in gang.group.members})
-            sim.hold(gang, placement.assignments)
-            if placement.gap is not None:
-                self.gaps.append(placement.gap)
-        for gang in waiting:
-            if self.preempt and gang.job.priority > 0:
-                self._preempt(sim, gang)
-
-    def _preempt(self, sim: Simulation, gang: GangState) -> None:
-        running = {g.group.key: g for g in sim.running()}
-        if not any(g.job.priority < gang.job.priority for g in running.values()):
-            return
-        snapshot = sim.snapshot(with_bound=True)
-        context = PreemptionContext({p.uid: VictimInfo(p_gang.job.priority, key, DisruptionMode.ALL)
-                                     for key, p_gang in running.items() for p in p_gang.group.members})
         started = time.perf_counter()
-        plan = plan_preemption(snapshot, gang.group, context)
+        snapshot = sim.snapshot()
+        self.queued = [g.group for g in queue]
+        waiting = [Waiting(g.group, g.queued_at, g.job.hint) for g in queue]
+        running = [Running(g.job.id, {i: sim.vectors[g.job.id] * n for i, n in _per_node(g).items()},
+                           None if g.job.hint is None or g.started is None
+                           else g.started + max(g.job.hint - g.progress, 0.0), g.job.priority)
+                   for g in sim.running()]
+        self.holds = plan_holds(snapshot, waiting, running, now, self.policy)
+        self.held_rounds += bool(self.holds)
+        sim.overhead(started)
+        super().schedule(sim, now)
+
+    def prepare(self, sim: Simulation, gang: GangState, snapshot, now: float) -> tuple:
+        restricted, _ = restrict(snapshot, gang.group, gang.job.hint, now, self.holds,
+                                 [g for g in self.queued if g.key != gang.group.key], self.policy)
+        blocked = blocked_nodes(gang.group, gang.job.hint, now, self.holds)
+        key = (gang.shape, None if blocked is None else blocked.tobytes(), gang.job.id if restricted is not snapshot
+               and self.policy.fragmentation_aware else None)
+        return restricted, key
+
+    def after_round(self, sim: Simulation, now: float) -> None:
+        if not self.preempt:
+            return
+        for gang in sim.queue():
+            if gang.job.priority > 0 and not gang.held:
+                self._preempt(sim, gang, now)
+
+    def _preempt(self, sim: Simulation, gang: GangState, now: float) -> None:
+        running = {g.group.key: g for g in sim.running() if g.job.priority < gang.job.priority}
+        if not running:
+            return
+        started = time.perf_counter()
+        snapshot = sim.snapshot(with_bound=True)
+        costs = {key: sim.lost_if_evicted(g, now) for key, g in running.items()}
+        work = preemptor_work(gang.job.pods * gang.job.gpus, gang.job.hint)
+        prefixes = victim_prefixes(costs, victim_budget(self.policy, work)) if self.policy.lost_work_preemption \
+            else [list(running)]
+        plan = None
+        for prefix in prefixes:
+            offered = set(prefix)
+            context = PreemptionContext({
+                p.uid: VictimInfo(r.job.priority if key in offered else gang.job.priority, key, DisruptionMode.ALL)
+                for key, r in running.items() for p in r.group.members})
+            plan = plan_preemption(snapshot, gang.group, context)
+            if plan.placement:
+                break
         sim.decided(started)
-        if not plan.placement:
+        if plan is None or not plan.placement:
             return
         for unit in plan.units:
-            sim.evict(running[unit.key])
+            sim.evict(running[unit.key], now)
         after = sim.snapshot()
         assert_placement_valid(after, gang.group, plan.placement)
         sim.hold(gang, plan.placement)
 
 
-def all_policies():
-    return [PodByPod(), PermitBarrier(), upstream_policy(), kueue_policy(), greedy_policy(), PhalanxExact(),
-            PhalanxExact(preempt=False)]
+def _per_node(gang: GangState) -> dict[int, int]:
+    out: dict[int, int] = {}
+    for i in gang.held.values():
+        out[i] = out.get(i, 0) + 1
+    return out
+
+
+def all_policies(preempt_default: bool = True) -> list:
+    """The policies compared: the baselines, then phalanx as configured by default, phalanx with no
+    queue policy (placement alone) and without preemption."""
+    return [PodByPod(), PermitBarrier(), upstream_policy(), kueue_policy(), greedy_policy(),
+            Phalanx("phalanx", preempt=preempt_default),
+            Phalanx("phalanx-no-queue-policy", preempt=False,
+                    policy=QueuePolicy(starvation_after=None, starvation_factor=None, fragmentation_aware=False)),
+            Phalanx("phalanx-no-preemption", preempt=False)]
+
+
+def ablations() -> list:
+    """One queue policy changed at a time from the defaults (to pick them)."""
+    return [Phalanx("phalanx-no-hold", policy=QueuePolicy(starvation_after=None, starvation_factor=None)),
+            Phalanx("phalanx-hold-1x-duration", policy=QueuePolicy(starvation_factor=1.0)),
+            Phalanx("phalanx-hold-2x-duration", policy=QueuePolicy(starvation_factor=2.0)),
+            Phalanx("phalanx-2-holds", policy=QueuePolicy(max_holds=2)),
+            Phalanx("phalanx-fragmentation-aware", policy=QueuePolicy(fragmentation_aware=True)),
+            Phalanx("phalanx-fifo-preemption", policy=QueuePolicy(lost_work_preemption=False)),
+            Phalanx("phalanx-budget-0.25", policy=QueuePolicy(lost_work_budget=0.25)),
+            Phalanx("phalanx-no-budget", policy=QueuePolicy(lost_work_budget=None))]

@@ -1,19 +1,21 @@
 """An event-driven cluster simulator for ``phalanx bench trace``: one cluster, one arrival
 sequence, one scheduling policy at a time.
 
-Time is simulated. Events are arrivals, completions and (for the Permit barrier) wait timeouts;
-after all events of one instant the policy runs one *scheduling round* over the queue (pending
-gangs, highest priority first, then oldest — every policy queues the same way and skips a gang
-that does not fit, as kube-scheduler's and Kueue's BestEffortFIFO queues do). A gang starts when
-all its pods hold resources and runs for its duration; a preempted gang loses its progress and
-queues again. The run ends when no event is left, or when only wait timeouts are left and nothing
-runs (nothing can ever change: the remaining gangs are stuck).
+Time is simulated and ends at the horizon (the last arrival): whatever has not started or finished
+by then is *censored* there and counted as such. Events are arrivals, completions and (for the
+Permit barrier) wait timeouts; after all events of one instant the policy runs one *scheduling
+round* over the queue (pending gangs, highest priority first, then oldest — every policy queues
+the same way and skips a gang whose shape already failed in the round, as kube-scheduler's and
+Kueue's BestEffortFIFO queues do). A gang starts when all its pods hold resources and runs for
+its remaining work. A preempted gang keeps the work up to its last checkpoint (every
+``checkpoint_s`` seconds of running; 0 = none, it restarts from zero), loses the rest (counted in
+GPU-seconds) and queues again.
 
 Policies act through :meth:`Simulation.hold` / :meth:`Simulation.release` /
-:meth:`Simulation.evict` and report the wall-clock of their placement calls with
-:meth:`Simulation.decided`. The simulation keeps the usage matrix and samples, after every round,
-the GPUs held, the GPUs of running gangs, the GPUs held by incomplete gangs, the free GPUs stranded
-on partly used nodes, and a per-round upper bound on what could be held (see :func:`round_bound`).
+:meth:`Simulation.evict` and time each gang placement attempt with :meth:`Simulation.decided`
+(one call per gang tried, for every policy alike). The simulation keeps the usage matrix and
+samples, after every round, the GPUs held, the GPUs of running gangs, the GPUs held by
+incomplete gangs and the free GPUs stranded on partly used nodes.
 """
 
 from __future__ import annotations
@@ -24,9 +26,9 @@ from dataclasses import dataclass, field, replace
 from typing import Protocol
 
 import numpy as np
-from ortools.sat.python import cp_model
 
 from cluster.names import LABEL_RACK
+from extender.cycle.queue import lost_work
 from solver import Pod, PodGroup, Snapshot
 
 from .generate import GPU
@@ -57,6 +59,15 @@ class GangState:
     was_partial: bool = False
     single_rack: bool | None = None
     preempted: int = 0
+    progress: float = 0.0  # seconds of work kept (checkpointed) from earlier runs
+    lost_gpu_s: float = 0.0  # GPU-seconds of work lost to preemption
+    first_started: float | None = None
+    queued_at: float = 0.0  # arrival, or the last eviction
+
+    @property
+    def left(self) -> float:
+        """Seconds of work still to run."""
+        return max(self.job.duration - self.progress, 0.0)
 
     @property
     def remaining(self) -> list[Pod]:
@@ -70,13 +81,15 @@ class Sample:
     running: int
     incomplete: int
     stranded: int
-    bound: int
 
 
 class Simulation:
-    def __init__(self, cluster: Cluster, jobs: tuple[Job, ...], policy: SchedulingPolicy) -> None:
+    def __init__(self, cluster: Cluster, jobs: tuple[Job, ...], policy: SchedulingPolicy,
+                 horizon: float | None = None, checkpoint_s: float = 0.0) -> None:
         self.cluster = cluster
         self.policy = policy
+        self.horizon = horizon if horizon is not None else max(j.arrival for j in jobs)
+        self.checkpoint_s = checkpoint_s
         self.base = Snapshot(cluster.nodes)
         self.used = self.base.used.copy()
         self.gpu = self.base.rindex[GPU]
@@ -94,6 +107,8 @@ class Simulation:
         self.samples: list[Sample] = []
         self.preempted_units = 0
         self.preempted_pods = 0
+        self.lost_gpu_s = 0.0
+        self.overhead_ms = 0.0
         self.stuck = False
         for j in jobs:
             self.at(j.arrival, ARRIVAL, j.id)
@@ -138,21 +153,38 @@ class Simulation:
         gang.epoch += 1
         gang.waiting_since = None
 
-    def evict(self, gang: GangState) -> None:
-        """Preempt a running gang: it releases everything and queues again from scratch."""
+    def lost_if_evicted(self, gang: GangState, now: float) -> float:
+        """GPU-seconds ``gang`` (running) would lose if evicted at ``now``."""
+        assert gang.started is not None
+        return lost_work(gang.started, now, self.checkpoint_s) * gang.job.pods * gang.job.gpus
+
+    def evict(self, gang: GangState, now: float) -> None:
+        """Preempt a running gang: it keeps the work to its last checkpoint, releases everything
+        and queues again."""
+        assert gang.started is not None
+        ran = now - gang.started
+        lost = lost_work(gang.started, now, self.checkpoint_s)
+        gang.progress += ran - lost
+        gang.lost_gpu_s += lost * gang.job.pods * gang.job.gpus
+        self.lost_gpu_s += lost * gang.job.pods * gang.job.gpus
         self.preempted_units += 1
         self.preempted_pods += len(gang.held)
         gang.preempted += 1
         gang.started = None
+        gang.queued_at = now
         self.release(gang)
 
     def decided(self, started: float) -> None:
-        """Record one placement call that began at ``started`` (``time.perf_counter()``)."""
+        """Record one gang placement attempt that began at ``started`` (``time.perf_counter()``)."""
         self.decisions_ms.append((time.perf_counter() - started) * 1000.0)
+
+    def overhead(self, started: float) -> None:
+        """Record per-round policy work (not one gang's attempt) that began at ``started``."""
+        self.overhead_ms += (time.perf_counter() - started) * 1000.0
 
     # -- the loop ---------------------------------------------------------------------------------
     def run(self) -> "Simulation":
-        while self.events:
+        while self.events and self.events[0][0] <= self.horizon:
             now = self.events[0][0]
             while self.events and self.events[0][0] == now:
                 _, kind, _, job, epoch = heapq.heappop(self.events)
@@ -160,15 +192,15 @@ class Simulation:
             if not self.running() and all(e[1] == TIMEOUT for e in self.events) and self.events:
                 self.stuck = True  # nothing runs, nothing arrives: no round can change anything
                 break
-            before = self._held_and_bound()
             self.policy.schedule(self, now)
             self._start_complete(now)
-            self._sample(now, before)
+            self._sample(now)
         return self
 
     def _handle(self, kind: int, gang: GangState, epoch: int, now: float) -> None:
         if kind == ARRIVAL:
             self.arrived.add(gang.job.id)
+            gang.queued_at = now
         elif kind == COMPLETION and epoch == gang.epoch and gang.started is not None:
             gang.finished = now
             self.release(gang)
@@ -183,47 +215,19 @@ class Simulation:
                 gang.was_partial = True
                 continue
             gang.started = now
+            if gang.first_started is None:
+                gang.first_started = now
             gang.epoch += 1
             gang.waiting_since = None
             if gang.single_rack is None:
                 gang.single_rack = len({self.racks[i] for i in gang.held.values()}) == 1
-            self.at(now + gang.job.duration, COMPLETION, gang.job.id, gang.epoch)
+            self.at(now + gang.left, COMPLETION, gang.job.id, gang.epoch)
 
-    def _held_and_bound(self) -> tuple[int, int]:
-        held = int(self.used[:, self.gpu].sum())
-        free = self.capacity - held
-        demands = [len(g.remaining) * g.job.gpus for g in self.queue()]
-        return held, held + round_bound(demands, free)
-
-    def _sample(self, now: float, before: tuple[int, int]) -> None:
+    def _sample(self, now: float) -> None:
         used = self.used[:, self.gpu]
         cap = self.base.allocatable[:, self.gpu]
         partly = (used > 0) & (used < cap)
         incomplete = sum(len(g.held) * g.job.gpus for g in self.gangs.values() if g.held and g.started is None)
         held = int(used.sum())
-        self.samples.append(Sample(now, held, held - incomplete, incomplete,
-                                   int((cap - used)[partly].sum()), max(before[1], held)))
+        self.samples.append(Sample(now, held, held - incomplete, incomplete, int((cap - used)[partly].sum())))
 
-
-def round_bound(demands: list[int], free: int) -> int:
-    """The most GPUs one round could add: a knapsack of the waiting gangs' GPU demands into the
-    free GPUs (nodes and topology relaxed), solved by CP-SAT. An upper bound for every policy
-    that places whole gangs and does not preempt."""
-    if not demands or free <= 0:
-        return 0
-    if sum(demands) <= free:
-        return sum(demands)
-    counts: dict[int, int] = {}
-    for d in demands:
-        if d <= free:
-            counts[d] = counts.get(d, 0) + 1
-    model = cp_model.CpModel()
-    take = {d: model.NewIntVar(0, min(c, free // d), f"n{d}") for d, c in counts.items()}
-    total = sum(d * v for d, v in take.items())
-    model.Add(total <= free)
-    model.Maximize(total)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.max_deterministic_time = 1.0
-    solver.Solve(model)
-    return int(solver.BestObjectiveBound())

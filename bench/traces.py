@@ -10,33 +10,38 @@ copied unchanged from its authors' repositories:
 * ``tiresias`` — SymbioticLab/Tiresias (NSDI '19), Apache-2.0: ``60_job.csv`` and switch -> node ->
   GPU cluster shapes;
 * ``alibaba-pai-2020`` — alibaba/clusterdata ``cluster-trace-gpu-v2020``, "MLaaS in the Wild"
-  (NSDI '22), CC BY 4.0: the node inventory of a 1,897-machine GPU cluster.
+  (NSDI '22), CC BY 4.0: the node inventory of a 1,897-machine GPU cluster (its job table is not
+  in the data, so there is no PAI workload: Pollux's Philly-derived multi-replica jobs stand in).
 
-What this module derives rather than reads (every result repeats it via :data:`SYNTHESIZED`):
+What this module derives rather than reads (every result repeats it via :func:`assumptions`):
 
-* **Topology is synthesized.** No trace carries rack labels. PAI nodes are grouped by GPU model
-  (sorted by machine id) into racks of 32 nodes, one GPU model per rack, and racks into zones of 8.
-  Tiresias' switch is the zone; racks are its switch when a switch has at most 16 nodes, else
-  slices of 16 nodes.
-* **Acme** runs on PAI's 1,897 machines restricted to the 519 eight-GPU ones (every multi-pod Acme
-  gang is 8 GPUs per pod). Duration = ``num_iteration * (iteration_computing_time +
-  iteration_networking_time)`` as the data README states. CPU per pod = ``cpu_per_gpu_worker *
-  gpu_per_worker`` capped at the node's 12 cores per GPU (PAI nodes have 96 cores for 8 GPUs; the
-  trace's 120-core pods would fit nowhere). No memory request.
+* **Topology is synthesized.** No trace carries rack labels. Every workload runs on 8-GPU nodes
+  (96 cores) in racks. PAI nodes are grouped by GPU model (sorted by machine id) into racks of 32
+  nodes, one GPU model per rack, racks into zones of 8; the other clusters are
+  :func:`rack_cluster` shapes (racks of ``rack_nodes`` nodes, zones of 2 racks).
+* **Acme** runs on PAI's 519 eight-GPU machines. Duration = ``num_iteration *
+  (iteration_computing_time + iteration_networking_time)`` as the data README states. CPU per pod
+  = ``cpu_per_gpu_worker * gpu_per_worker`` capped at the node's 12 cores per GPU.
 * **Pollux** has no duration. Pollux (OSDI '21, section 5) sorts its applications into size
   classes by GPU-hours: small 0-1 (cifar10, ncf), medium 1-10 (bert, deepspeech2), large 10-100
   (yolov3), extra-large 100-1,000 (imagenet). Each application gets its class's geometric middle
-  (0.5, 3.16, 31.6, 316 GPU-hours; 0.5 for the open-ended small class) and a job's duration is
-  that work divided by its ``num_replicas`` (perfect scaling). This is an assumption of the
-  benchmark, not data. Pods are 1 GPU with the node's CPU share per GPU. It runs on Tiresias'
-  ``n32g4`` shape (32 nodes x 4 GPUs, one switch).
-* **Tiresias** ``60_job.csv``: ``num_gpu`` pods x 1 GPU, ``duration`` as given, on its
-  ``cluster_spec.csv`` shape (16 nodes x 4 GPUs, one switch).
-* **Offered load.** Arrivals are multiplied by one factor per trace so that total GPU-seconds /
-  (arrival span x cluster GPUs) = :data:`OFFERED_LOAD` (90%); the factor is reported.
-* **Priorities.** The traces carry none. Every :data:`HIGH_PRIORITY_EVERY`-th job in arrival order
-  gets priority :data:`HIGH_PRIORITY`, the rest 0; every policy queues by priority, only
-  phalanx exact preempts.
+  (0.5, 3.16, 31.6, 316 GPU-hours) and a job's duration is that work divided by its
+  ``num_replicas`` (perfect scaling): an assumption, not data. ``num_replicas`` pods x 1 GPU on
+  16 nodes (2 racks of 8).
+* **Tiresias** ``60_job.csv``: ``num_gpu`` pods x 1 GPU, ``duration`` as given, on 8 nodes (its
+  ``cluster_spec`` has 64 GPUs as 16 x 4; here 2 racks of 4 eight-GPU nodes).
+* **Synthetic mix** (:func:`synthetic`): (GPUs, duration) pairs drawn from the Acme and Tiresias
+  jobs (both real), arrivals Poisson; a job of G GPUs is G/8 pods of 8 GPUs when G >= 8, else
+  pods of 1, 2 or 4 GPUs (drawn) making G; on 4 racks of 16 nodes.
+* **Offered load is in-window.** The simulated horizon ends at the last arrival; arrivals are
+  multiplied by one factor per trace and load so that the GPU-seconds every job could run inside
+  the horizon if it started on arrival, ``sum(gpus * min(duration, horizon - arrival))``, are
+  ``load`` x horizon x cluster GPUs (:func:`scaled`). Runs at 70, 90 and 110%.
+* **Priorities.** The traces carry none. A stated rule: a seeded draw gives
+  :data:`HIGH_PRIORITY` to a share of the jobs (:data:`HIGH_SHARE` by default, 10% and 40% in
+  the sensitivity run), the rest 0.
+* **Duration hints.** Every job declares its trace duration as its expected duration (the
+  annotation phalanx reads for backfilling); the sensitivity run declares none.
 """
 
 from __future__ import annotations
@@ -44,6 +49,7 @@ from __future__ import annotations
 import csv
 import os
 import pathlib
+import zlib
 from dataclasses import dataclass, replace
 
 import numpy as np
@@ -57,20 +63,25 @@ DATA_ENV = "PHALANX_TRACE_DATA"
 #: ``../shared/data`` beside the checkout.
 DEFAULT_DATA = pathlib.Path(__file__).resolve().parents[2] / "shared" / "data"
 LABEL_GPU_MODEL = "nvidia.com/gpu.product"
-OFFERED_LOAD = 0.9
+LOADS = (0.7, 0.9, 1.1)
 HIGH_PRIORITY = 1000
-HIGH_PRIORITY_EVERY = 5
+HIGH_SHARE = 0.2
 PAI_RACK_NODES = 32
 PAI_RACKS_PER_ZONE = 8
-TIRESIAS_RACK_NODES = 16
+NODE_GPUS = 8
+NODE_CORES = 96
 #: GPU-hours per Pollux application: the geometric middle of its Pollux size class (assumption).
 POLLUX_GPU_HOURS = {"cifar10": 0.5, "ncf": 0.5, "bert": 10 ** 0.5, "deepspeech2": 10 ** 0.5,
                     "yolov3": 10 ** 1.5, "imagenet": 10 ** 2.5}
-SYNTHESIZED = ("topology synthesized: no trace has rack labels; racks of 32 (PAI, one GPU model per "
-               "rack, zones of 8 racks) or 16 nodes (Tiresias shapes, zone = switch); simulated time; "
-               f"arrivals scaled to {OFFERED_LOAD:.0%} offered load; priorities assigned to every "
-               f"{HIGH_PRIORITY_EVERY}th job (the traces have none); Pollux durations assumed per "
-               "application size class")
+
+
+def assumptions(load: float, high_share: float = HIGH_SHARE, hints: bool = True, checkpoint_s: float = 0.0) -> str:
+    """The one line every table states."""
+    ckpt = f"checkpoint every {checkpoint_s / 60:.0f} min" if checkpoint_s else "no checkpoints (restart from zero)"
+    return (f"simulated; racks synthesized (8-GPU nodes); {load:.0%} in-window offered load; "
+            f"{high_share:.0%} of jobs high priority by seeded draw (traces have none); "
+            f"{'declared duration = trace duration' if hints else 'no duration hints'}; {ckpt}; "
+            "Pollux durations assumed per size class")
 
 
 class DataMissing(RuntimeError):
@@ -87,7 +98,8 @@ def data_dir() -> pathlib.Path:
 
 @dataclass(frozen=True)
 class Job:
-    """One gang of the trace: ``pods`` identical pods of ``gpus`` GPUs and ``cpu`` milli-CPU."""
+    """One gang of the trace: ``pods`` identical pods of ``gpus`` GPUs and ``cpu`` milli-CPU.
+    ``hint`` is its declared duration (None: it declares none)."""
 
     id: str
     arrival: float
@@ -96,6 +108,7 @@ class Job:
     gpus: int
     cpu: int
     priority: int = 0
+    hint: float | None = None
 
     @property
     def gpu_seconds(self) -> float:
@@ -138,6 +151,8 @@ class Trace:
     jobs: tuple[Job, ...]
     arrival_scale: float
     notes: str
+    horizon: float = 0.0  # simulated seconds: the last arrival
+    load: float = 0.0  # in-window offered load the arrivals were scaled to
 
 
 def _pods_per_node(node: Node, job: Job) -> int:
@@ -151,7 +166,7 @@ def _node(name: str, gpus: int, cores: int, mem_gb: int, labels: dict[str, str])
                 {LABEL_HOSTNAME: name, **labels})
 
 
-def pai_cluster(data: pathlib.Path, gpus_per_node: int = 8) -> Cluster:
+def pai_cluster(data: pathlib.Path, gpus_per_node: int = NODE_GPUS) -> Cluster:
     """PAI 2020 machines with ``gpus_per_node`` GPUs, racked by GPU model (synthesized)."""
     with open(data / "alibaba-pai-2020" / "pai_machine_spec.csv") as f:
         rows = [r for r in csv.reader(f) if int(r[4]) == gpus_per_node]
@@ -167,40 +182,58 @@ def pai_cluster(data: pathlib.Path, gpus_per_node: int = 8) -> Cluster:
     return Cluster(f"pai-2020-{gpus_per_node}gpu", tuple(nodes))
 
 
-def tiresias_cluster(data: pathlib.Path, shape: str) -> Cluster:
-    """A Tiresias shape file: switches of nodes; racks are 16-node slices of a switch."""
-    with open(data / "tiresias" / f"{shape}.csv") as f:
-        spec = {k: int(v) for k, v in next(csv.DictReader(f)).items()}
-    nodes = []
-    for s in range(spec["num_switch"]):
-        for i in range(spec["num_node_p_switch"]):
-            nodes.append(_node(f"sw{s}-n{i:03d}", spec["num_gpu_p_node"], spec["num_cpu_p_node"],
-                               spec["mem_p_node"], {LABEL_ZONE: f"switch-{s}",
-                                                    LABEL_RACK: f"switch-{s}-rack-{i // TIRESIAS_RACK_NODES}"}))
-    return Cluster(f"tiresias-{shape}", tuple(nodes))
+def rack_cluster(name: str, racks: int, rack_nodes: int, racks_per_zone: int = 2) -> Cluster:
+    """``racks`` x ``rack_nodes`` nodes of 8 GPUs and 96 cores, zones of ``racks_per_zone`` racks."""
+    nodes = [_node(f"r{r}-n{i:02d}", NODE_GPUS, NODE_CORES, 768, {
+        LABEL_RACK: f"rack-{r}", LABEL_ZONE: f"zone-{r // racks_per_zone}"})
+        for r in range(racks) for i in range(rack_nodes)]
+    return Cluster(f"{name}-{racks}x{rack_nodes}x{NODE_GPUS}gpu", tuple(nodes))
 
 
 Window = tuple[int, int | None]
 ALL: Window = (0, None)
 
 
-def _scaled(name: str, cluster: Cluster, jobs: list[Job], notes: str, window: Window) -> Trace:
-    """Sort by arrival, keep jobs ``window[0]:window[1]``, assign priorities, scale to the offered load."""
+def in_window_load(jobs: list[Job], gpus: int, factor: float) -> float:
+    """Offered load inside the horizon (the last arrival) when arrivals are multiplied by ``factor``:
+    every job's GPU-seconds that fit between its arrival and the horizon, over horizon x GPUs."""
+    first = jobs[0].arrival
+    arrivals = np.array([(j.arrival - first) * factor for j in jobs])
+    horizon = max(arrivals[-1], 1.0)
+    work = sum(j.pods * j.gpus * min(j.duration, horizon - a) for j, a in zip(jobs, arrivals, strict=True))
+    return work / (horizon * gpus)
+
+
+def scaled(name: str, cluster: Cluster, jobs: list[Job], notes: str, window: Window = ALL, load: float = 0.9,
+           high_share: float = HIGH_SHARE, hints: bool = True, seed: int = 0) -> Trace:
+    """Sort by arrival, keep jobs ``window[0]:window[1]``, draw priorities, declare hints, and scale
+    arrivals so that the in-window offered load is ``load`` (bisection: the load only falls as
+    arrivals spread)."""
     jobs = sorted(jobs, key=lambda j: (j.arrival, j.id))[window[0]:window[1]]
     if window != ALL:
         notes += f"; jobs {window[0]}:{window[1] or len(jobs) + window[0]} in arrival order"
-    jobs = [replace(j, priority=HIGH_PRIORITY if i % HIGH_PRIORITY_EVERY == HIGH_PRIORITY_EVERY - 1 else 0)
-            for i, j in enumerate(jobs)]
+    jobs = [replace(j, priority=HIGH_PRIORITY if _draw(j.id, seed) < high_share else 0,
+                    hint=j.duration if hints else None) for j in jobs]
+    lo, hi = 1e-6, 1e6
+    if in_window_load(jobs, cluster.gpus, lo) < load:
+        raise ValueError(f"{name}: the jobs cannot make {load:.0%} in-window load on {cluster.gpus} GPUs")
+    for _ in range(200):
+        mid = (lo * hi) ** 0.5
+        lo, hi = (mid, hi) if in_window_load(jobs, cluster.gpus, mid) > load else (lo, mid)
+    factor = lo
     first = jobs[0].arrival
-    span = max(jobs[-1].arrival - first, 1.0)
-    load = sum(j.gpu_seconds for j in jobs) / (span * cluster.gpus)
-    factor = load / OFFERED_LOAD
-    jobs = [replace(j, arrival=round((j.arrival - first) * factor, 3)) for j in jobs]
-    return Trace(name, cluster, tuple(jobs), factor, f"{notes}; native offered load {load:.1%}, "
-                 f"arrivals x{factor:.3g} for {OFFERED_LOAD:.0%}")
+    out = tuple(replace(j, arrival=round((j.arrival - first) * factor, 3)) for j in jobs)
+    native = in_window_load(jobs, cluster.gpus, 1.0)
+    return Trace(name, cluster, out, factor, f"{notes}; native in-window load {native:.1%}, arrivals x{factor:.3g}",
+                 horizon=out[-1].arrival, load=load)
 
 
-def acme_jobs(data: pathlib.Path, cores_per_gpu: int = 96 // 8) -> list[Job]:
+def _draw(job_id: str, seed: int) -> float:
+    """A stable uniform draw in [0, 1) per job id and seed."""
+    return zlib.crc32(f"{seed}:{job_id}".encode()) / 2**32
+
+
+def acme_jobs(data: pathlib.Path, cores_per_gpu: int = NODE_CORES // NODE_GPUS) -> list[Job]:
     """The Acme Kalos gangs as the trace has them (arrival, duration, shape), in file order."""
     jobs = []
     with open(data / "acme-kalos" / "converted_kalos_trace.csv") as f:
@@ -214,33 +247,54 @@ def acme_jobs(data: pathlib.Path, cores_per_gpu: int = 96 // 8) -> list[Job]:
     return jobs
 
 
-def acme(data: pathlib.Path, window: Window = ALL) -> Trace:
+def acme(data: pathlib.Path, window: Window = ALL, **kw) -> Trace:
     cluster = pai_cluster(data)
-    return _scaled("acme-kalos", cluster, acme_jobs(data), "Acme Kalos gangs on PAI-2020 8-GPU nodes", window)
+    return scaled("acme-kalos", cluster, acme_jobs(data), "Acme Kalos gangs on PAI-2020 8-GPU nodes", window, **kw)
 
 
-def pollux(data: pathlib.Path, workload: int = 1, window: Window = ALL) -> Trace:
-    cluster = tiresias_cluster(data, "n32g4")
-    node = cluster.nodes[0].allocatable
-    cpu = node["cpu"] // node[GPU]
+def pollux(data: pathlib.Path, workload: int = 1, window: Window = ALL, **kw) -> Trace:
+    cluster = rack_cluster("pollux", 2, 8)
     jobs = []
     with open(data / "pollux" / f"workload-{workload}.csv") as f:
         for r in csv.DictReader(f):
             replicas = int(r["num_replicas"])
             duration = POLLUX_GPU_HOURS[r["application"]] * 3600 / replicas
-            jobs.append(Job(f"pollux{workload}-{r['name']}", float(r["time"]), duration, replicas, 1, cpu))
-    return _scaled(f"pollux-w{workload}", cluster, jobs,
-                   f"Pollux workload-{workload} on the Tiresias n32g4 shape", window)
+            jobs.append(Job(f"pollux{workload}-{r['name']}", float(r["time"]), duration, replicas, 1,
+                            NODE_CORES * 1000 // NODE_GPUS))
+    return scaled(f"pollux-w{workload}", cluster, jobs, f"Pollux (Philly) workload-{workload}", window, **kw)
 
 
-def tiresias(data: pathlib.Path, window: Window = ALL) -> Trace:
-    cluster = tiresias_cluster(data, "cluster_spec")
-    node = cluster.nodes[0].allocatable
-    cpu = node["cpu"] // node[GPU]
+def tiresias_jobs(data: pathlib.Path) -> list[Job]:
     jobs = []
     with open(data / "tiresias" / "60_job.csv") as f:
         for r in csv.DictReader(f):
             jobs.append(Job(f"tiresias-{int(r['job_id']):02d}", float(r["submit_time"]), float(r["duration"]),
-                            int(r["num_gpu"]), 1, cpu))
-    return _scaled("tiresias-60", cluster, jobs, "Tiresias 60_job on its cluster_spec shape", window)
+                            int(r["num_gpu"]), 1, NODE_CORES * 1000 // NODE_GPUS))
+    return jobs
 
+
+def tiresias(data: pathlib.Path, window: Window = ALL, **kw) -> Trace:
+    return scaled("tiresias-60", rack_cluster("tiresias", 2, 4), tiresias_jobs(data), "Tiresias 60_job", window,
+                  **kw)
+
+
+def synthetic(data: pathlib.Path, jobs: int = 400, seed: int = 0, **kw) -> Trace:
+    """A gang-heavy mix: (GPUs, duration) pairs drawn from the Acme and Tiresias jobs, Poisson
+    arrivals, 8-GPU pods for gangs of 8 GPUs and more, else pods of 1, 2 or 4 GPUs."""
+    rng = np.random.default_rng(seed)
+    pool = [(j.pods * j.gpus, j.duration) for j in acme_jobs(data) + tiresias_jobs(data) if j.duration > 0]
+    cluster = rack_cluster("synthetic", 4, 16)
+    cap = cluster.gpus // 2  # no gang larger than a zone
+    out, t = [], 0.0
+    for i in range(jobs):
+        gpus, duration = pool[int(rng.integers(len(pool)))]
+        gpus = min(gpus, cap)
+        if gpus >= NODE_GPUS:
+            pods, per = gpus // NODE_GPUS, NODE_GPUS
+        else:
+            per = int(rng.choice([p for p in (1, 2, 4) if p <= gpus and gpus % p == 0]))
+            pods = gpus // per
+        t += float(rng.exponential(1.0))
+        out.append(Job(f"mix-{i:03d}", t, duration, pods, per, per * NODE_CORES * 1000 // NODE_GPUS))
+    return scaled("synthetic-mix", cluster, out, f"synthetic mix of Acme and Tiresias (GPUs, duration), seed {seed}",
+                  **kw)

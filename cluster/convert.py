@@ -13,6 +13,7 @@ the PersistentVolumeClaims a pod mounts (resolved against claims, PVs and Storag
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, NamedTuple
@@ -415,6 +416,7 @@ class GroupSpec:
     priority_class: str = ""
     priority: int | None = None  # spec.priority as written, None when absent
     preemption_policy: str = "PreemptLowerPriority"
+    expected_duration: float | None = None  # seconds, from scheduling.phalanx.dev/expected-duration
 
 
 def podgroup_spec(obj: JSON) -> GroupSpec:
@@ -447,7 +449,33 @@ def podgroup_spec(obj: JSON) -> GroupSpec:
         priority=None if priority is None else _integer(priority, f"{where}: spec.priority"),
         preemption_policy=_text(spec.get("preemptionPolicy"), f"{where}: spec.preemptionPolicy")
         or "PreemptLowerPriority",
+        expected_duration=expected_duration(obj.get("metadata") or {}),
     )
+
+
+_DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
+
+
+def expected_duration(meta: JSON) -> float | None:
+    """``scheduling.phalanx.dev/expected-duration``: seconds ("3600") or a Go-style duration of
+    hours, minutes and seconds ("2h30m", "90m", "45s"); None when absent. Anything else, or not
+    positive, is rejected with the annotation named."""
+    raw = (meta.get("annotations") or {}).get(names.ANNOTATION_EXPECTED_DURATION)
+    if raw is None or str(raw).strip() == "":
+        return None
+    text = str(raw).strip().lower()
+    bad = InvalidInput(f"{names.ANNOTATION_EXPECTED_DURATION} must be seconds or a duration like 2h30m, "
+                       f"got {raw!r}")
+    try:
+        seconds = float(text)
+    except ValueError:
+        parts = re.fullmatch(r"(?:(\d+(?:\.\d+)?)h)?(?:(\d+(?:\.\d+)?)m)?(?:(\d+(?:\.\d+)?)s)?", text)
+        if not parts or not any(parts.groups()):
+            raise bad from None
+        seconds = sum(float(v) * _DURATION_UNITS[u] for v, u in zip(parts.groups(), "hms", strict=True) if v)
+    if not seconds > 0 or seconds == float("inf"):
+        raise bad
+    return seconds
 
 
 def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),

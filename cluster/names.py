@@ -18,6 +18,9 @@ ANNOTATION_PLACEMENT = "scheduling.phalanx.dev/placement"  # PodGroup: write-ahe
 ANNOTATION_PREFERRED_TOPOLOGY = "scheduling.phalanx.dev/preferred-topology"  # ordered keys, comma-separated
 # PodGroup: what members without soft rules of their own get, "pack" (default) or "spread"
 ANNOTATION_PLACEMENT_PREFERENCE = "scheduling.phalanx.dev/placement-preference"
+#: PodGroup: how long the group runs once bound ("90m", "2h30m", "3600" seconds): lets it backfill a
+#: domain held for a starving gang when it finishes before that gang could start
+ANNOTATION_EXPECTED_DURATION = "scheduling.phalanx.dev/expected-duration"
 ANNOTATION_RETRY = "scheduling.phalanx.dev/retry"  # pod: touched to make kube-scheduler retry a group that now fits
 MANAGED_BY_VALUE = "phalanx.dev/statefulset-controller"
 # ResourceClaim phalanx created for a PodGroup (shared claims without DRAWorkloadResourceClaims):

@@ -152,13 +152,19 @@ class GroupPreemption:
             return ""
         cache = self.cycle.cache
         snapshot = cache.snapshot(self.cycle.reservations(exclude_group=group.key), with_bound=True)
+        plan = None
         try:
-            plan = plan_preemption(snapshot, group, cache.preemption_context())
+            # victims offered cheapest lost work first, in growing prefixes, within the lost-work
+            # budget (see holds.py): none affordable, no preemption
+            for context in self.cycle.queue_policies.victim_contexts(group, cache.preemption_context()):
+                plan = plan_preemption(snapshot, group, context)
+                if plan.helps and plan.victims:
+                    break
         except InvalidInput as err:
             metrics.preemption_attempts.labels(result="error").inc()
             log.warning("preemption planning for %s failed: %s", group.key, err)
             return ""
-        if not plan.helps or not plan.victims:
+        if plan is None or not plan.helps or not plan.victims:
             metrics.preemption_attempts.labels(result="unschedulable").inc()
             return ""
         metrics.preemption_attempts.labels(result="scheduled").inc()

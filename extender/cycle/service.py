@@ -83,10 +83,11 @@ from solver.model import PODS, add_resources, placement_usage
 from . import replans
 from .dispatch import Dispatcher, Write
 from .heap import Heap
+from .holds import QueuePolicies
 from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .preemption import GroupPreemption
-from .queue import PodGroupQueue
+from .queue import PodGroupQueue, QueuePolicy
 from .records import RecordedHolds
 from .replans import ReplanBudget
 from .verdicts import SWEEP_INTERVAL, Verdicts
@@ -228,6 +229,7 @@ class WorkloadCycle:
         bind_workers: int = 16,
         barrier_capacity: int | None = None,
         dispatcher: Dispatcher | None = None,
+        queue_policy: QueuePolicy = QueuePolicy(),
     ) -> None:
         self.cache = cache
         self.writer = writer
@@ -255,6 +257,7 @@ class WorkloadCycle:
         self._listeners: list[Callable[[str, Mapping[str, Any]], None]] = []
         self.preemption = GroupPreemption(self)
         self.queue = PodGroupQueue(clock)
+        self.queue_policies = QueuePolicies(self, queue_policy)  # starvation holds, fragmentation, lost work
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
         self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
         self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
@@ -758,6 +761,7 @@ class WorkloadCycle:
             reach = self._reach(group, allowed)
             if reach is not None:
                 snapshot = snapshot.only_nodes(reach)
+            snapshot, _ = self.queue_policies.restrict(group, snapshot)
             with self._unlocked():
                 try:
                     placement: Placement | InvalidInput = place(snapshot, group, self.options, allowed=allowed)

@@ -177,6 +177,9 @@ def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, 
         "age_s": round(now - first_seen, 1),
         "time_to_place_s": round(bound_at - first_seen, 2) if bound_at else None,
         "preempted_by": facts.preempted_by if facts else "",
+        # a starving gang holding the domain nearest to fitting it (extender/cycle/queue.py)
+        "held_domain": cycle.queue_policies.held_domain(key),
+        "expected_duration_s": spec.expected_duration,
     }
 
 

@@ -1,13 +1,19 @@
-"""The trace simulator's invariants on tiny slices of each real trace: gang policies never hold a
-partial gang, completed gangs ran exactly their GPU-seconds, and two runs agree."""
+"""The trace simulator's invariants on tiny slices of each real trace and the synthetic mix: gang
+policies never hold a partial gang, completed gangs ran exactly their GPU-seconds (plus what they
+lost to preemption), every gang is counted (never-started ones censored at the horizon), every
+policy's decisions are counted per gang attempt, the shared bound holds for every gang policy, the
+in-window load is what was asked, and two runs agree."""
 
 from __future__ import annotations
 
 import pytest
 
-from bench.trace_policies import all_policies
+from bench.trace_bench import BOUNDED, censored, summarize
+from bench.trace_bound import PackingBound, shared_bound
+from bench.trace_policies import Phalanx, all_policies
 from bench.trace_sim import Simulation
-from bench.traces import DataMissing, acme, data_dir, pollux, tiresias
+from bench.traces import DataMissing, acme, data_dir, in_window_load, pollux, synthetic, tiresias
+from extender.cycle.queue import QueuePolicy
 
 try:
     DATA = data_dir()
@@ -15,11 +21,13 @@ except DataMissing as missing:  # pragma: no cover - the data sits beside every 
     pytest.skip(str(missing), allow_module_level=True)
 
 SLICES = {
-    "acme": lambda: acme(DATA, window=(150, 175)),
-    "pollux": lambda: pollux(DATA, 2, window=(0, 30)),
-    "tiresias": lambda: tiresias(DATA, window=(0, 25)),
+    "acme": lambda **kw: acme(DATA, window=(150, 162), **kw),
+    "pollux": lambda **kw: pollux(DATA, 2, window=(0, 24), **kw),
+    "tiresias": lambda **kw: tiresias(DATA, window=(0, 24), **kw),
+    "synthetic": lambda **kw: synthetic(DATA, jobs=24, **kw),
 }
-ALL_OR_NOTHING = ("upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx-exact", "phalanx-exact-no-preemption")
+ALL_OR_NOTHING = ("upstream-1.37", "kueue-tas", "phalanx-greedy", "phalanx", "phalanx-no-queue-policy",
+                  "phalanx-no-preemption")
 
 
 def _outcome(sim: Simulation) -> list[tuple]:
@@ -29,23 +37,47 @@ def _outcome(sim: Simulation) -> list[tuple]:
 
 @pytest.mark.parametrize("name", sorted(SLICES))
 def test_trace_slice_invariants(name: str) -> None:
-    trace = SLICES[name]()
-    for policy, twin in zip(all_policies(), all_policies(), strict=False):
-        sim = Simulation(trace.cluster, trace.jobs, policy).run()
+    trace = SLICES[name](load=0.9)
+    assert in_window_load(sorted(trace.jobs, key=lambda j: j.arrival), trace.cluster.gpus, 1.0) \
+        == pytest.approx(0.9, rel=1e-3)
+    bound = shared_bound(trace, PackingBound(trace.cluster, trace.jobs, deterministic_time=0.05))  # looser, valid
+    for policy, twin in zip(all_policies(), all_policies(), strict=True):
+        sim = Simulation(trace.cluster, trace.jobs, policy, trace.horizon, checkpoint_s=60.0).run()
         gangs = sim.gangs.values()
         if policy.name in ALL_OR_NOTHING:
             assert not any(g.was_partial for g in gangs), policy.name
-            assert all(g.finished is not None for g in gangs), policy.name
         for g in gangs:
-            if g.finished is not None:  # a completed gang ran its full duration, then let go
-                assert g.finished - g.started == pytest.approx(g.job.duration)
+            if g.finished is not None:  # a completed gang ran its remaining work, then let go
+                assert g.finished - g.started == pytest.approx(g.job.duration - (g.progress if g.preempted else 0))
                 assert not g.held
-        # every held GPU belongs to a gang: the usage matrix and the gangs agree
         held = sum(len(g.held) * g.job.gpus for g in gangs)
         assert int(sim.used[:, sim.gpu].sum()) == held
         assert sim.used.min() >= 0
-        completed = [g for g in gangs if g.finished is not None]
-        ran = sum((g.finished - g.started) * g.job.pods * g.job.gpus for g in completed)
-        assert ran == pytest.approx(sum(g.job.gpu_seconds for g in completed))
-        again = Simulation(trace.cluster, trace.jobs, twin).run()
+        wait, jct, never, unfinished = censored(sim)
+        assert len(wait) == len(jct) == len(trace.jobs)  # every gang counted, censored ones too
+        assert never == sum(g.first_started is None for g in gangs) and (wait >= 0).all()
+        assert (jct <= trace.horizon).all()
+        assert len(sim.decisions_ms) > 0, policy.name  # attempts are counted for every policy
+        row = summarize(trace, sim, bound)
+        assert row["lost_gpu_hours"] == pytest.approx(sum(g.lost_gpu_s for g in gangs) / 3600, abs=0.1)
+        if policy.name in BOUNDED or isinstance(policy, Phalanx):
+            assert row["useful_vs_bound"] <= 1.0 + 1e-9, policy.name
+        again = Simulation(trace.cluster, trace.jobs, twin, trace.horizon, checkpoint_s=60.0).run()
         assert _outcome(again) == _outcome(sim), policy.name
+
+
+def test_preemption_loses_only_the_work_since_the_last_checkpoint() -> None:
+    """High priority for 40% of the jobs and no lost-work budget, so phalanx preempts here."""
+    trace = SLICES["synthetic"](load=0.9, high_share=0.4)
+    for checkpoint in (0.0, 600.0):
+        unbudgeted = Phalanx(policy=QueuePolicy(lost_work_budget=None))
+        sim = Simulation(trace.cluster, trace.jobs, unbudgeted, trace.horizon, checkpoint).run()
+        assert sim.preempted_units > 0
+        assert sim.lost_gpu_s == pytest.approx(sum(g.lost_gpu_s for g in sim.gangs.values()))
+        for g in sim.gangs.values():
+            assert g.progress <= g.job.duration
+            if checkpoint == 0.0:
+                assert g.progress == 0.0  # restart from zero
+            else:  # each eviction loses less than one interval of the gang's GPUs
+                assert g.lost_gpu_s <= g.preempted * checkpoint * g.job.pods * g.job.gpus + 1e-6
+                assert g.progress % checkpoint == pytest.approx(0.0, abs=1e-6) or g.finished is not None

@@ -107,7 +107,7 @@ function renderGroups(data) {
       <td>${g.bound}/${g.members}</td>
       <td>${esc((g.topology_key || "").split("/").pop() || "—")}</td>
       <td>${esc(g.domain || "—")}</td>
-      <td><span class="${stateClass(g.state)}">${esc(g.state)}</span>${g.preempted_by ? ` <span class="muted" title="preempted by ${esc(g.preempted_by)}">⚠ preempted</span>` : ""}</td>
+      <td><span class="${stateClass(g.state)}">${esc(g.state)}</span>${g.preempted_by ? ` <span class="muted" title="preempted by ${esc(g.preempted_by)}">⚠ preempted</span>` : ""}${g.held_domain ? ` <span class="state state-holding" title="starving: smaller groups stay out of this domain unless they finish first">holds ${esc(g.held_domain)}</span>` : ""}</td>
       <td>${ago(g.age_s)}</td><td>${g.time_to_place_s == null ? "—" : ago(g.time_to_place_s)}</td></tr>`).join("");
   const count = (s) => data.states[s] || 0;
   const gpu = state.topology && state.topology.totals["nvidia.com/gpu"];
@@ -177,6 +177,8 @@ async function renderGroupPage(key) {
     ["priority", g.priority], ["disruption", g.disruption_mode], ["members", `${g.bound} bound of ${g.members}`],
     ["topology", g.topology_key || "none"], ["domain", g.domain || "—"], ["age", ago(g.age_s)],
     ["time to place", g.time_to_place_s == null ? "—" : ago(g.time_to_place_s)],
+    ["holds", g.held_domain || "—"],
+    ["expected duration", g.expected_duration_s == null ? "not declared" : ago(g.expected_duration_s)],
   ].map(([k, v]) => `<div><span>${esc(k)}</span>${esc(v)}</div>`).join("");
   $("group-explanation").innerHTML = g.explanation
     ? `<div class="explanation" id="explanation-text"><div>${esc(g.explanation)}</div>

@@ -1,0 +1,139 @@
+"""The queue policies of :mod:`.queue` applied in the live workload cycle.
+
+Each cycle's snapshot goes through :meth:`QueuePolicies.restrict`: the waiting groups are the
+queue's failed attempts (waiting since their first failure), the running groups are the PodGroups
+with bound members (their usage per node, and when they bound — seen by this process — plus their
+declared ``scheduling.phalanx.dev/expected-duration``). Holds are recomputed at most every
+:data:`REFRESH` seconds (injected clock) and shown on the dashboard. A restarted process knows no
+bind times: running groups then have no expected end and nothing backfills through them until
+they bind again — conservative, never a guess.
+
+Preemption asks :meth:`QueuePolicies.victim_contexts` for the contexts to try: victim groups
+offered cheapest lost work first (pod-seconds since they bound; no checkpoint interval is known to
+phalanx), in growing prefixes.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import replace
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
+
+import numpy as np
+
+from solver import PodGroup, PreemptionContext, Snapshot
+
+from .queue import (
+    Hold,
+    QueuePolicy,
+    Running,
+    Waiting,
+    plan_holds,
+    preemptor_work,
+    restrict,
+    victim_budget,
+    victim_prefixes,
+)
+
+if TYPE_CHECKING:
+    from .service import WorkloadCycle
+
+REFRESH = 5.0
+
+
+class QueuePolicies:
+    def __init__(self, cycle: "WorkloadCycle", policy: QueuePolicy) -> None:
+        self.cycle = cycle
+        self.policy = policy
+        self.holds: list[Hold] = []
+        self.bound_at: dict[str, float] = {}  # group -> when this process saw it bind
+        self._refreshed = -np.inf
+        self._lock = threading.Lock()
+        cycle.subscribe(self._on_event)
+
+    def _on_event(self, kind: str, data: Mapping[str, Any]) -> None:
+        if kind == "bound" and data.get("group"):
+            self.bound_at[str(data["group"])] = self.cycle.clock()
+
+    def prune(self, keys: set[str]) -> None:
+        """Forget groups that no longer exist."""
+        for key in list(self.bound_at):
+            if key not in keys:
+                del self.bound_at[key]
+
+    def held_domain(self, key: str) -> str:
+        """``key=value`` of the domain ``key`` holds, or ""."""
+        for h in self.holds:
+            if h.holder == key:
+                return f"{h.key}={h.domain}" if h.key else "(cluster)"
+        return ""
+
+    def _hint(self, key: str) -> float | None:
+        record = self.cycle.cache.podgroups.get(key)
+        return record.spec.expected_duration if record is not None else None
+
+    def _refresh(self, snapshot: Snapshot, now: float) -> tuple[list[Waiting], list[PodGroup]]:
+        cache = self.cycle.cache
+        waiting, queue = [], []
+        for key, attempt in sorted(self.cycle.queue.failed.items()):
+            try:
+                group = cache.podgroup(key)
+            except Exception:  # noqa: BLE001 - a group that does not convert holds nothing
+                continue
+            if group is None or not group.pending:
+                continue
+            waiting.append(Waiting(group, attempt.since, self._hint(key)))
+        waiting.sort(key=lambda w: (-w.group.priority, w.since, w.group.key))
+        queue = [w.group for w in waiting]
+        if now - self._refreshed >= REFRESH:
+            self._refreshed = now
+            self.prune(set(cache.podgroups))
+            running = []
+            for key in {r.pod.group for r in cache.pods.values() if r.pod.node and r.pod.group and r.active}:
+                usage: dict[int, np.ndarray] = {}
+                for record in cache.members(key):
+                    i = snapshot.index.get(record.pod.node or "")
+                    if i is not None:
+                        vec = snapshot.request_vector(record.pod.spec.requests)[0]
+                        usage[i] = usage.get(i, 0) + vec
+                hint, since = self._hint(key), self.bound_at.get(key)
+                ends = since + hint if hint is not None and since is not None else None
+                group_record = cache.podgroups.get(key)
+                priority = (group_record.spec.priority or 0) if group_record is not None else 0
+                running.append(Running(key, usage, ends, priority))
+            self.holds = plan_holds(snapshot, waiting, running, now, self.policy)
+        return waiting, queue
+
+    def restrict(self, group: PodGroup, snapshot: Snapshot) -> tuple[Snapshot, str]:
+        """The snapshot ``group``'s cycle solves on, and a note of what the policies did."""
+        if self.policy.starvation_after is None and self.policy.starvation_factor is None \
+                and not self.policy.fragmentation_aware:
+            return snapshot, ""
+        now = self.cycle.clock()
+        with self._lock:
+            _, queue = self._refresh(snapshot, now)
+            holds = list(self.holds)
+        return restrict(snapshot, group, self._hint(group.key), now, holds,
+                        [g for g in queue if g.key != group.key], self.policy)
+
+    def victim_contexts(self, group: PodGroup, context: PreemptionContext) -> Iterator[PreemptionContext]:
+        """``context`` with only the cheapest victim groups preemptible, in growing prefixes (all
+        at once when lost-work preemption is off)."""
+        if not self.policy.lost_work_preemption or len(context.victims) == 0:
+            yield context
+            return
+        now = self.cycle.clock()
+        pods: dict[str, int] = {}
+        for info in context.victims.values():
+            if info.priority < group.priority and info.group:
+                pods[info.group] = pods.get(info.group, 0) + 1
+        costs = {key: n * (now - self.bound_at.get(key, now - 1e9)) for key, n in pods.items()}
+        if not costs:
+            yield context
+            return
+        budget = victim_budget(self.policy, preemptor_work(len(group.pending), self._hint(group.key)))
+        for prefix in victim_prefixes(costs, budget):
+            offered = set(prefix)
+            yield replace(context, victims={
+                uid: info if not info.group or info.group in offered or info.priority >= group.priority
+                else replace(info, priority=group.priority) for uid, info in context.victims.items()})
