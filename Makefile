@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lint test e2e demo bench clean browser-deps
+.PHONY: install lint test e2e demo bench clean browser-deps plugin-test
 
 install: $(STAMP)
 
@@ -22,9 +22,15 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
-test: lint browser-deps
+test: lint browser-deps plugin-test
 	$(PY) -m pytest tests/unit -q
 	$(PY) -m pytest tests/browser -q
+
+# the kube-scheduler framework plugin (plugin/, Go): its unit tests against a fake framework handle
+# and an in-process fake phalanx serve (Go module and build caches reused; modules only through
+# the Go module proxy)
+plugin-test:
+	cd plugin && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go vet ./... && GOTOOLCHAIN=local GOFLAGS=-buildvcs=false go test ./...
 
 # Debian's Chromium at /usr/bin/chromium drives the browser tests (Playwright's own browser
 # download is not used). Installed only when missing, and said so; without root or apt, the

@@ -1,0 +1,69 @@
+package phalanx
+
+import (
+	"fmt"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
+)
+
+// Args configure the plugin (pluginConfig[].args of the profile). Zero fields take the defaults.
+type Args struct {
+	// Address of phalanx serve's gRPC endpoint (host:port). Default 127.0.0.1:50051.
+	Address string `json:"address,omitempty"`
+	// Deadline of Reserve, Permit, Unreserve and ReportRejection calls. Default 2s.
+	RPCTimeout metav1.Duration `json:"rpcTimeout,omitempty"`
+	// Deadline of PlanForPod (it may run a workload cycle). Past it the member is answered
+	// "plan pending" and retried when the plan appears on the reservations stream. Default 5s.
+	PlanTimeout metav1.Duration `json:"planTimeout,omitempty"`
+	// Longest a gang member waits at Permit (the service names the barrier's own deadline,
+	// which is used when shorter). Default 60s.
+	PermitTimeout metav1.Duration `json:"permitTimeout,omitempty"`
+	// Consecutive transport failures that open the circuit breaker. Default 3.
+	BreakerFailures int `json:"breakerFailures,omitempty"`
+	// How long an open breaker refuses calls before one trial. Default 5s.
+	BreakerCooldown metav1.Duration `json:"breakerCooldown,omitempty"`
+}
+
+// Defaulted returns a copy with every zero field set to its default, or an error for a bad value.
+func (a Args) Defaulted() (Args, error) {
+	def := func(d *metav1.Duration, v time.Duration) {
+		if d.Duration == 0 {
+			d.Duration = v
+		}
+	}
+	if a.Address == "" {
+		a.Address = "127.0.0.1:50051"
+	}
+	def(&a.RPCTimeout, 2*time.Second)
+	def(&a.PlanTimeout, 5*time.Second)
+	def(&a.PermitTimeout, 60*time.Second)
+	def(&a.BreakerCooldown, 5*time.Second)
+	if a.BreakerFailures == 0 {
+		a.BreakerFailures = 3
+	}
+	for name, d := range map[string]time.Duration{"rpcTimeout": a.RPCTimeout.Duration,
+		"planTimeout": a.PlanTimeout.Duration, "permitTimeout": a.PermitTimeout.Duration,
+		"breakerCooldown": a.BreakerCooldown.Duration} {
+		if d < 0 {
+			return a, fmt.Errorf("phalanx plugin args: %s must not be negative, got %s", name, d)
+		}
+	}
+	if a.BreakerFailures < 0 {
+		return a, fmt.Errorf("phalanx plugin args: breakerFailures must not be negative, got %d", a.BreakerFailures)
+	}
+	return a, nil
+}
+
+// DecodeArgs reads the profile's args (nil: all defaults).
+func DecodeArgs(obj runtime.Object) (Args, error) {
+	var args Args
+	if obj != nil {
+		if err := frameworkruntime.DecodeInto(obj, &args); err != nil {
+			return args, fmt.Errorf("phalanx plugin args: %w", err)
+		}
+	}
+	return args.Defaulted()
+}

@@ -1,0 +1,156 @@
+package phalanx
+
+import (
+	"sync"
+
+	"k8s.io/apimachinery/pkg/types"
+
+	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
+)
+
+// Mirror is the plugin's local copy of what phalanx serve holds: every plan (so members are
+// answered without an RPC), the capacity those plans reserve per node (so plain pods are kept
+// off it without an RPC per node), and the gang groups still waiting for members (PreEnqueue).
+// WatchReservations replaces it with each snapshot; PlanForPod replies add a plan in between.
+type Mirror struct {
+	mu      sync.RWMutex
+	synced  bool
+	version uint64
+	plans   map[string]*pb.GroupPlan // group -> plan
+	byUID   map[types.UID]string     // planned member -> group
+	nodes   map[string]map[string]int64
+	waiting map[string]bool
+}
+
+// NewMirror returns an empty, unsynced mirror.
+func NewMirror() *Mirror {
+	return &Mirror{plans: map[string]*pb.GroupPlan{}, byUID: map[types.UID]string{},
+		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}}
+}
+
+// Apply replaces the mirror with a snapshot of the service. It returns the groups that can make
+// progress now — a plan that is new (or changed), a group no longer waiting for members — so the
+// caller can move their pods back to the active queue.
+func (m *Mirror) Apply(snap *pb.Reservations) []string {
+	plans := make(map[string]*pb.GroupPlan, len(snap.GetPlans()))
+	byUID := map[types.UID]string{}
+	for _, plan := range snap.GetPlans() {
+		plans[plan.GetGroup()] = plan
+		for uid := range plan.GetAssignments() {
+			byUID[types.UID(uid)] = plan.GetGroup()
+		}
+	}
+	nodes := make(map[string]map[string]int64, len(snap.GetNodes()))
+	for node, held := range snap.GetNodes() {
+		nodes[node] = held.GetAmounts()
+	}
+	waiting := make(map[string]bool, len(snap.GetWaitingGroups()))
+	for _, g := range snap.GetWaitingGroups() {
+		waiting[g] = true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var progress []string
+	for group, plan := range plans {
+		old := m.plans[group]
+		if old == nil || old.GetId() != plan.GetId() {
+			progress = append(progress, group)
+		}
+	}
+	for group := range m.waiting {
+		if !waiting[group] && plans[group] == nil {
+			progress = append(progress, group)
+		}
+	}
+	m.synced, m.version = true, snap.GetVersion()
+	m.plans, m.byUID, m.nodes, m.waiting = plans, byUID, nodes, waiting
+	return progress
+}
+
+// Disconnect forgets everything: while the stream is down nothing reserved is known, so plain
+// pods schedule as stock kube-scheduler would, and members ask the service (and wait when it is
+// unreachable).
+func (m *Mirror) Disconnect() {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.synced = false
+	m.plans, m.byUID = map[string]*pb.GroupPlan{}, map[types.UID]string{}
+	m.nodes, m.waiting = map[string]map[string]int64{}, map[string]bool{}
+}
+
+// PutPlan records a plan a PlanForPod reply carried (the stream brings it too, later).
+func (m *Mirror) PutPlan(plan *pb.GroupPlan) {
+	if plan == nil || plan.GetGroup() == "" {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropLocked(plan.GetGroup())
+	m.plans[plan.GetGroup()] = plan
+	for uid := range plan.GetAssignments() {
+		m.byUID[types.UID(uid)] = plan.GetGroup()
+	}
+}
+
+// DropPlan forgets a group's plan (the service released it).
+func (m *Mirror) DropPlan(group string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropLocked(group)
+}
+
+func (m *Mirror) dropLocked(group string) {
+	if old := m.plans[group]; old != nil {
+		for uid := range old.GetAssignments() {
+			if m.byUID[types.UID(uid)] == group {
+				delete(m.byUID, types.UID(uid))
+			}
+		}
+		delete(m.plans, group)
+	}
+}
+
+// PlannedNode is the member's node in a plan still open for it (planned; a Basic group's plan
+// stays open while its members bind one by one).
+func (m *Mirror) PlannedNode(uid types.UID) (string, bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	group, ok := m.byUID[uid]
+	if !ok {
+		return "", false
+	}
+	plan := m.plans[group]
+	if plan.GetState() != "planned" && (plan.GetGang() || plan.GetState() != "binding") {
+		return "", false
+	}
+	node, ok := plan.GetAssignments()[string(uid)]
+	return node, ok
+}
+
+// Reserved is what plans hold on the node (nil when nothing).
+func (m *Mirror) Reserved(node string) map[string]int64 {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.nodes[node]
+}
+
+// HasReservations reports whether any node holds capacity for a plan.
+func (m *Mirror) HasReservations() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return len(m.nodes) > 0
+}
+
+// Waiting reports whether the gang group has fewer members than its minCount.
+func (m *Mirror) Waiting(group string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.waiting[group]
+}
+
+// Synced reports whether a snapshot arrived since the stream (re)connected.
+func (m *Mirror) Synced() bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.synced
+}

@@ -1,0 +1,568 @@
+// Package phalanx is phalanx's kube-scheduler framework plugin: a thin enforcement, at the
+// framework's extension points, of what `phalanx serve` decides (plans, group preemption,
+// explanations stay in the service).
+//
+//   - PreEnqueue: a gang member whose group is missing members stays out of the active queue.
+//   - PreFilter: a member's planned node, from the local mirror of the service's plans or one
+//     PlanForPod call per group cycle, as the PreFilterResult: kube-scheduler's own filters check
+//     exactly that node. Plain pods: nothing to do unless some node holds reserved capacity.
+//   - Filter: plain pods are kept off capacity reserved for plans (from the mirror, no RPC).
+//   - PostFilter: the planned node was rejected: which plugin, and why, goes to the service,
+//     which re-slots or re-plans with that knowledge. Gang members get no per-pod preemption.
+//   - Score: the planned node first; plain pods prefer nodes that hold no reservation.
+//   - Reserve / Unreserve: the service's plan follows kube-scheduler's assumed pods.
+//   - Permit: the gang barrier in process. A member waits (the framework's waiting pods; no
+//     thread, no connection held) until the service says every planned member is reserved and the
+//     placement record is written; then every waiting member is allowed. When one member's wait
+//     times out or fails, the rest are rejected with it: a gang never binds partially.
+//
+// Failure modes: every RPC has a deadline and goes through a circuit breaker, so an unreachable
+// service costs the scheduling loop at most one deadline per cooldown; members then wait
+// (Unschedulable, retried), plain pods schedule as stock kube-scheduler would.
+package phalanx
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"strings"
+	"sync"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	resourcehelper "k8s.io/component-helpers/resource"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
+)
+
+// Name is the plugin's name in KubeSchedulerConfiguration profiles.
+const Name = "Phalanx"
+
+// LabelPodGroup names a pod's PodGroup in phalanx's CRD flavor (cluster/names.py
+// LABEL_POD_GROUP); the built-in flavor uses spec.schedulingGroup.podGroupName.
+const LabelPodGroup = "scheduling.phalanx.dev/pod-group"
+
+const stateKey fwk.StateKey = Name
+
+const version = pb.ContractVersion_CONTRACT_VERSION_1
+
+// Handle is the part of the framework handle the plugin uses (fwk.Handle satisfies it).
+type Handle interface {
+	GetWaitingPod(uid types.UID) fwk.WaitingPod
+	RejectWaitingPod(uid types.UID) bool
+	Activate(logger klog.Logger, pods map[string]*v1.Pod)
+}
+
+// Plugin implements the extension points listed in the package documentation.
+type Plugin struct {
+	args    Args
+	handle  Handle
+	pods    corelisters.PodLister // nil: no activation of waiting groups (tests)
+	client  pb.SchedulerPluginClient
+	breaker *Breaker
+	mirror  *Mirror
+	logger  klog.Logger
+	closeFn func()
+	wg      sync.WaitGroup
+}
+
+var (
+	_ fwk.PreEnqueuePlugin  = &Plugin{}
+	_ fwk.PreFilterPlugin   = &Plugin{}
+	_ fwk.FilterPlugin      = &Plugin{}
+	_ fwk.PostFilterPlugin  = &Plugin{}
+	_ fwk.PreScorePlugin    = &Plugin{}
+	_ fwk.ScorePlugin       = &Plugin{}
+	_ fwk.ReservePlugin     = &Plugin{}
+	_ fwk.PermitPlugin      = &Plugin{}
+	_ fwk.EnqueueExtensions = &Plugin{}
+)
+
+// New is the plugin factory registered with app.WithPlugin.
+func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
+	args, err := DecodeArgs(obj)
+	if err != nil {
+		return nil, err
+	}
+	conn, err := grpc.NewClient(args.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		return nil, fmt.Errorf("phalanx plugin: gRPC client for %s: %w", args.Address, err)
+	}
+	var pods corelisters.PodLister
+	if f := h.SharedInformerFactory(); f != nil {
+		pods = f.Core().V1().Pods().Lister()
+	}
+	p := NewWithClient(ctx, args, h, pods, pb.NewSchedulerPluginClient(conn))
+	p.closeFn = func() { _ = conn.Close() }
+	return p, nil
+}
+
+// NewWithClient builds the plugin on an existing client and starts the reservations stream
+// (until ctx ends).
+func NewWithClient(ctx context.Context, args Args, h Handle, pods corelisters.PodLister,
+	client pb.SchedulerPluginClient) *Plugin {
+	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(),
+		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx)}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.watch(ctx)
+	}()
+	return p
+}
+
+// Close stops using the connection (the stream ends with the factory's context).
+func (p *Plugin) Close() error {
+	if p.closeFn != nil {
+		p.closeFn()
+	}
+	return nil
+}
+
+// Name implements fwk.Plugin.
+func (p *Plugin) Name() string { return Name }
+
+// Mirror is the local copy of the service's plans and reservations.
+func (p *Plugin) Mirror() *Mirror { return p.mirror }
+
+// GroupOf is "namespace/name" of the pod's PodGroup, "" when it names none.
+func GroupOf(pod *v1.Pod) string {
+	name := ""
+	if g := pod.Spec.SchedulingGroup; g != nil && g.PodGroupName != nil {
+		name = *g.PodGroupName
+	}
+	if name == "" {
+		name = pod.Labels[LabelPodGroup]
+	}
+	if name == "" {
+		return ""
+	}
+	ns := pod.Namespace
+	if ns == "" {
+		ns = "default"
+	}
+	return ns + "/" + name
+}
+
+// podState is what PreFilter learned for the later extension points of the same cycle.
+type podState struct {
+	group    string
+	node     string          // a member's planned node
+	requests v1.ResourceList // a plain pod's requests (when some node holds reservations)
+}
+
+func (s *podState) Clone() fwk.StateData { return s }
+
+func readState(state fwk.CycleState) *podState {
+	if state == nil {
+		return nil
+	}
+	data, err := state.Read(stateKey)
+	if err != nil {
+		return nil
+	}
+	s, _ := data.(*podState)
+	return s
+}
+
+// unary makes one call under the breaker, with a deadline.
+func (p *Plugin) unary(ctx context.Context, timeout time.Duration, call func(context.Context) error) error {
+	if err := p.breaker.Allow(); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	err := call(ctx)
+	p.breaker.Record(err)
+	return err
+}
+
+// -- PreEnqueue -------------------------------------------------------------------------------
+
+// PreEnqueue keeps a gang member out of the active queue while its group misses members.
+func (p *Plugin) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
+	group := GroupOf(pod)
+	if group != "" && p.mirror.Waiting(group) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("phalanx: podgroup %s is waiting for members", group))
+	}
+	return nil
+}
+
+// EventsToRegister: a new or changed pod (a member arrives, phalanx touches a waiting member),
+// a node or a PodGroup change may let a waiting member go on. Groups whose plan appears on the
+// reservations stream are activated directly.
+func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
+	return []fwk.ClusterEventWithHint{
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.All}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}},
+		{Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.All}},
+	}, nil
+}
+
+// -- PreFilter / Filter -----------------------------------------------------------------------
+
+// PreFilter answers a member with its planned node (PreFilterResult), or Unschedulable with the
+// service's reason; a plain pod skips the plugin unless some node holds reserved capacity.
+func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, _ []fwk.NodeInfo,
+) (*fwk.PreFilterResult, *fwk.Status) {
+	group := GroupOf(pod)
+	if group == "" {
+		if !p.mirror.HasReservations() {
+			return nil, fwk.NewStatus(fwk.Skip)
+		}
+		state.Write(stateKey, &podState{requests: resourcehelper.PodRequests(pod, resourcehelper.PodResourcesOptions{})})
+		return nil, nil
+	}
+	if node, ok := p.mirror.PlannedNode(pod.UID); ok {
+		state.Write(stateKey, &podState{group: group, node: node})
+		return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+	}
+	podJSON, err := json.Marshal(pod)
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("phalanx: encoding pod: %w", err))
+	}
+	var reply *pb.PlanForPodReply
+	err = p.unary(ctx, p.args.PlanTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.PlanForPod(ctx, &pb.PlanForPodRequest{Version: version, PodJson: podJSON})
+		return err
+	})
+	if err != nil {
+		return nil, unreachable(group, err)
+	}
+	switch reply.GetVerdict() {
+	case pb.PlanForPodReply_PLANNED:
+		p.mirror.PutPlan(reply.GetPlan())
+		state.Write(stateKey, &podState{group: group, node: reply.GetNode()})
+		return &fwk.PreFilterResult{NodeNames: sets.New(reply.GetNode())}, nil
+	case pb.PlanForPodReply_NOT_A_MEMBER:
+		return nil, fwk.NewStatus(fwk.Skip)
+	default:
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reply.GetReason())
+	}
+}
+
+func unreachable(group string, err error) *fwk.Status {
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+		fmt.Sprintf("phalanx: podgroup %s waits: phalanx serve did not answer: %v", group, err))
+}
+
+// PreFilterExtensions implements fwk.PreFilterPlugin (none: the plugin keeps no per-node state).
+func (p *Plugin) PreFilterExtensions() fwk.PreFilterExtensions { return nil }
+
+// Filter keeps a plain pod off capacity that plans reserve on the node.
+func (p *Plugin) Filter(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) *fwk.Status {
+	s := readState(state)
+	if s == nil || s.group != "" || nodeInfo.Node() == nil {
+		return nil
+	}
+	held := p.mirror.Reserved(nodeInfo.Node().Name)
+	if len(held) == 0 {
+		return nil
+	}
+	if short := ReservedShortfall(s.requests, nodeInfo, held); short != "" {
+		return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("phalanx: %s on this node is reserved for a planned podgroup", short))
+	}
+	return nil
+}
+
+// ReservedShortfall names the first resource the pod needs that is not free on the node once the
+// reservations are held, or "". Units as the contract says: cpu in millicores, others base units.
+func ReservedShortfall(requests v1.ResourceList, nodeInfo fwk.NodeInfo, held map[string]int64) string {
+	alloc, used := nodeInfo.GetAllocatable(), nodeInfo.GetRequested()
+	if n := held["pods"]; n > 0 && int64(len(nodeInfo.GetPods()))+n+1 > int64(alloc.GetAllowedPodNumber()) {
+		return "pods"
+	}
+	for name, q := range requests {
+		amount, ok := held[string(name)]
+		if !ok || amount == 0 {
+			continue
+		}
+		var free, want int64
+		switch name {
+		case v1.ResourceCPU:
+			free, want = alloc.GetMilliCPU()-used.GetMilliCPU(), q.MilliValue()
+		case v1.ResourceMemory:
+			free, want = alloc.GetMemory()-used.GetMemory(), q.Value()
+		case v1.ResourceEphemeralStorage:
+			free, want = alloc.GetEphemeralStorage()-used.GetEphemeralStorage(), q.Value()
+		default:
+			free, want = alloc.GetScalarResources()[name]-used.GetScalarResources()[name], q.Value()
+		}
+		if want > 0 && free-amount < want {
+			return string(name)
+		}
+	}
+	return ""
+}
+
+// -- PostFilter ---------------------------------------------------------------------------------
+
+// PostFilter reports the rejection of a member's planned node (plugin and reasons) so the service
+// re-slots or re-plans. Members get no per-pod preemption (group preemption runs in the service's
+// workload cycle); plain pods go on to the next PostFilter plugin (DefaultPreemption).
+func (p *Plugin) PostFilter(ctx context.Context, state fwk.CycleState, pod *v1.Pod, statuses fwk.NodeToStatusReader,
+) (*fwk.PostFilterResult, *fwk.Status) {
+	group := GroupOf(pod)
+	if group == "" {
+		return nil, fwk.NewStatus(fwk.Unschedulable)
+	}
+	s := readState(state)
+	if s == nil || s.node == "" {
+		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, "phalanx: group preemption is phalanx serve's")
+	}
+	plugin, reason := "", ""
+	if st := statuses.Get(s.node); st != nil {
+		plugin, reason = st.Plugin(), strings.Join(st.Reasons(), "; ")
+	}
+	podJSON, err := json.Marshal(pod)
+	if err != nil {
+		return nil, fwk.AsStatus(fmt.Errorf("phalanx: encoding pod: %w", err))
+	}
+	var reply *pb.ReportRejectionReply
+	err = p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.ReportRejection(ctx, &pb.ReportRejectionRequest{Version: version, PodJson: podJSON,
+			Node: s.node, Plugin: plugin, Reason: reason})
+		return err
+	})
+	p.mirror.DropPlan(group) // the next PreFilter asks the service, which knows what changed
+	msg := fmt.Sprintf("phalanx: planned node %s rejected by %s: %s", s.node, plugin, reason)
+	if err != nil {
+		msg += fmt.Sprintf(" (not reported: %v)", err)
+	} else {
+		msg += "; " + reply.GetOutcome()
+	}
+	return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, msg)
+}
+
+// -- Score --------------------------------------------------------------------------------------
+
+// PreScore skips scoring when it cannot matter: a member has exactly one node; a plain pod when no
+// node holds reservations.
+func (p *Plugin) PreScore(_ context.Context, state fwk.CycleState, _ *v1.Pod, _ []fwk.NodeInfo) *fwk.Status {
+	s := readState(state)
+	if s == nil || (s.group == "" && !p.mirror.HasReservations()) {
+		return fwk.NewStatus(fwk.Skip)
+	}
+	return nil
+}
+
+// Score: a member's planned node scores highest; a plain pod prefers nodes without reservations.
+func (p *Plugin) Score(_ context.Context, state fwk.CycleState, _ *v1.Pod, nodeInfo fwk.NodeInfo) (int64, *fwk.Status) {
+	s := readState(state)
+	if s == nil || nodeInfo.Node() == nil {
+		return 0, nil
+	}
+	name := nodeInfo.Node().Name
+	if s.group != "" {
+		if name == s.node {
+			return fwk.MaxNodeScore, nil
+		}
+		return 0, nil
+	}
+	if len(p.mirror.Reserved(name)) > 0 {
+		return 0, nil
+	}
+	return fwk.MaxNodeScore, nil
+}
+
+// ScoreExtensions implements fwk.ScorePlugin (scores are already in range).
+func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
+
+// -- Reserve / Unreserve ------------------------------------------------------------------------
+
+// Reserve tells the service kube-scheduler assumed the member on its node.
+func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	group := GroupOf(pod)
+	if group == "" {
+		return nil
+	}
+	var reply *pb.ReserveReply
+	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.Reserve(ctx, &pb.ReserveRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
+		return err
+	})
+	if err != nil {
+		return unreachable(group, err)
+	}
+	if !reply.GetOk() {
+		p.mirror.DropPlan(group)
+		return fwk.NewStatus(fwk.Unschedulable, reply.GetReason())
+	}
+	return nil
+}
+
+// Unreserve tells the service the member is no longer assumed; when that ends its gang's chance
+// (a Permit timeout), the members still waiting are rejected too. Asynchronous: Unreserve may run
+// in the scheduling cycle, which must not wait for an RPC.
+func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) {
+	group := GroupOf(pod)
+	if group == "" {
+		return
+	}
+	uid := pod.UID
+	reason := "unreserved"
+	if wp := p.handle.GetWaitingPod(uid); wp == nil {
+		reason = "rejected"
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		var reply *pb.UnreserveReply
+		err := p.unary(context.WithoutCancel(ctx), p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+			reply, err = p.client.Unreserve(ctx, &pb.UnreserveRequest{Version: version, PodUid: string(uid), Group: group,
+				Node: node, Reason: reason})
+			return err
+		})
+		if err != nil {
+			p.logger.V(2).Info("phalanx: unreserve not reported; the plan expires in the service", "pod", klog.KObj(pod), "err", err)
+			return
+		}
+		for _, other := range reply.GetRejectUids() {
+			p.handle.RejectWaitingPod(types.UID(other))
+		}
+	}()
+}
+
+// -- Permit -------------------------------------------------------------------------------------
+
+// Permit is the gang barrier: Wait until the service says the whole plan is reserved; the member
+// that completes it allows every waiting member.
+func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
+	group := GroupOf(pod)
+	if group == "" {
+		return nil, 0
+	}
+	var reply *pb.PermitReply
+	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
+		return err
+	})
+	if err != nil {
+		return unreachable(group, err), 0
+	}
+	switch reply.GetDecision() {
+	case pb.PermitReply_ALLOW:
+		for _, uid := range reply.GetAllowUids() {
+			if types.UID(uid) == pod.UID {
+				continue
+			}
+			if wp := p.handle.GetWaitingPod(types.UID(uid)); wp != nil {
+				wp.Allow(Name)
+			}
+		}
+		return nil, 0
+	case pb.PermitReply_WAIT:
+		wait := p.args.PermitTimeout.Duration
+		if s := time.Duration(reply.GetWaitSeconds() * float64(time.Second)); s > 0 && s < wait {
+			wait = s
+		}
+		return fwk.NewStatus(fwk.Wait, reply.GetReason()), wait
+	default:
+		p.mirror.DropPlan(group)
+		return fwk.NewStatus(fwk.Unschedulable, reply.GetReason()), 0
+	}
+}
+
+// -- the reservations stream --------------------------------------------------------------------
+
+func (p *Plugin) watch(ctx context.Context) {
+	backoff := 200 * time.Millisecond
+	for ctx.Err() == nil {
+		err := p.watchOnce(ctx)
+		p.mirror.Disconnect()
+		if ctx.Err() != nil {
+			return
+		}
+		p.logger.V(2).Info("phalanx: reservations stream ended; reconnecting", "err", err, "after", backoff)
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(backoff):
+		}
+		backoff = min(2*backoff, 5*time.Second)
+	}
+}
+
+func (p *Plugin) watchOnce(ctx context.Context) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := p.client.WatchReservations(ctx, &pb.WatchReservationsRequest{Version: version})
+	if err != nil {
+		return err
+	}
+	first := true
+	for {
+		snap, err := stream.Recv()
+		if err != nil {
+			return err
+		}
+		progress := p.mirror.Apply(snap)
+		if first {
+			p.activateAll()
+			first = false
+		} else if len(progress) > 0 {
+			p.activate(progress)
+		}
+	}
+}
+
+// activate moves the pending members of the groups back to the active queue.
+func (p *Plugin) activate(groups []string) {
+	if p.pods == nil {
+		return
+	}
+	want := sets.New(groups...)
+	namespaces := sets.New[string]()
+	for _, g := range groups {
+		namespaces.Insert(strings.SplitN(g, "/", 2)[0])
+	}
+	pods := map[string]*v1.Pod{}
+	for ns := range namespaces {
+		list, err := p.pods.Pods(ns).List(labels.Everything())
+		if err != nil {
+			continue
+		}
+		for _, pod := range list {
+			if pod.Spec.NodeName == "" && want.Has(GroupOf(pod)) {
+				pods[pod.Namespace+"/"+pod.Name] = pod
+			}
+		}
+	}
+	if len(pods) > 0 {
+		p.handle.Activate(p.logger, pods)
+	}
+}
+
+// activateAll retries every pending member after the stream (re)connects: what it missed while
+// disconnected is in the first snapshot.
+func (p *Plugin) activateAll() {
+	if p.pods == nil {
+		return
+	}
+	list, err := p.pods.List(labels.Everything())
+	if err != nil {
+		return
+	}
+	pods := map[string]*v1.Pod{}
+	for _, pod := range list {
+		if pod.Spec.NodeName == "" && GroupOf(pod) != "" {
+			pods[pod.Namespace+"/"+pod.Name] = pod
+		}
+	}
+	if len(pods) > 0 {
+		p.handle.Activate(p.logger, pods)
+	}
+}
+
+// Wait blocks until the plugin's goroutines ended (the stream's context must be done). Tests.
+func (p *Plugin) Wait() { p.wg.Wait() }

@@ -1,0 +1,416 @@
+package phalanx
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/test/bufconn"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
+)
+
+// fakeService is a phalanx serve double: it answers what the test programs and counts calls.
+type fakeService struct {
+	pb.UnimplementedSchedulerPluginServer
+	mu        sync.Mutex
+	calls     map[string]int
+	plan      *pb.PlanForPodReply
+	permit    *pb.PermitReply
+	unreserve *pb.UnreserveReply
+	rejection *pb.ReportRejectionRequest
+	snapshots chan *pb.Reservations
+	lastPod   map[string]any
+}
+
+func newFakeService() *fakeService {
+	return &fakeService{calls: map[string]int{}, snapshots: make(chan *pb.Reservations, 8)}
+}
+
+func (f *fakeService) count(name string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.calls[name]++
+}
+
+func (f *fakeService) Calls(name string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.calls[name]
+}
+
+func (f *fakeService) PlanForPod(_ context.Context, r *pb.PlanForPodRequest) (*pb.PlanForPodReply, error) {
+	f.count("PlanForPod")
+	var pod map[string]any
+	_ = json.Unmarshal(r.GetPodJson(), &pod)
+	f.mu.Lock()
+	f.lastPod = pod
+	f.mu.Unlock()
+	return f.plan, nil
+}
+
+func (f *fakeService) ReportRejection(_ context.Context, r *pb.ReportRejectionRequest) (*pb.ReportRejectionReply, error) {
+	f.count("ReportRejection")
+	f.mu.Lock()
+	f.rejection = r
+	f.mu.Unlock()
+	return &pb.ReportRejectionReply{Outcome: "released"}, nil
+}
+
+func (f *fakeService) Reserve(context.Context, *pb.ReserveRequest) (*pb.ReserveReply, error) {
+	f.count("Reserve")
+	return &pb.ReserveReply{Ok: true}, nil
+}
+
+func (f *fakeService) Unreserve(context.Context, *pb.UnreserveRequest) (*pb.UnreserveReply, error) {
+	f.count("Unreserve")
+	return f.unreserve, nil
+}
+
+func (f *fakeService) Permit(context.Context, *pb.PermitRequest) (*pb.PermitReply, error) {
+	f.count("Permit")
+	return f.permit, nil
+}
+
+func (f *fakeService) WatchReservations(_ *pb.WatchReservationsRequest, s grpc.ServerStreamingServer[pb.Reservations]) error {
+	for {
+		select {
+		case <-s.Context().Done():
+			return nil
+		case snap := <-f.snapshots:
+			if err := s.Send(snap); err != nil {
+				return err
+			}
+		}
+	}
+}
+
+// fakeHandle is the part of the framework handle the plugin uses: waiting pods and activation.
+type fakeHandle struct {
+	mu        sync.Mutex
+	waiting   map[types.UID]*fakeWaitingPod
+	rejected  []types.UID
+	activated []string
+}
+
+type fakeWaitingPod struct {
+	pod     *v1.Pod
+	allowed []string
+}
+
+func (w *fakeWaitingPod) GetPod() *v1.Pod             { return w.pod }
+func (w *fakeWaitingPod) GetPendingPlugins() []string { return []string{Name} }
+func (w *fakeWaitingPod) Allow(plugin string)         { w.allowed = append(w.allowed, plugin) }
+func (w *fakeWaitingPod) Reject(string, string) bool  { return true }
+func (w *fakeWaitingPod) Preempt(string, string) bool { return true }
+func (h *fakeHandle) GetWaitingPod(uid types.UID) fwk.WaitingPod {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if w, ok := h.waiting[uid]; ok {
+		return w
+	}
+	return nil
+}
+func (h *fakeHandle) RejectWaitingPod(uid types.UID) bool {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	h.rejected = append(h.rejected, uid)
+	return true
+}
+func (h *fakeHandle) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	for k := range pods {
+		h.activated = append(h.activated, k)
+	}
+}
+
+type rig struct {
+	svc    *fakeService
+	handle *fakeHandle
+	plugin *Plugin
+	cancel context.CancelFunc
+	server *grpc.Server
+}
+
+func newRig(t *testing.T, serve bool) *rig {
+	t.Helper()
+	listener := bufconn.Listen(1 << 20)
+	svc := newFakeService()
+	server := grpc.NewServer()
+	pb.RegisterSchedulerPluginServer(server, svc)
+	if serve {
+		go func() { _ = server.Serve(listener) }()
+	}
+	conn, err := grpc.NewClient("passthrough:///phalanx", grpc.WithTransportCredentials(insecure.NewCredentials()),
+		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return listener.DialContext(ctx) }))
+	if err != nil {
+		t.Fatal(err)
+	}
+	args, _ := Args{RPCTimeout: metav1.Duration{Duration: 200 * time.Millisecond},
+		PlanTimeout: metav1.Duration{Duration: 200 * time.Millisecond}, BreakerCooldown: metav1.Duration{Duration: time.Hour}}.Defaulted()
+	ctx, cancel := context.WithCancel(context.Background())
+	h := &fakeHandle{waiting: map[types.UID]*fakeWaitingPod{}}
+	r := &rig{svc: svc, handle: h, plugin: NewWithClient(ctx, args, h, nil, pb.NewSchedulerPluginClient(conn)),
+		cancel: cancel, server: server}
+	t.Cleanup(func() {
+		cancel()
+		server.Stop()
+		r.plugin.Wait()
+		_ = conn.Close()
+	})
+	return r
+}
+
+func member(name, group string) *v1.Pod {
+	p := plain(name)
+	p.Spec.SchedulingGroup = &v1.PodSchedulingGroup{PodGroupName: &group}
+	return p
+}
+
+func plain(name string) *v1.Pod {
+	return &v1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID("uid-" + name)},
+		Spec: v1.PodSpec{Containers: []v1.Container{{Name: "c", Resources: v1.ResourceRequirements{Requests: v1.ResourceList{
+			v1.ResourceCPU: resource.MustParse("1"), "nvidia.com/gpu": resource.MustParse("1")}}}}}}
+}
+
+func nodeInfo(name string, gpus int64, pods ...*v1.Pod) fwk.NodeInfo {
+	ni := framework.NewNodeInfo(pods...)
+	ni.SetNode(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Status: v1.NodeStatus{Allocatable: v1.ResourceList{
+		v1.ResourceCPU: resource.MustParse("8"), v1.ResourcePods: resource.MustParse("110"),
+		"nvidia.com/gpu": *resource.NewQuantity(gpus, resource.DecimalSI)}}})
+	return ni
+}
+
+func waitFor(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second) // a safety net against a hang, not a speed check
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("timed out waiting for %s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+func TestGroupOfReadsTheBuiltInFieldThenTheCRDLabel(t *testing.T) {
+	if g := GroupOf(member("a", "g")); g != "ns/g" {
+		t.Fatalf("built-in field: got %q", g)
+	}
+	p := plain("b")
+	p.Labels = map[string]string{LabelPodGroup: "h"}
+	if g := GroupOf(p); g != "ns/h" {
+		t.Fatalf("CRD label: got %q", g)
+	}
+	if g := GroupOf(plain("c")); g != "" {
+		t.Fatalf("plain pod: got %q", g)
+	}
+}
+
+func TestPreFilterAsksOncePerGroupCycleAndAnswersTheRestFromTheCachedPlan(t *testing.T) {
+	r := newRig(t, true)
+	a, b := member("a", "g"), member("b", "g")
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	res, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil)
+	if !st.IsSuccess() || res.NodeNames.UnsortedList()[0] != "n1" || res.NodeNames.Len() != 1 {
+		t.Fatalf("member a: %v %v", res, st)
+	}
+	if got := r.svc.lastPod["metadata"].(map[string]any)["uid"]; got != "uid-a" {
+		t.Fatalf("the pod goes to the service as JSON, got uid %v", got)
+	}
+	res, st = r.plugin.PreFilter(context.Background(), framework.NewCycleState(), b, nil)
+	if !st.IsSuccess() || !res.NodeNames.Has("n2") {
+		t.Fatalf("member b: %v %v", res, st)
+	}
+	if n := r.svc.Calls("PlanForPod"); n != 1 {
+		t.Fatalf("PlanForPod calls: %d, want 1", n)
+	}
+}
+
+func TestPreFilterWaitsWithTheServicesReason(t *testing.T) {
+	r := newRig(t, true)
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_WAIT, Reason: "podgroup ns/g: waiting for members, 2 of 3 exist"}
+	_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "2 of 3") {
+		t.Fatalf("got %v", st)
+	}
+}
+
+func TestPlainPodsSkipThePluginUntilCapacityIsReservedThenKeepOffIt(t *testing.T) {
+	r := newRig(t, true)
+	state := framework.NewCycleState()
+	if _, st := r.plugin.PreFilter(context.Background(), state, plain("p"), nil); st.Code() != fwk.Skip {
+		t.Fatalf("nothing reserved: want Skip, got %v", st)
+	}
+	r.svc.snapshots <- &pb.Reservations{Version: 1, Nodes: map[string]*pb.NodeReservation{
+		"full": {Amounts: map[string]int64{"nvidia.com/gpu": 4, "cpu": 4000, "pods": 4}}}}
+	waitFor(t, "the snapshot", r.plugin.Mirror().HasReservations)
+	state = framework.NewCycleState()
+	if _, st := r.plugin.PreFilter(context.Background(), state, plain("p"), nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := r.plugin.Filter(context.Background(), state, plain("p"), nodeInfo("full", 4)); st.Code() != fwk.Unschedulable ||
+		!strings.Contains(st.Message(), "nvidia.com/gpu on this node is reserved") {
+		t.Fatalf("reserved node: %v", st)
+	}
+	if st := r.plugin.Filter(context.Background(), state, plain("p"), nodeInfo("free", 4)); !st.IsSuccess() {
+		t.Fatalf("free node: %v", st)
+	}
+	if st := r.plugin.Filter(context.Background(), state, plain("p"), nodeInfo("full", 5)); !st.IsSuccess() {
+		t.Fatalf("a node with room beside the reservation: %v", st)
+	}
+	if s, _ := r.plugin.Score(context.Background(), state, plain("p"), nodeInfo("full", 8)); s != 0 {
+		t.Fatalf("reserved node scores %d", s)
+	}
+	if s, _ := r.plugin.Score(context.Background(), state, plain("p"), nodeInfo("free", 8)); s != fwk.MaxNodeScore {
+		t.Fatalf("free node scores %d", s)
+	}
+}
+
+func TestPermitWaitsThenTheCompletingMemberAllowsEveryWaitingMember(t *testing.T) {
+	r := newRig(t, true)
+	a, b := member("a", "g"), member("b", "g")
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+	st, wait := r.plugin.Permit(context.Background(), nil, a, "n1")
+	if st.Code() != fwk.Wait || wait != 30*time.Second {
+		t.Fatalf("first member: %v %v", st, wait)
+	}
+	waiting := &fakeWaitingPod{pod: a}
+	r.handle.waiting[a.UID] = waiting
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_ALLOW, AllowUids: []string{"uid-a", "uid-b"}}
+	if st, _ := r.plugin.Permit(context.Background(), nil, b, "n2"); !st.IsSuccess() {
+		t.Fatalf("completing member: %v", st)
+	}
+	if len(waiting.allowed) != 1 || waiting.allowed[0] != Name {
+		t.Fatalf("waiting member allowed by %v", waiting.allowed)
+	}
+	st, _ = r.plugin.Permit(context.Background(), nil, plain("p"), "n1")
+	if !st.IsSuccess() || r.svc.Calls("Permit") != 2 {
+		t.Fatalf("plain pods are permitted without a call: %v, %d calls", st, r.svc.Calls("Permit"))
+	}
+}
+
+func TestUnreserveRejectsTheRestOfTheGang(t *testing.T) {
+	r := newRig(t, true)
+	r.svc.unreserve = &pb.UnreserveReply{RejectUids: []string{"uid-b", "uid-c"}}
+	r.plugin.Unreserve(context.Background(), nil, member("a", "g"), "n1")
+	waitFor(t, "the rejections", func() bool {
+		r.handle.mu.Lock()
+		defer r.handle.mu.Unlock()
+		return len(r.handle.rejected) == 2
+	})
+}
+
+func TestPostFilterReportsTheRejectingPluginAndItsReason(t *testing.T) {
+	r := newRig(t, true)
+	state := framework.NewCycleState()
+	state.Write(stateKey, &podState{group: "ns/g", node: "n1"})
+	statuses := framework.NewDefaultNodeToStatus()
+	statuses.Set("n1", fwk.NewStatus(fwk.Unschedulable, "Insufficient cpu").WithPlugin("NodeResourcesFit"))
+	_, st := r.plugin.PostFilter(context.Background(), state, member("a", "g"), statuses)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "rejected by NodeResourcesFit") {
+		t.Fatalf("got %v", st)
+	}
+	if rej := r.svc.rejection; rej.GetNode() != "n1" || rej.GetPlugin() != "NodeResourcesFit" || rej.GetReason() != "Insufficient cpu" {
+		t.Fatalf("reported %v", rej)
+	}
+	if _, st := r.plugin.PostFilter(context.Background(), framework.NewCycleState(), plain("p"), statuses); st.Code() != fwk.Unschedulable {
+		t.Fatalf("plain pods go on to DefaultPreemption: %v", st)
+	}
+}
+
+func TestPreEnqueueHoldsMembersOfWaitingGroupsAndActivatesThemWhenComplete(t *testing.T) {
+	r := newRig(t, true)
+	r.svc.snapshots <- &pb.Reservations{Version: 1, WaitingGroups: []string{"ns/g"}}
+	waitFor(t, "the snapshot", func() bool { return r.plugin.Mirror().Waiting("ns/g") })
+	if st := r.plugin.PreEnqueue(context.Background(), member("a", "g")); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("waiting member: %v", st)
+	}
+	if st := r.plugin.PreEnqueue(context.Background(), member("a", "other")); !st.IsSuccess() {
+		t.Fatalf("member of a complete group: %v", st)
+	}
+	if st := r.plugin.PreEnqueue(context.Background(), plain("p")); !st.IsSuccess() {
+		t.Fatalf("plain pod: %v", st)
+	}
+	progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 2})
+	if len(progress) != 1 || progress[0] != "ns/g" {
+		t.Fatalf("a group no longer waiting is progress: %v", progress)
+	}
+}
+
+func TestUnreachableServiceMembersWaitPlainPodsScheduleAndTheBreakerStopsCalling(t *testing.T) {
+	r := newRig(t, false) // nothing serves: every call fails
+	for i := 0; i < 3; i++ {
+		_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "did not answer") {
+			t.Fatalf("call %d: %v", i, st)
+		}
+	}
+	if !r.plugin.breaker.Open() {
+		t.Fatal("three failures in a row open the breaker")
+	}
+	start := time.Now()
+	_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+	if !strings.Contains(st.Message(), ErrOpen.Error()) {
+		t.Fatalf("open breaker: %v", st)
+	}
+	if time.Since(start) >= r.plugin.args.PlanTimeout.Duration {
+		t.Fatal("an open breaker must answer without waiting for a deadline")
+	}
+	if _, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), plain("p"), nil); st.Code() != fwk.Skip {
+		t.Fatalf("plain pod: %v", st)
+	}
+	if st, _ := r.plugin.Permit(context.Background(), nil, member("a", "g"), "n1"); st.IsSuccess() || st.Code() == fwk.Wait {
+		t.Fatalf("a member is never permitted without the service: %v", st)
+	}
+}
+
+func TestBreakerHalfOpensAfterTheCooldownAndClosesOnSuccess(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := &Breaker{Threshold: 2, Cooldown: time.Second, now: func() time.Time { return now }}
+	for i := 0; i < 2; i++ {
+		if b.Allow() != nil {
+			t.Fatal("closed breaker refused")
+		}
+		b.Record(statusErr())
+	}
+	if b.Allow() != ErrOpen {
+		t.Fatal("want open")
+	}
+	now = now.Add(2 * time.Second)
+	if b.Allow() != nil {
+		t.Fatal("half-open: one trial")
+	}
+	if b.Allow() != ErrOpen {
+		t.Fatal("half-open: only one trial at a time")
+	}
+	b.Record(nil)
+	if b.Open() || b.Allow() != nil {
+		t.Fatal("success closes it")
+	}
+}
+
+func TestArgsDefaultsAndBadValues(t *testing.T) {
+	a, err := Args{}.Defaulted()
+	if err != nil || a.Address != "127.0.0.1:50051" || a.RPCTimeout.Duration != 2*time.Second || a.BreakerFailures != 3 {
+		t.Fatalf("defaults: %+v %v", a, err)
+	}
+	if _, err := (Args{RPCTimeout: metav1.Duration{Duration: -time.Second}}).Defaulted(); err == nil ||
+		!strings.Contains(err.Error(), "rpcTimeout must not be negative") {
+		t.Fatalf("negative timeout: %v", err)
+	}
+}
