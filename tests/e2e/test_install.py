@@ -338,10 +338,22 @@ def check_identities(plane: ControlPlane, running: dict[str, Any]) -> None:
         assert forbidden(kube, "GET", "/api/v1/namespaces/kube-system/secrets"), who
         assert forbidden(kube, "POST", "/api/v1/namespaces/default/configmaps",
                          {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "x"}}), who
-    for who, log in running["logs"].items():  # every call the components made was allowed
-        text = log.read_text(errors="replace")
-        denied = [line for line in text.splitlines() if "forbidden" in line.lower() or "HTTP 403" in line]
+    for who, denied in denied_calls(running).items():  # every call the components made was allowed
         assert not denied, f"{who} was denied: {denied[:3]}"
+
+
+def denied_calls(running: dict[str, Any]) -> dict[str, list[str]]:
+    """Per component, the log lines of API calls RBAC refused."""
+    return {who: [line for line in log.read_text(errors="replace").splitlines()
+                  if "forbidden" in line.lower() or "HTTP 403" in line]
+            for who, log in running["logs"].items()}
+
+
+def place_a_gang_through(plane: ControlPlane, running: dict[str, Any]) -> None:
+    try:
+        place_a_gang(plane, running)
+    except TimeoutError as err:  # name what RBAC refused, if that is why
+        raise AssertionError(f"{err}; denied calls: {denied_calls(running)}") from None
 
 
 def check_pod_security(rest, objects: list[dict]) -> None:
@@ -394,7 +406,7 @@ def test_kubectl_apply_k_creates_every_object(plane, kustomize_install):
 
 def test_kubectl_install_runs_under_its_serviceaccounts_and_places_a_gang(plane, kustomize_install):
     running = run_components(plane, kustomize_install)
-    place_a_gang(plane, running)
+    place_a_gang_through(plane, running)
     check_identities(plane, running)
 
 
@@ -456,7 +468,7 @@ def test_helm_install_creates_every_object(plane, helm_install):
 
 def test_helm_install_runs_under_its_serviceaccounts_and_places_a_gang(plane, helm_install):
     running = run_components(plane, helm_install)
-    place_a_gang(plane, running)
+    place_a_gang_through(plane, running)
     check_identities(plane, running)
 
 
