@@ -39,19 +39,15 @@ from .generate import filled_snapshot, gpu_cluster, gpu_gang
 from .trace_bound import Bound, PackingBound, shared_bound
 from .trace_policies import Phalanx, ablations, all_policies, kueue_policy, kueue_tas, tightest_node
 from .trace_sim import Simulation
-from .traces import HIGH_SHARE, LOADS, Trace, acme, assumptions, data_dir, pollux, synthetic, tiresias
+from .traces import HIGH_SHARE, Trace, acme, assumptions, data_dir, pollux, synthetic, tiresias
 
 RESULTS = pathlib.Path(__file__).resolve().parent / "results"
 ALL = (0, None)
 #: Quick mode: windows of each workload, 90% load only, no sensitivity run.
 QUICK = dict(acme=(120, 200), pollux=(0, 80), tiresias=ALL, synthetic=120, loads=(0.9,), extra=False,
              sizes=(500, 5_000), gangs=(4, 64, 1_000), seeds=1)
-FULL = dict(acme=ALL, pollux=ALL, tiresias=ALL, synthetic=400, loads=LOADS, extra=True,
+FULL = dict(acme=ALL, pollux=ALL, tiresias=ALL, synthetic=400, loads=(0.9, 0.7, 1.1), extra=True,
             sizes=(500, 2_000, 5_000, 10_000, 20_000), gangs=(4, 64, 256, 1_000), seeds=2)
-#: What the README's run used: the full workloads and loads, no ablations or sensitivity on Acme
-#: (its Permit-barrier and preemption runs dominate the wall time), a short scaling study; 90% first.
-README_RUN = dict(FULL, loads=(0.9, 0.7, 1.1), narrow=("acme-kalos",), sizes=(500, 5_000), gangs=(4, 64, 1_000),
-                  seeds=1)
 SCALING_FILL = 0.6
 RACK_GPUS = 800
 BASELINES = ("pod-by-pod", "permit-barrier", "upstream-1.37", "kueue-tas")
@@ -134,9 +130,13 @@ def _r(x) -> float:
 
 def _curve(sim: Simulation) -> dict:
     wait, _, never, _ = censored(sim)
-    return dict(t=[round(s.time, 1) for s in sim.samples], running=[s.running for s in sim.samples],
+    t = np.array([s.time for s in sim.samples])
+    running = np.array([s.running for s in sim.samples])
+    grid = np.linspace(0.0, sim.horizon, 200)
+    done = np.array([_integral(t, running, 0.0, g) for g in grid])  # GPU-seconds run by each grid time
+    return dict(t=[round(s.time, 1) for s in sim.samples], running=running.tolist(),
                 capacity=sim.capacity, horizon=sim.horizon, wait=sorted(round(float(w), 1) for w in wait),
-                never=never)
+                never=never, grid=grid.tolist(), done=done.tolist(), lost=sim.lost_gpu_s)
 
 
 def simulate(trace: Trace, policy, bound: Bound, checkpoint_s: float = 0.0, label: str = "") -> tuple[dict, dict]:
@@ -154,7 +154,10 @@ def run_traces(params: dict, progress=print) -> tuple[list[dict], dict]:
         for trace in workloads(params, load):
             packing = packings.setdefault(trace.name, PackingBound(trace.cluster, trace.jobs))
             bound = shared_bound(trace, packing)
-            curves[(trace.name, load, "bound")] = dict(t=bound.times.tolist(), gpus=bound.gpus.tolist())
+            grid = np.linspace(0.0, trace.horizon, 200)
+            curves[(trace.name, load, "bound")] = dict(t=bound.times.tolist(), gpus=bound.gpus.tolist(),
+                                                       grid=grid.tolist(),
+                                                       cumulative=bound.cumulative(trace.jobs, grid).tolist())
             wide = params["extra"] and load == 0.9 and trace.name not in params.get("narrow", ())
             extra = ablations() if wide else []
             for policy in all_policies() + extra:
@@ -345,7 +348,8 @@ def _ratio(x) -> str:
     return "-" if x is None else f"{x:.3f}"
 
 
-SHOWN = ("pod-by-pod", "permit-barrier", "upstream-1.37", "kueue-tas", "phalanx", "phalanx-no-queue-policy")
+SHOWN = ("pod-by-pod", "permit-barrier", "upstream-1.37", "kueue-tas", "phalanx", "phalanx-no-queue-policy",
+         "phalanx-no-preemption")
 
 
 def plots(stem: pathlib.Path, curves: dict, rows: list[dict], scaling: list[dict]) -> list[str]:
@@ -360,7 +364,7 @@ def plots(stem: pathlib.Path, curves: dict, rows: list[dict], scaling: list[dict
     written = []
     load = 0.9 if any(k[1] == 0.9 for k in curves) else next(iter(curves))[1]
     names = list(dict.fromkeys(k[0] for k in curves if k[1] == load))
-    for what in ("allocation", "wait-cdf"):
+    for what in ("allocation", "cumulative", "wait-cdf"):
         fig, axes = plt.subplots(1, len(names), figsize=(5.5 * len(names), 4), squeeze=False)
         for ax, trace in zip(axes[0], names, strict=False):
             for policy in SHOWN:
@@ -370,6 +374,8 @@ def plots(stem: pathlib.Path, curves: dict, rows: list[dict], scaling: list[dict
                 if what == "allocation":
                     ax.step(np.array(c["t"]) / 3600, np.array(c["running"]) / c["capacity"], where="post",
                             label=policy, lw=0.8)
+                elif what == "cumulative":
+                    ax.plot(np.array(c["grid"]) / 3600, np.array(c["done"]) / 3600, label=policy, lw=0.9)
                 else:
                     wait = np.array(c["wait"]) / 3600
                     ax.step(wait, np.arange(1, len(wait) + 1) / len(wait), where="post",
@@ -380,6 +386,11 @@ def plots(stem: pathlib.Path, curves: dict, rows: list[dict], scaling: list[dict
                 ax.step(np.array(b["t"]) / 3600, np.array(b["gpus"]) / cap, where="post", color="black",
                         ls="--", label="bound P(t)")
                 ax.set_xlabel("simulated hours"), ax.set_ylabel("GPUs of running gangs (share)")
+            elif what == "cumulative":
+                b = curves[(trace, load, "bound")]
+                ax.plot(np.array(b["grid"]) / 3600, np.array(b["cumulative"]) / 3600, color="black", ls="--",
+                        label="shared bound (useful work)")
+                ax.set_xlabel("simulated hours"), ax.set_ylabel("GPU-hours run by gangs (cumulative)")
             else:
                 ax.set_xscale("symlog", linthresh=0.01), ax.set_xlabel("wait, hours (never started: censored at the "
                                                                        "horizon)"), ax.set_ylabel("CDF")

@@ -13,15 +13,17 @@ arrivals alone, the same for every policy.
 * **Work.** No policy does more useful work inside the horizon H than every job running from its
   arrival: W = sum of gpus x min(duration, H - arrival).
 
-The bound on useful in-window GPU-seconds is min(integral of P over [0, H], W); a policy's
-allocation ÷ bound is its useful in-window GPU-seconds over that. It holds for preempting policies
+Combined over time (:meth:`Bound.cumulative`): work done by t is at most the work done by an
+earlier s plus the integral of P over [s, t], and at most W(t) (W up to t); the bound B(H) is at
+most min(integral of P over [0, H], W). A policy's allocation ÷ bound is its useful in-window
+GPU-seconds over B(H). It holds for preempting policies
 too (useful work excludes work lost to preemption); it does not hold for pod-by-pod, whose partial
 gangs are not gangs (reported, not compared).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -41,14 +43,41 @@ class Bound:
     found: np.ndarray  # the best packing CP-SAT found (a lower end: the gap is gpus - found)
     work: float  # W: GPU-seconds
     horizon: float
+    useful_gpu_s: float = 0.0  # B at the horizon (<= min(integral of P, W))
 
     def integral(self) -> float:
         edges = np.append(self.times, self.horizon)
         return float(np.sum(self.gpus * np.clip(np.diff(edges), 0, None)))
 
-    @property
-    def useful_gpu_s(self) -> float:
-        return min(self.integral(), self.work)
+
+    def packed(self, grid: np.ndarray) -> np.ndarray:
+        """The integral of P from 0 to each time of ``grid``."""
+        edges = np.append(self.times, self.horizon)
+        steps = np.concatenate([[0.0], np.cumsum(self.gpus * np.diff(edges))])
+        idx = np.clip(np.searchsorted(self.times, grid, side="right") - 1, 0, None)
+        return np.where(grid >= self.times[0], steps[idx] + self.gpus[idx] * (grid - self.times[idx]), 0.0)
+
+    def cumulative(self, jobs: tuple[Job, ...], grid: np.ndarray) -> np.ndarray:
+        """The bound B on useful GPU-seconds done by each time of ``grid`` (sorted, from 0):
+        B(t_k) = min(W(t_k), B(t_k-1) + integral of P over [t_k-1, t_k]), with W(t) every job's
+        work that fits between its arrival and t. Work done by t_k is at most that done by t_k-1
+        plus what the cluster can run in between, and at most W(t_k): B is valid at every step."""
+        arrivals = np.array([j.arrival for j in jobs])
+        durations = np.array([j.duration for j in jobs])
+        sizes = np.array([j.pods * j.gpus for j in jobs])
+        work = (sizes * np.minimum(durations, np.clip(grid[:, None] - arrivals, 0, None))).sum(axis=1)
+        step = np.diff(self.packed(grid), prepend=0.0)
+        out = np.empty(len(grid))
+        previous = 0.0
+        for k in range(len(grid)):
+            previous = min(work[k], previous + step[k])
+            out[k] = previous
+        return out
+
+    def useful(self, jobs: tuple[Job, ...], points: int = 4000) -> float:
+        """B at the horizon, on a grid of the arrivals and ``points`` even steps."""
+        grid = np.union1d(np.linspace(0.0, self.horizon, points), [j.arrival for j in jobs])
+        return float(self.cumulative(jobs, grid)[-1])
 
     def at(self, t: np.ndarray) -> np.ndarray:
         idx = np.searchsorted(self.times, t, side="right") - 1
@@ -162,4 +191,5 @@ def shared_bound(trace: Trace, packing: PackingBound) -> Bound:
         times.append(t), values.append(v), found.append(f)
     h = trace.horizon
     work = sum(j.pods * j.gpus * min(j.duration, max(h - j.arrival, 0.0)) for j in jobs)
-    return Bound(np.array(times), np.array(values), np.array(found), work, h)
+    bound = Bound(np.array(times), np.array(values), np.array(found), work, h)
+    return replace(bound, useful_gpu_s=bound.useful(trace.jobs))

@@ -276,8 +276,9 @@ class Phalanx(GangByGang):
         snapshot = sim.snapshot(with_bound=True)
         costs = {key: sim.lost_if_evicted(g, now) for key, g in running.items()}
         work = preemptor_work(gang.job.pods * gang.job.gpus, gang.job.hint)
-        prefixes = victim_prefixes(costs, victim_budget(self.policy, work)) if self.policy.lost_work_preemption \
-            else [list(running)]
+        priorities = {key: g.job.priority for key, g in running.items()}
+        prefixes = victim_prefixes(costs, victim_budget(self.policy, work), priorities) \
+            if self.policy.lost_work_preemption else [list(running)]
         plan = None
         for prefix in prefixes:
             offered = set(prefix)

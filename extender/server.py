@@ -29,6 +29,7 @@ from cluster.cache import ClusterCache
 from cluster.kube import Kube
 from cluster.sim import SimCluster
 from extender.cycle import WorkloadCycle, barrier_capacity
+from extender.cycle.queue import QueuePolicy
 from extender.grpc import GrpcServer, start_grpc_server
 from extender.http import create_app, health_app
 from solver import SolveOptions
@@ -48,6 +49,7 @@ class ServeOptions:
     solver_path: str = "exact"
     grpc_addr: str = "127.0.0.1:50051"  # the WorkloadCycle gRPC service; "" or "off": none
     health_addr: str = ""  # HOST:PORT of the probe listener (/healthz, /readyz only); "": none
+    queue_policy: QueuePolicy = QueuePolicy()  # starvation holds, fragmentation, lost-work preemption
 
 
 def split_addr(addr: str) -> tuple[str, int]:
@@ -129,7 +131,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
     solve = SolveOptions(path=options.solver_path)
     if sim is not None:
         cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
-                              barrier_capacity=barrier_capacity(options.http_threads))
+                              barrier_capacity=barrier_capacity(options.http_threads),
+                              queue_policy=options.queue_policy)
         def ready() -> tuple[bool, str]:
             return (True, "ok (simulated cluster)")
         def stop_backend() -> None:
@@ -141,7 +144,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         if not backend.wait_synced(120):
             log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
-                              barrier_capacity=barrier_capacity(options.http_threads))
+                              barrier_capacity=barrier_capacity(options.http_threads),
+                              queue_policy=options.queue_policy)
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     app = create_app(cycle, ready)

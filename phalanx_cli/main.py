@@ -33,13 +33,24 @@ def _serve(args: argparse.Namespace) -> int:
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
-                           health_addr=args.health_addr)
+                           health_addr=args.health_addr, queue_policy=_queue_policy(args))
     from cluster.apiserver import FlavorUnavailable
 
     try:
         return serve(options, kubeconfig=args.kubeconfig, sim_file=args.sim)
     except FlavorUnavailable as err:
         raise SystemExit(f"phalanx serve: {err}") from None
+
+
+def _queue_policy(args: argparse.Namespace):
+    from extender.cycle.queue import QueuePolicy
+
+    for flag in ("hold_after_duration", "hold_after", "lost_work_budget"):
+        if getattr(args, flag) < 0:
+            raise SystemExit(f"phalanx serve: --{flag.replace('_', '-')} must be >= 0")
+    return QueuePolicy(starvation_factor=args.hold_after_duration or None, starvation_after=args.hold_after or None,
+                       fragmentation_aware=args.fragmentation_aware,
+                       lost_work_budget=args.lost_work_budget or None)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -95,6 +106,19 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-addr", default="",
                        help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
                             "(e.g. 0.0.0.0:8889; default: none)")
+    from extender.cycle.queue import DEFAULT_LOST_WORK_BUDGET, DEFAULT_STARVATION_AFTER, DEFAULT_STARVATION_FACTOR
+
+    serve.add_argument("--hold-after-duration", type=float, default=DEFAULT_STARVATION_FACTOR, metavar="FACTOR",
+                       help="a gang waiting FACTOR x its declared expected-duration holds the domain nearest to "
+                            f"fitting it (default {DEFAULT_STARVATION_FACTOR:g}; 0: never by this rule)")
+    serve.add_argument("--hold-after", type=float, default=DEFAULT_STARVATION_AFTER, metavar="SECONDS",
+                       help="the same for a gang that declares no duration, after SECONDS "
+                            f"(default {DEFAULT_STARVATION_AFTER:.0f}; 0: never)")
+    serve.add_argument("--fragmentation-aware", action="store_true",
+                       help="choose among fitting domains the one that keeps queued gang shapes fitting (default off)")
+    serve.add_argument("--lost-work-budget", type=float, default=DEFAULT_LOST_WORK_BUDGET, metavar="SHARE",
+                       help="a preemptor declaring its duration evicts victims losing at most SHARE x its own work "
+                            f"(default {DEFAULT_LOST_WORK_BUDGET:g}; 0: no budget)")
     serve.set_defaults(func=_serve)
 
     explain = sub.add_parser("explain", help="print a PodGroup's state, explanation and plan from a running serve")

@@ -124,15 +124,17 @@ class QueuePolicies:
             return
         now = self.cycle.clock()
         pods: dict[str, int] = {}
+        priorities: dict[str, int] = {}
         for info in context.victims.values():
             if info.priority < group.priority and info.group:
                 pods[info.group] = pods.get(info.group, 0) + 1
+                priorities[info.group] = max(priorities.get(info.group, info.priority), info.priority)
         costs = {key: n * (now - self.bound_at.get(key, now - 1e9)) for key, n in pods.items()}
         if not costs:
             yield context
             return
         budget = victim_budget(self.policy, preemptor_work(len(group.pending), self._hint(group.key)))
-        for prefix in victim_prefixes(costs, budget):
+        for prefix in victim_prefixes(costs, budget, priorities):
             offered = set(prefix)
             yield replace(context, victims={
                 uid: info if not info.group or info.group in offered or info.priority >= group.priority

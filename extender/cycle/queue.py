@@ -81,10 +81,12 @@ class PodGroupQueue:
 #   finish before the holder could start (its *shadow time*, from the running gangs' own hints):
 #   backfilling without guessing. No hint, or a running gang without one in the way: no backfill.
 # * **Fragmentation-aware placement.** Among the domains a gang fits in, the one whose use leaves
-#   the most of the queue's gang shapes still fitting (GPU-weighted), then the most whole free
-#   nodes; the solver's best fit decides among equals.
+#   the most of the queue's gang shapes still fitting (GPU-weighted), then one not wholly free
+#   (whole racks stay whole), then the most whole free nodes; the solver's best fit decides among
+#   equals.
 # * **Preemption weighing lost work.** Victim candidates are offered cheapest first by the work
-#   they would lose since their last checkpoint (GPU-seconds), in growing prefixes; the first
+#   they would lose since their last checkpoint (GPU-seconds), lowest priority first and cheapest
+#   among equals, in growing prefixes; the first
 #   prefix that lets the gang in is the plan. A preemptor that declares its duration may cost at
 #   most ``lost_work_budget`` x its own work (size x duration).
 
@@ -244,7 +246,8 @@ def blocked_nodes(group: PodGroup, duration_hint: float | None, now: float, hold
 def fragmentation_domains(snapshot: Snapshot, group: PodGroup, queue: Sequence[PodGroup],
                           blocked: np.ndarray | None = None, max_shapes: int = 16) -> np.ndarray | None:
     """The nodes of the domains where placing ``group`` keeps the most of the queue's gang shapes
-    fitting (GPU-weighted), then the most whole free nodes; None when there is no choice to make."""
+    fitting (GPU-weighted), then does not break a wholly free domain, then leaves the most whole
+    free nodes; None when there is no choice to make."""
     key = group.topology_key
     if not key or not queue:
         return None
@@ -279,7 +282,9 @@ def fragmentation_domains(snapshot: Snapshot, group: PodGroup, queue: Sequence[P
         lost = sum(s[2] * s[4] for sig, s in shapes.items()
                    if fits_before[sig] and not _fits_anywhere(snapshot, after, s))
         whole = int(np.all(after[:, main:main + 1] >= snapshot.allocatable[:, main:main + 1], axis=1).sum())
-        scores.append((lost, -whole))
+        in_d = ids == d
+        broken = bool(np.all(free[in_d, main] >= snapshot.allocatable[in_d, main]))  # a whole free domain
+        scores.append((lost, broken, -whole))
     best = min(scores)
     keep = np.zeros(len(snapshot.nodes), dtype=bool)
     for d, score in zip(candidates, scores, strict=True):
@@ -347,10 +352,12 @@ def preemptor_work(size: float, duration_hint: float | None) -> float | None:
     return None if duration_hint is None else size * duration_hint
 
 
-def victim_prefixes(costs: Mapping[str, float], budget: float | None = None) -> list[list[str]]:
-    """Candidate victim groups cheapest lost work first, in prefixes of 1, 2, 4, ... and all;
-    with ``budget``, only victims whose lost work is within it (and prefixes whose sum is)."""
-    order = sorted(costs, key=lambda k: (costs[k], k))
+def victim_prefixes(costs: Mapping[str, float], budget: float | None = None,
+                    priorities: Mapping[str, int] | None = None) -> list[list[str]]:
+    """Candidate victim groups lowest priority first and, among equals, cheapest lost work first,
+    in prefixes of 1, 2, 4, ... and all; with ``budget``, only as many as keep the lost work within
+    it. Priority stays first: lost work never makes a more important group the victim."""
+    order = sorted(costs, key=lambda k: ((priorities or {}).get(k, 0), costs[k], k))
     if budget is not None:
         total, kept = 0.0, []
         for k in order:

@@ -101,6 +101,9 @@ def test_victims_are_offered_cheapest_lost_work_first_in_growing_prefixes():
     prefixes = victim_prefixes({"a": 5.0, "b": 1.0, "c": 3.0, "d": 9.0, "e": 0.0})
     assert prefixes == [["e"], ["e", "b"], ["e", "b", "c", "a"], ["e", "b", "c", "a", "d"]]
     assert victim_prefixes({}) == []
+    # priority first: a cheap but more important group is offered after every less important one
+    assert victim_prefixes({"vip": 0.0, "a": 5.0, "b": 9.0}, priorities={"vip": 50, "a": 0, "b": 0})[-2:] == \
+        [["a", "b"], ["a", "b", "vip"]]
     assert victim_prefixes({"a": 5.0, "b": 1.0, "c": 3.0}, budget=4.5) == [["b"], ["b", "c"]]  # a: over budget
     assert victim_prefixes({"a": 5.0}, budget=1.0) == []  # nothing affordable: no preemption
     policy = QueuePolicy(lost_work_budget=0.05)

@@ -81,3 +81,15 @@ def test_preemption_loses_only_the_work_since_the_last_checkpoint() -> None:
             else:  # each eviction loses less than one interval of the gang's GPUs
                 assert g.lost_gpu_s <= g.preempted * checkpoint * g.job.pods * g.job.gpus + 1e-6
                 assert g.progress % checkpoint == pytest.approx(0.0, abs=1e-6) or g.finished is not None
+
+
+def test_the_shared_bound_is_the_same_for_every_policy_and_no_larger_than_its_parts() -> None:
+    trace = SLICES["synthetic"](load=0.9)
+    packing = PackingBound(trace.cluster, trace.jobs, deterministic_time=0.05)
+    bound = shared_bound(trace, packing)
+    assert bound.useful_gpu_s <= min(bound.integral(), bound.work) + 1e-6
+    assert (bound.gpus <= trace.cluster.gpus).all() and (bound.found <= bound.gpus).all()
+    assert (bound.gpus[1:] >= bound.gpus[:-1]).all()  # more arrived gangs never pack fewer GPUs
+    # the same arrivals at another load: the k-th arrival set is the same, so is P per arrival
+    other = shared_bound(SLICES["synthetic"](load=0.7), packing)
+    assert list(other.gpus) == list(bound.gpus)
