@@ -472,6 +472,19 @@ def test_helm_install_runs_under_its_serviceaccounts_and_places_a_gang(plane, he
     check_identities(plane, running)
 
 
+def check_scheduler_configs(plane: ControlPlane, objects: list[dict]) -> None:
+    """kube-scheduler (strict decoding) starts from every KubeSchedulerConfiguration the chart
+    renders, its client-certificate files swapped for the test CA's."""
+    client = plane.pki.client("chart-scheduler-client", "kube-scheduler")
+    files = {"caFile": str(plane.pki.ca_cert), "certFile": str(client.cert), "keyFile": str(client.key)}
+    for config_map in (o for o in objects if o["kind"] == "ConfigMap"):
+        config = yaml.safe_load(config_map["data"]["kube-scheduler-config.yaml"])
+        for extender in config["extenders"]:
+            if "tlsConfig" in extender:
+                extender["tlsConfig"].update(files)
+        plane.start_scheduler(config, name=f"check-{config_map['metadata']['name']}").stop()
+
+
 @pytest.mark.parametrize("shape", sorted(SHAPES))
 def test_helm_install_every_shape_is_accepted(plane, tools, shape):
     rest, release = plane.rest, f"shape-{shape}"
@@ -485,6 +498,7 @@ def test_helm_install_every_shape_is_accepted(plane, tools, shape):
     try:
         objects = documents(tools.run("helm", "get", "manifest", release, "-n", release).stdout)
         assert objects and missing_on_server(rest, objects) == []
+        check_scheduler_configs(plane, objects)
         if shape == "crds":
             assert sum(o["kind"] == "CustomResourceDefinition" for o in objects) == 2
             # a second release of the CRD flavor leaves the CRDs to the first instead of failing

@@ -100,3 +100,16 @@ extenders:
   ignorable: false
   managedResources: []
 {{- end -}}
+
+{{/* The rules of a ClusterRole in one of scheduler-config/'s files, so the chart and the kustomize
+manifests grant the same: include "phalanx.rules" (list . "rbac.yaml" "phalanx-scheduler") */}}
+{{- define "phalanx.rules" -}}
+{{- $root := index . 0 }}{{ $file := index . 1 }}{{ $name := index . 2 }}
+{{- $found := list }}
+{{- range ($root.Files.Get (printf "files/scheduler-config/%s" $file) | splitList "\n---\n") }}
+{{- $doc := fromYaml . }}
+{{- if and (eq (default "" $doc.kind) "ClusterRole") (eq $doc.metadata.name $name) }}{{ $found = $doc.rules }}{{ end }}
+{{- end }}
+{{- if not $found }}{{ fail (printf "no ClusterRole %s in scheduler-config/%s" $name $file) }}{{ end }}
+{{- toYaml $found }}
+{{- end -}}
