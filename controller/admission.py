@@ -13,7 +13,8 @@ PodGroup's shared ResourceClaims (no KEP-5729 in the cluster), each pod claim en
 asks the leader to reconcile and waits (bounded) for the PodGroup to appear. When the PodGroup
 cannot be found in time and the StatefulSet has no pods yet, the pod is *rejected*: the StatefulSet
 controller retries with backoff, so no pod of an opted-in StatefulSet runs outside its group.
-Pods of StatefulSets without scheduling, and all other pods, pass unchanged.
+Pods of StatefulSets without scheduling, and all other pods, pass unchanged. Pods of a
+LeaderWorkerSet (its name label) go to ``controller.lws_admission``.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ from typing import Any, Callable, Mapping
 
 from cluster.kube import api_path
 
-from . import objects
+from . import lws_admission, objects
 from .config import validate_statefulset
 from .objects import Flavor
 from .reconciler import Reconciler
@@ -68,6 +69,7 @@ class PodMutator:
                  wait: float = 6.0, poll: float = 0.05):
         self.kube, self.reconciler, self.flavor = kube, reconciler, flavor
         self.kick, self.wait, self.poll = kick, wait, poll
+        self.lws = lws_admission.LwsMutator(kube, flavor, kick, wait, poll)
 
     def review(self, review: Mapping[str, Any]) -> dict:
         request = review.get("request") or {}
@@ -77,6 +79,8 @@ class PodMutator:
         owner = objects.controller_of(pod)
         if not owner or owner.get("kind") != "StatefulSet" or not str(owner.get("apiVersion")).startswith("apps/"):
             return response(request, True)
+        if lws_admission.lws.member(pod) is not None:
+            return self.lws.review(request, pod)  # a LeaderWorkerSet's pod (controller.lws_admission)
         if self.flavor.pod_group_of(pod):
             return response(request, True)  # already names a group: the user's choice stands
         ns = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")

@@ -87,8 +87,13 @@ def is_managed(obj: Mapping[str, Any]) -> bool:
 
 def template_fields(config: SchedulingConfig, sts: Mapping[str, Any]) -> dict:
     """The fields a PodGroupTemplate carries for this StatefulSet (the PodGroup snapshots them)."""
+    return policy_fields(config, min_count(sts))
+
+
+def policy_fields(config: SchedulingConfig, gang_min_count: int) -> dict:
+    """A PodGroupTemplate's fields for ``config``, a gang's minCount given."""
     fields: dict[str, Any] = {
-        "schedulingPolicy": {"gang": {"minCount": min_count(sts)}} if config.gang else {"basic": {}},
+        "schedulingPolicy": {"gang": {"minCount": gang_min_count}} if config.gang else {"basic": {}},
     }
     if config.topology_keys:
         fields["schedulingConstraints"] = {"topology": [{"key": k} for k in config.topology_keys]}
@@ -117,10 +122,13 @@ def compile_workload(sts: Mapping[str, Any], config: SchedulingConfig, flavor: F
 
 
 def compile_podgroup(sts: Mapping[str, Any], workload: Mapping[str, Any], template: Mapping[str, Any],
-                     flavor: Flavor, owns_workload: bool, parent_composite: str | None = None) -> dict:
-    """The PodGroup instantiated from ``template`` of ``workload`` (a snapshot of its fields)."""
+                     flavor: Flavor, owns_workload: bool, parent_composite: str | None = None,
+                     name: str | None = None, owner: tuple[str, str] = (STS_API_VERSION, "StatefulSet")) -> dict:
+    """The PodGroup instantiated from ``template`` of ``workload`` (a snapshot of its fields).
+    ``sts`` is its controller, of kind ``owner`` (apiVersion, kind); ``name`` None: the StatefulSet
+    naming scheme."""
     wmeta = workload["metadata"]
-    owners = [owner_ref(sts, STS_API_VERSION, "StatefulSet", controller=True)]
+    owners = [owner_ref(sts, owner[0], owner[1], controller=True)]
     if owns_workload:
         owners.append(owner_ref(workload, flavor.api_version, "Workload", controller=False))
     spec = {k: copy.deepcopy(v) for k, v in template.items() if k != "name"}
@@ -130,7 +138,7 @@ def compile_podgroup(sts: Mapping[str, Any], workload: Mapping[str, Any], templa
     return {
         "apiVersion": flavor.api_version, "kind": "PodGroup",
         "metadata": {
-            "name": naming.podgroup_name(wmeta["name"], template["name"], wmeta["uid"], sts["metadata"]["uid"]),
+            "name": name or naming.podgroup_name(wmeta["name"], template["name"], wmeta["uid"], sts["metadata"]["uid"]),
             "namespace": wmeta.get("namespace") or sts["metadata"]["namespace"],
             "annotations": {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
             "ownerReferences": owners,
@@ -163,10 +171,11 @@ def _escape(key: str) -> str:
 
 
 def pod_patch(pod: Mapping[str, Any], podgroup: Mapping[str, Any], flavor: Flavor,
-              shared: tuple["SharedClaim", ...] = ()) -> list[dict]:
-    """JSON patch for a new pod: its PodGroup reference, an ownerReference to the PodGroup, the
-    ``podgroup-sync`` scheduling gate (lifted by the reconciler once minCount is in sync and the
-    shared claims exist), and its exactly matching claim entries pointed at ``shared``."""
+              shared: tuple["SharedClaim", ...] = (), owned: bool = True) -> list[dict]:
+    """JSON patch for a new pod: its PodGroup reference, an ownerReference to the PodGroup (not with
+    ``owned`` False: the PodGroup need not exist yet), the ``podgroup-sync`` scheduling gate (lifted
+    by the reconciler once minCount is in sync and the shared claims exist), and its exactly
+    matching claim entries pointed at ``shared``."""
     meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
     group = podgroup["metadata"]["name"]
     ops: list[dict] = []
@@ -176,11 +185,12 @@ def pod_patch(pod: Mapping[str, Any], podgroup: Mapping[str, Any], flavor: Flavo
         ops.append({"op": "add", "path": f"/metadata/labels/{_escape(names.LABEL_POD_GROUP)}", "value": group})
     else:
         ops.append({"op": "add", "path": "/metadata/labels", "value": {names.LABEL_POD_GROUP: group}})
-    ref = {"apiVersion": flavor.api_version, "kind": "PodGroup", "name": group, "uid": podgroup["metadata"]["uid"]}
-    if meta.get("ownerReferences"):
-        ops.append({"op": "add", "path": "/metadata/ownerReferences/-", "value": ref})
-    else:
-        ops.append({"op": "add", "path": "/metadata/ownerReferences", "value": [ref]})
+    if owned:
+        ref = {"apiVersion": flavor.api_version, "kind": "PodGroup", "name": group, "uid": podgroup["metadata"]["uid"]}
+        if meta.get("ownerReferences"):
+            ops.append({"op": "add", "path": "/metadata/ownerReferences/-", "value": ref})
+        else:
+            ops.append({"op": "add", "path": "/metadata/ownerReferences", "value": [ref]})
     gate = {"name": names.GATE_PODGROUP_SYNC}
     if spec.get("schedulingGates"):
         ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})

@@ -33,7 +33,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 from cluster import apiserver, names
 from cluster.kube import KubeError, api_path
 
-from . import objects
+from . import lws, objects
 from .leader import LeaderElector
 from .objects import BUILTIN, CRD, Flavor
 from .reconciler import CreationFailed, Reconciler, StatefulSetGone
@@ -234,6 +234,8 @@ class Controller:
         self.unstamped_bound.set_function(self._unstamped_bound_total)
         self.recorder = EventRecorder(kube, identity)
         self.reconciler = Reconciler(kube, self.flavor, self.recorder, self.creation_errors.inc)
+        self.lws = lws.LwsReconciler(kube, self.flavor, self.recorder, self.creation_errors.inc)
+        self._known_lws: set[str] = set()  # keys of the LeaderWorkerSets watched (what resync queues)
         self.queue = WorkQueue()
         self.workers, self.resync_period = workers, resync_period
         self._halt = threading.Event()
@@ -253,6 +255,8 @@ class Controller:
                   lambda items: self._on_scheduling_list("workloads", items)),
                  (f"/apis/{self.flavor.api_version}/podgroups", self._on_scheduling_object,
                   lambda items: self._on_scheduling_list("podgroups", items))]
+        if "leaderworkersets" in (self.kube.served_resources(names.LWS_API_VERSION) or set()):
+            paths.append((lws.lws_path(), self._on_leaderworkerset, self._on_leaderworkerset_list))
         for path, handle, on_list in paths:
             self._spawn(Watcher(self.kube, path, handle, self._halt, on_list))
         self._spawn(threading.Thread(target=self._resync_loop, name="resync", daemon=True))
@@ -275,7 +279,23 @@ class Controller:
             self._spawn(threading.Thread(target=self._work, name=f"worker-{i}", daemon=True))
 
     # -- events in -----------------------------------------------------------------------------
+    def _on_leaderworkerset(self, kind: str, obj: dict) -> None:
+        key = lws.lws_key(obj["metadata"]["namespace"], obj["metadata"]["name"])
+        with self._state_lock:
+            if kind == "DELETED":
+                self._known_lws.discard(key)
+                self.recorder.forget(obj["metadata"].get("uid"))
+                return
+            self._known_lws.add(key)
+        self.queue.add(key)
+
+    def _on_leaderworkerset_list(self, items: list[dict]) -> None:
+        with self._state_lock:
+            self._known_lws = {lws.lws_key(o["metadata"]["namespace"], o["metadata"]["name"]) for o in items}
+
     def _on_statefulset(self, kind: str, sts: dict) -> None:
+        if (owner_key := lws.key_of(sts)) is not None:
+            self.queue.add(owner_key)  # an LWS's leader or worker StatefulSet: its pods changed
         key = f"{sts['metadata']['namespace']}/{sts['metadata']['name']}"
         if kind == "DELETED":
             self._forget(key, sts["metadata"].get("uid"))
@@ -330,6 +350,8 @@ class Controller:
         ctrl = objects.controller_of(obj)
         if ctrl and ctrl.get("kind") == "StatefulSet":
             self.queue.add(f"{meta['namespace']}/{ctrl['name']}")
+        elif (owner_key := lws.key_of(obj)) is not None:
+            self.queue.add(owner_key)
 
     def kick(self, namespace: str, name: str, delay: float = 0.0) -> None:
         self.queue.add(f"{namespace}/{name}", delay)
@@ -337,7 +359,7 @@ class Controller:
     def _resync_loop(self) -> None:
         while not self._halt.wait(self.resync_period):
             with self._state_lock:
-                keys = list(self._known)
+                keys = list(self._known) + list(self._known_lws)
             for key in keys:
                 self.queue.add(key)
 
@@ -382,6 +404,12 @@ class Controller:
             if self.reconciler.finish_cascade(podgroup) or (
                     not self.flavor.builtin and not self.reconciler.release_finalizer(podgroup)):
                 self.queue.add(key, 0.5)  # look again while the PodGroup still exists
+            return
+        if key.startswith(lws.KEY_PREFIX):
+            ns, name = key.removeprefix(lws.KEY_PREFIX).split("/", 1)
+            if not self.lws.reconcile_lws(ns, name):
+                with self._state_lock:
+                    self._known_lws.discard(key)
             return
         ns, name = key.split("/", 1)
         with self._state_lock:

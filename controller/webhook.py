@@ -6,6 +6,7 @@ the handshake done in the connection's thread so one slow client never blocks ``
 
     POST /validate-statefulsets   AdmissionReview v1 -> KEP-6277 admission rules
     POST /mutate-pods             AdmissionReview v1 -> PodGroup reference, ownerReference, gate
+    POST /validate-leaderworkersets AdmissionReview v1 -> the LWS gang-scheduling guide's rules
     GET  /healthz                 "ok"
     GET  /metrics                 Prometheus text (statefulset_workload_creation_errors_total)
 """
@@ -22,6 +23,7 @@ from typing import Any, Callable, Mapping
 from prometheus_client import CollectorRegistry, generate_latest
 
 from .admission import review_statefulset
+from .lws_admission import review_leaderworkerset
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +35,8 @@ class WebhookServer:
                  registry: CollectorRegistry | None = None):
         host, _, port = addr.rpartition(":")
         routes: dict[str, Callable[[Mapping[str, Any]], dict]] = {
-            "/validate-statefulsets": review_statefulset, "/mutate-pods": mutate_pod}
+            "/validate-statefulsets": review_statefulset, "/mutate-pods": mutate_pod,
+            "/validate-leaderworkersets": review_leaderworkerset}
         self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), _handler(routes, registry))
         self.server.daemon_threads = True
         context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)

@@ -2,9 +2,6 @@
 hack/build-lws.sh): LWS creates the leader StatefulSet, one worker StatefulSet per group and the
 pods, its own webhooks label them; phalanx's controller and webhooks turn an annotated LWS into the
 LWS gang-scheduling guide's Workload and PodGroups, and kube-scheduler + phalanx place them.
-
-The last tests (``test_handmade_*``) place LWS-*shaped* PodGroups that the test creates by hand,
-without the LWS controller: unit-level cases of the group shapes, not of LWS.
 """
 
 from __future__ import annotations
@@ -14,18 +11,19 @@ from harness import (
     GPU,
     RACK,
     assert_none_bound,
+    bound,
     create,
-    pod,
-    podgroup,
-    podgroup_template,
+    placement,
     pods,
+    priority_class,
     scheduler_config,
     wait_all_bound,
-    workload,
+    wait_for,
 )
 from harness.lws import LWS_API, LwsManager, leaderworkerset
+from phalanx_controller import PhalanxController
 
-from cluster.names import GATE_LWS_GROUP_REPLACEMENT
+from cluster import names
 
 PLAIN = "lws-e2e-plain"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
@@ -59,64 +57,190 @@ def test_lws_without_annotation_runs_as_lws_runs_it(rest, namespace, nodes, lws,
         assert labels["leaderworkerset.sigs.k8s.io/worker-index"] == (name.split("-") + ["0"])[2]
         assert "schedulingGroup" not in p["spec"] and not p["spec"].get("schedulingGates")
 
+# -- with phalanx: controller + webhooks, kube-scheduler with phalanx as extender --------------------
 
-# -- hand-made LWS-shaped PodGroups (no LWS controller): unit-level cases of the shapes -------------
-
-def lws_replica(rest, namespace, group, size, gpu=1, leader_group=None, worker_group=None):
-    """One LWS replica: the gated leader, the gate lifted, then size-1 workers."""
-    leader = pod(f"{group}-leader", leader_group or group, {"cpu": "1", GPU: gpu},
-                 labels={"leaderworkerset.sigs.k8s.io/name": "lws"})
-    leader["spec"]["schedulingGates"] = [{"name": GATE_LWS_GROUP_REPLACEMENT}]
-    create(rest, leader, namespace)
-    rest.patch(f"/api/v1/namespaces/{namespace}/pods/{group}-leader", {"spec": {"schedulingGates": None}})
-    for i in range(1, size):
-        create(rest, pod(f"{group}-worker-{i}", worker_group or group, {"cpu": "1", GPU: gpu}), namespace)
+SCHED_API = "/apis/scheduling.k8s.io/v1beta1"
+RACKED = {"schedulingConstraints": {"topology": [{"key": RACK}]}}
+GPU1 = {"cpu": "1", GPU: 1}
+HIGH, LOW = "phalanx-e2e-lws-high", "phalanx-e2e-lws-low"
 
 
-def rack_of(rest, node):
-    return rest.get(f"/api/v1/nodes/{node}")["metadata"]["labels"][RACK]
+@pytest.fixture(scope="module")
+def phalanx_lws(control_plane, lws, phalanx_scheduler):
+    running = PhalanxController(control_plane)  # after LWS: the controller watches LeaderWorkerSets
+    running.start()
+    running.register()
+    yield running
+    running.close()
 
 
-def test_handmade_replica_level_each_replica_whole_and_independent(rest, namespace, nodes, phalanx_scheduler):
-    for rack in ("la", "lb"):
+def members(rest, namespace, name, index=None):
+    selector = f"{LWS_NAME}={name}" + (f",{names.LABEL_LWS_GROUP_INDEX}={index}" if index is not None else "")
+    return pods(rest, namespace, label_selector=selector)
+
+
+def live(items):
+    return [p for p in items if not p["metadata"].get("deletionTimestamp")]
+
+
+def group_of(pod):
+    return (pod["spec"].get("schedulingGroup") or {}).get("podGroupName")
+
+
+def podgroups(rest, namespace):
+    return {g["metadata"]["name"]: g for g in rest.list(f"{SCHED_API}/namespaces/{namespace}/podgroups")}
+
+
+def min_count(group):
+    return group["spec"]["schedulingPolicy"]["gang"]["minCount"]
+
+
+def racks_of(rest, where):
+    return {rest.get(f"/api/v1/nodes/{n}")["metadata"]["labels"][RACK] for n in where.values()}
+
+
+def lws_path(namespace, name):
+    return f"{LWS_API}/namespaces/{namespace}/leaderworkersets/{name}"
+
+
+def replica_bound(rest, namespace, name, index, size, timeout=60):
+    """The pods of replica ``index``, all bound; returns pod -> node."""
+    return wait_all_bound(rest, namespace, count=size, timeout=timeout,
+                          label_selector=f"{LWS_NAME}={name},{names.LABEL_LWS_GROUP_INDEX}={index}")
+
+
+def test_lws_without_annotation_runs_as_without_phalanx(rest, namespace, nodes, phalanx_lws):
+    nodes.add_many(3, prefix="none", cpu="4")
+    make_lws(rest, namespace, leaderworkerset("none", size=3, replicas=2))
+    placed = wait_all_bound(rest, namespace, count=6, timeout=60, label_selector=f"{LWS_NAME}=none")
+    assert sorted(placed) == ["none-0", "none-0-1", "none-0-2", "none-1", "none-1-1", "none-1-2"]
+    for p in members(rest, namespace, "none"):
+        assert group_of(p) is None and names.LABEL_LWS_INCARNATION not in p["metadata"]["labels"]
+        assert not p["spec"].get("schedulingGates")
+    assert rest.list(f"{SCHED_API}/namespaces/{namespace}/workloads") == [] and podgroups(rest, namespace) == {}
+
+
+def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(rest, namespace, nodes, phalanx_lws):
+    for rack in ("ra", "rb"):
         for i in range(2):
-            nodes.add(f"lws-{rack}-{i}", gpu=2, rack=rack)  # 4 GPUs per rack
-    create(rest, workload("lws", [podgroup_template("replica", min_count=4, topology_key=RACK)]), namespace)
-    for r in range(3):
-        create(rest, podgroup(f"lws-{r}", min_count=4, workload_name="lws", template_name="replica",
-                              topology_key=RACK), namespace)
-        lws_replica(rest, namespace, f"lws-{r}", 4)
-    placements = [wait_all_bound(rest, namespace, count=4, timeout=60, podgroup=f"lws-{r}") for r in (0, 1)]
-    for placement in placements:
-        assert len({rack_of(rest, n) for n in placement.values()}) == 1
-    assert_none_bound(rest, namespace, seconds=5, podgroup="lws-2")  # no room: waits whole, others unaffected
+            nodes.add(f"rep-{rack}-{i}", gpu=2, rack=rack)  # 4 GPUs per rack, a replica needs 4
+    obj = make_lws(rest, namespace, leaderworkerset("rep", size=4, replicas=3, resources=GPU1,
+                                                    scheduling={"replica": RACKED}))
+    wait_for(lambda: len(podgroups(rest, namespace)) == 3, 60, "one PodGroup per replica")
+    [workload] = rest.list(f"{SCHED_API}/namespaces/{namespace}/workloads")
+    assert workload["spec"]["controllerRef"] == {"apiGroup": "leaderworkerset.x-k8s.io", "kind": "LeaderWorkerSet",
+                                                 "name": "rep"}
+    assert workload["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
+    for group in podgroups(rest, namespace).values():
+        assert min_count(group) == 4 and group["spec"]["schedulingConstraints"] == RACKED["schedulingConstraints"]
+        assert group["metadata"]["ownerReferences"][0]["kind"] == "LeaderWorkerSet"
+    # two replicas fit, each whole inside one rack; the third waits whole and the others do not wait
+    wait_for(lambda: len(bound(members(rest, namespace, "rep"))) == 8, 90, "two replicas bound")
+    whole = [i for i in range(3) if len(bound(members(rest, namespace, "rep", i))) == 4]
+    assert len(whole) == 2
+    for i in whole:
+        assert len(racks_of(rest, placement(members(rest, namespace, "rep", i)))) == 1
+    [waiting] = [i for i in range(3) if i not in whole]
+    assert_none_bound(rest, namespace, seconds=5,
+                      label_selector=f"{LWS_NAME}=rep,{names.LABEL_LWS_GROUP_INDEX}={waiting}")
+    for p in members(rest, namespace, "rep"):
+        labels = p["metadata"]["labels"]
+        suffix = f"-{labels[names.LABEL_LWS_GROUP_INDEX]}-{labels[names.LABEL_LWS_REVISION]}"
+        assert group_of(p) in podgroups(rest, namespace) and group_of(p).endswith(suffix)
+    nodes.add("rep-rc-0", gpu=2, rack="rc")
+    nodes.add("rep-rc-1", gpu=2, rack="rc")
+    assert racks_of(rest, replica_bound(rest, namespace, "rep", waiting, 4)) == {"rc"}
+    # scale up: a fourth independent PodGroup, placed whole when room appears
+    rest.patch(lws_path(namespace, "rep"), {"spec": {"replicas": 4}})
+    wait_for(lambda: len(podgroups(rest, namespace)) == 4, 60, "a PodGroup for the new replica")
+    assert_none_bound(rest, namespace, seconds=3, label_selector=f"{LWS_NAME}=rep,{names.LABEL_LWS_GROUP_INDEX}=3")
+    nodes.add("rep-rd-0", gpu=2, rack="rd")
+    nodes.add("rep-rd-1", gpu=2, rack="rd")
+    assert racks_of(rest, replica_bound(rest, namespace, "rep", 3, 4)) == {"rd"}
+    # scale down: the removed replica's PodGroup goes
+    rest.patch(lws_path(namespace, "rep"), {"spec": {"replicas": 3}})
+    wait_for(lambda: len([g for g in podgroups(rest, namespace).values()
+                          if not g["metadata"].get("deletionTimestamp")]) == 3, 60, "3 PodGroups after scale-down")
 
 
-def test_handmade_whole_lws_level_is_all_or_nothing(rest, namespace, nodes, phalanx_scheduler):
-    for i in range(7):
-        nodes.add(f"whole-{i}", gpu=1, rack="lw")
-    create(rest, workload("lws-all", [podgroup_template("all", min_count=8)]), namespace)
-    create(rest, podgroup("lws-all", min_count=8, workload_name="lws-all", template_name="all"), namespace)
-    for r in range(2):  # 2 replicas x 4 pods share the one PodGroup
-        leader = pod(f"lws-all-{r}-leader", "lws-all", {"cpu": "1", GPU: 1})
-        create(rest, leader, namespace)
-        for i in range(1, 4):
-            create(rest, pod(f"lws-all-{r}-worker-{i}", "lws-all", {"cpu": "1", GPU: 1}), namespace)
-    assert_none_bound(rest, namespace, seconds=8, podgroup="lws-all")  # 7 GPUs for 8 pods
-    nodes.add("whole-7", gpu=1, rack="lw")
-    assert len(wait_all_bound(rest, namespace, count=8, timeout=60, podgroup="lws-all")) == 8
+def test_a_recreated_leader_gets_new_podgroups_and_binds_whole(rest, namespace, nodes, phalanx_lws):
+    nodes.add_many(3, prefix="rec", gpu=1, cpu="4")
+    make_lws(rest, namespace, leaderworkerset("rec", size=3, resources=GPU1, scheduling={}))
+    replica_bound(rest, namespace, "rec", 0, 3)
+    [first] = podgroups(rest, namespace)
+    leader = rest.get(f"/api/v1/namespaces/{namespace}/pods/rec-0")
+    rest.delete(f"/api/v1/namespaces/{namespace}/pods/rec-0")
+
+    def recreated():
+        found = rest.get_or_none(f"/api/v1/namespaces/{namespace}/pods/rec-0")
+        return found if found and found["metadata"]["uid"] != leader["metadata"]["uid"] else None
+    new_leader = wait_for(recreated, 60, "LWS recreated the leader")
+    assert group_of(new_leader) != first
+    assert (new_leader["metadata"]["labels"][names.LABEL_LWS_INCARNATION]
+            != leader["metadata"]["labels"][names.LABEL_LWS_INCARNATION])
+    replica_bound(rest, namespace, "rec", 0, 3)
+    assert {group_of(p) for p in members(rest, namespace, "rec")} == {group_of(new_leader)}
+    wait_for(lambda: first not in podgroups(rest, namespace), 60, "the predecessor's PodGroup deleted")
 
 
-def test_handmade_role_level_leader_and_worker_groups_are_placed_separately(rest, namespace, nodes, phalanx_scheduler):
-    nodes.add("role-0", gpu=2, rack="lr")
-    create(rest, workload("lws-role", [podgroup_template("leader"), podgroup_template("worker", min_count=3)]),
-           namespace)
-    create(rest, podgroup("lws-role-0-leader", workload_name="lws-role", template_name="leader"), namespace)
-    create(rest, podgroup("lws-role-0-worker", min_count=3, workload_name="lws-role", template_name="worker"),
-           namespace)
-    lws_replica(rest, namespace, "lws-role-0", 4, leader_group="lws-role-0-leader", worker_group="lws-role-0-worker")
-    # the leader's basic group fits on its own; the 3-worker gang (3 GPUs) does not fit in 1 free GPU
-    assert len(wait_all_bound(rest, namespace, count=1, timeout=60, podgroup="lws-role-0-leader")) == 1
-    assert_none_bound(rest, namespace, seconds=6, podgroup="lws-role-0-worker")
-    nodes.add("role-1", gpu=2, rack="lr")
-    assert len(wait_all_bound(rest, namespace, count=3, timeout=60, podgroup="lws-role-0-worker")) == 3
+def test_whole_lws_level_all_or_nothing_then_a_size_change_rollout(rest, namespace, nodes, phalanx_lws):
+    nodes.add_many(3, prefix="whole", gpu=1, cpu="4")
+    make_lws(rest, namespace, leaderworkerset("whole", size=2, replicas=2, resources=GPU1,
+                                              scheduling={"schedulingPolicy": {"gang": {}}}))
+    wait_for(lambda: len(members(rest, namespace, "whole")) == 4, 60, "LWS created 4 pods")
+    [name] = podgroups(rest, namespace)
+    assert min_count(podgroups(rest, namespace)[name]) == 4
+    assert {group_of(p) for p in members(rest, namespace, "whole")} == {name}
+    assert_none_bound(rest, namespace, seconds=6, label_selector=f"{LWS_NAME}=whole")  # 3 GPUs for 4 pods
+    nodes.add("whole-3", gpu=1, cpu="4")
+    wait_all_bound(rest, namespace, count=4, timeout=60, label_selector=f"{LWS_NAME}=whole")
+    # size 2 -> 3: a replaced replica counts with its new size, the others with their previous one
+    old_revision = members(rest, namespace, "whole")[0]["metadata"]["labels"][names.LABEL_LWS_REVISION]
+    rest.patch(lws_path(namespace, "whole"), {"spec": {"leaderWorkerTemplate": {"size": 3}}})
+    wait_for(lambda: min_count(podgroups(rest, namespace)[name]) == 5, 60, "minCount 2 + 3 while replica 1 rolls")
+    nodes.add("whole-4", gpu=1, cpu="4")
+    nodes.add("whole-5", gpu=1, cpu="4")
+    placed = wait_all_bound(rest, namespace, count=6, timeout=120, label_selector=f"{LWS_NAME}=whole")
+    assert len(placed) == 6 and min_count(podgroups(rest, namespace)[name]) == 6
+    revisions = {p["metadata"]["labels"][names.LABEL_LWS_REVISION] for p in members(rest, namespace, "whole")}
+    assert old_revision not in revisions and len(revisions) == 1
+    assert list(podgroups(rest, namespace)) == [name]  # one PodGroup through the rollout
+
+
+def test_role_level_leader_and_worker_podgroups_placed_separately(rest, namespace, nodes, phalanx_lws):
+    nodes.add("role-0", gpu=2, cpu="8")
+    make_lws(rest, namespace, leaderworkerset(
+        "role", size=4, resources=GPU1,
+        scheduling={"replica": {"leader": {"schedulingPolicy": {"basic": {}}}, "worker": {}}}))
+    wait_for(lambda: len(podgroups(rest, namespace)) == 2, 60, "a leader and a worker PodGroup")
+    groups = podgroups(rest, namespace)
+    leader_group = next(n for n in groups if "-0-leader-" in n)
+    worker_group = next(n for n in groups if "-0-worker-" in n)
+    assert groups[leader_group]["spec"]["schedulingPolicy"] == {"basic": {}}
+    assert min_count(groups[worker_group]) == 3
+    # the leader's basic group fits alone; the 3-worker gang (3 GPUs) does not fit in the 1 GPU left
+    assert len(wait_all_bound(rest, namespace, count=1, timeout=60, podgroup=leader_group)) == 1
+    assert_none_bound(rest, namespace, seconds=6, podgroup=worker_group)
+    nodes.add("role-1", gpu=2, cpu="8")
+    assert len(wait_all_bound(rest, namespace, count=3, timeout=60, podgroup=worker_group)) == 3
+
+
+def test_a_gang_replica_is_preempted_as_one_unit_with_disruption_mode_all(rest, namespace, nodes, phalanx_lws):
+    for klass, value in ((HIGH, 100000), (LOW, 10)):
+        if rest.get_or_none(f"/apis/scheduling.k8s.io/v1/priorityclasses/{klass}") is None:
+            create(rest, priority_class(klass, value))
+    nodes.add_many(4, prefix="pre", gpu=1, cpu="4")
+    # restartPolicy None: LWS itself does not recreate a group when one of its pods goes, so only
+    # phalanx's group preemption can take all four
+    make_lws(rest, namespace, leaderworkerset("low", size=4, resources=GPU1, priority_class_name=LOW,
+                                              restart_policy="None",
+                                              scheduling={"replica": {"disruptionMode": {"all": {}}}}))
+    assert len(replica_bound(rest, namespace, "low", 0, 4)) == 4
+    victims = {p["metadata"]["uid"] for p in members(rest, namespace, "low")}
+    make_lws(rest, namespace, leaderworkerset("high", size=2, resources=GPU1, priority_class_name=HIGH,
+                                              scheduling={}))
+    replica_bound(rest, namespace, "high", 0, 2, timeout=90)
+    # two GPUs were needed; the whole low replica went, not two of its pods
+    wait_for(lambda: not victims & {p["metadata"]["uid"] for p in live(members(rest, namespace, "low"))}, 60,
+             "every pod of the low replica evicted")
+    assert not bound(members(rest, namespace, "low"))

@@ -165,25 +165,27 @@ def _established(crd: dict) -> bool:
 def leaderworkerset(name: str, size: int, replicas: int = 1, resources: dict | None = None,
                     scheduling: dict | str | None = None, scheduler_name: str | None = None,
                     leader_resources: dict | None = None, annotations: dict | None = None,
+                    priority_class_name: str | None = None, restart_policy: str | None = None,
                     **spec: Any) -> dict:
-    """A LeaderWorkerSet of ``replicas`` groups of ``size`` pods (one pause container each);
-    ``scheduling`` (the guide's ``spec.scheduling`` block) goes into phalanx's annotation."""
+    """A LeaderWorkerSet of ``replicas`` groups of ``size`` pause pods (the harness's pod spec);
+    ``scheduling`` (the guide's ``spec.scheduling`` block) goes into phalanx's annotation;
+    ``restart_policy`` is LWS's (``None`` keeps a group when one of its pods goes)."""
     import json
 
     from cluster.names import ANNOTATION_SCHEDULING
 
+    from .objects import pod_spec
+
     def template(requests: dict | None) -> dict:
-        pod_spec: dict[str, Any] = {"containers": [{"name": "c", "image": "registry.k8s.io/pause:3.10",
-                                                     "resources": {"requests": requests or {"cpu": "1"}}}],
-                                    "terminationGracePeriodSeconds": 0}
-        if scheduler_name:
-            pod_spec["schedulerName"] = scheduler_name
-        return {"spec": pod_spec}
+        return {"spec": {**pod_spec(requests, scheduler_name=scheduler_name, priority_class_name=priority_class_name),
+                         "terminationGracePeriodSeconds": 0}}
 
     meta: dict[str, Any] = {"name": name, "annotations": dict(annotations or {})}
     if scheduling is not None:
         meta["annotations"][ANNOTATION_SCHEDULING] = scheduling if isinstance(scheduling, str) else json.dumps(scheduling)
     lwt: dict[str, Any] = {"size": size, "workerTemplate": template(resources)}
+    if restart_policy:
+        lwt["restartPolicy"] = restart_policy
     if leader_resources is not None:
         lwt["leaderTemplate"] = template(leader_resources)
     return {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet", "metadata": meta,
