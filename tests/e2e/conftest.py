@@ -213,12 +213,43 @@ def phalanx(control_plane: ControlPlane) -> Iterator[Any]:
     service.stop()
 
 
-@pytest.fixture(scope="module")
-def phalanx_scheduler(phalanx: Any, start_scheduler: Any) -> Scheduler:
-    """kube-scheduler with the shipped extender configuration, pointed at this module's phalanx
-    (GenericWorkload stays off in the scheduler: phalanx owns the group logic)."""
+PHALANX_PLUGIN_CONFIG = PHALANX_SCHEDULER_CONFIG.parent / "kube-scheduler-plugin-config.yaml"
+PHALANX_SCHEDULER_MODES = ("extender", "plugin")
+
+
+def phalanx_scheduler_config(mode: str, phalanx: Any) -> dict:
+    """The shipped configuration of ``mode`` pointed at ``phalanx``: the HTTP extender's URL, or
+    the plugin's gRPC address (``permitTimeout`` = phalanx's barrier timeout plus a margin)."""
     import yaml
 
-    config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-    return start_scheduler(config)
+    if mode == "extender":
+        config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
+        config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
+        return config
+    config = yaml.safe_load(PHALANX_PLUGIN_CONFIG.read_text())
+    args = config["profiles"][0]["pluginConfig"][0]["args"]
+    args["address"] = f"127.0.0.1:{phalanx.grpc.port}"
+    args["permitTimeout"] = f"{PHALANX_BARRIER_SECONDS + 2:.0f}s"
+    return config
+
+
+def start_phalanx_scheduler(control_plane: ControlPlane, mode: str, phalanx: Any, **kwargs: Any) -> Scheduler:
+    """kube-scheduler with phalanx in ``mode``: extender (kube-scheduler + the HTTP extender) or
+    plugin (phalanx-scheduler, the framework plugin talking gRPC). A missing phalanx-scheduler
+    fails with the command that builds it."""
+    binary = "kube-scheduler" if mode == "extender" else "phalanx-scheduler"
+    if not os.access(control_plane.binaries.path(binary), os.X_OK):
+        pytest.fail(f"{binary} not built in {control_plane.binaries.directory}: run `bash hack/build-plugin.sh` "
+                    "(or `make e2e`)", pytrace=False)
+    return control_plane.start_scheduler(phalanx_scheduler_config(mode, phalanx), binary=binary, **kwargs)
+
+
+@pytest.fixture(scope="module", params=PHALANX_SCHEDULER_MODES)
+def phalanx_scheduler(request: pytest.FixtureRequest, phalanx: Any, control_plane: ControlPlane) -> Iterator[Scheduler]:
+    """kube-scheduler with phalanx, once per mode: the shipped extender configuration, then
+    phalanx-scheduler with the shipped plugin profile, both pointed at this module's phalanx
+    (GenericWorkload stays off in the scheduler: phalanx owns the group logic). One mode's
+    scheduler is stopped before the other's starts (both are the default scheduler)."""
+    scheduler = start_phalanx_scheduler(control_plane, request.param, phalanx)
+    yield scheduler
+    scheduler.stop()

@@ -85,6 +85,7 @@ var (
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PermitPlugin      = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
+	_ fwk.SignPlugin        = &Plugin{}
 )
 
 // New is the plugin factory registered with app.WithPlugin.
@@ -207,6 +208,16 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}},
 		{Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.All}},
 	}, nil
+}
+
+// SignPod keeps kube-scheduler's opportunistic batching (KEP-5598) for plain pods while no node
+// holds reservations (the plugin then adds nothing to their signature); group members, and plain
+// pods while reservations exist (they change with every plan), are not batched.
+func (p *Plugin) SignPod(_ context.Context, pod *v1.Pod) ([]fwk.SignFragment, *fwk.Status) {
+	if GroupOf(pod) != "" || p.mirror.HasReservations() {
+		return nil, fwk.NewStatus(fwk.Unschedulable, "phalanx: not batchable")
+	}
+	return nil, nil
 }
 
 // -- PreFilter / Filter -----------------------------------------------------------------------

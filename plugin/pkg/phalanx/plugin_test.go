@@ -256,6 +256,12 @@ func TestPlainPodsSkipThePluginUntilCapacityIsReservedThenKeepOffIt(t *testing.T
 	if _, st := r.plugin.PreFilter(context.Background(), state, plain("p"), nil); st.Code() != fwk.Skip {
 		t.Fatalf("nothing reserved: want Skip, got %v", st)
 	}
+	if _, st := r.plugin.SignPod(context.Background(), plain("p")); !st.IsSuccess() {
+		t.Fatalf("plain pods are batched while nothing is reserved: %v", st)
+	}
+	if _, st := r.plugin.SignPod(context.Background(), member("a", "g")); st.Code() != fwk.Unschedulable {
+		t.Fatalf("members are never batched: %v", st)
+	}
 	r.svc.snapshots <- &pb.Reservations{Version: 1, Nodes: map[string]*pb.NodeReservation{
 		"full": {Amounts: map[string]int64{"nvidia.com/gpu": 4, "cpu": 4000, "pods": 4}}}}
 	waitFor(t, "the snapshot", r.plugin.Mirror().HasReservations)
@@ -272,6 +278,9 @@ func TestPlainPodsSkipThePluginUntilCapacityIsReservedThenKeepOffIt(t *testing.T
 	}
 	if st := r.plugin.Filter(context.Background(), state, plain("p"), nodeInfo("full", 5)); !st.IsSuccess() {
 		t.Fatalf("a node with room beside the reservation: %v", st)
+	}
+	if _, st := r.plugin.SignPod(context.Background(), plain("p")); st.Code() != fwk.Unschedulable {
+		t.Fatalf("plain pods are not batched while reservations exist: %v", st)
 	}
 	if s, _ := r.plugin.Score(context.Background(), state, plain("p"), nodeInfo("full", 8)); s != 0 {
 		t.Fatalf("reserved node scores %d", s)

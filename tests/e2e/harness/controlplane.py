@@ -230,14 +230,15 @@ class ControlPlane:
     def start_scheduler(self, config: Path | Mapping[str, Any] | None = None,
                         feature_gates: FeatureGates = None, extra_args: tuple[str, ...] = (),
                         name: str | None = None, kubeconfig: Path | None = None,
-                        leader_elect: bool = False) -> Scheduler:
+                        leader_elect: bool = False, binary: str = "kube-scheduler") -> Scheduler:
         """Start a kube-scheduler from a KubeSchedulerConfiguration (a file or a dict).
 
         The configuration's clientConnection.kubeconfig is pointed at this control plane (as
         ``system:kube-scheduler`` in ``system:masters``, or with ``kubeconfig``'s credentials, e.g. a
         ServiceAccount token, for its API calls and its delegated authentication alike) and leader
         election is turned off unless ``leader_elect``; everything else (profiles, plugins,
-        extenders, the leader-election Lease) is used as given.
+        extenders, the leader-election Lease) is used as given. ``binary`` is the executable in the
+        binary directory: ``phalanx-scheduler`` for plugin mode (hack/build-plugin.sh builds it).
         """
         self._schedulers += 1
         name = name or f"kube-scheduler-{self._schedulers}"
@@ -256,7 +257,7 @@ class ControlPlane:
         config_path.write_text(yaml.safe_dump(cfg, sort_keys=False))
         port = free_port()
         argv = [
-            str(self.binaries.path("kube-scheduler")),
+            str(self.binaries.path(binary)),
             f"--config={config_path}",
             f"--authentication-kubeconfig={kubeconfig}", f"--authorization-kubeconfig={kubeconfig}",
             "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics",
