@@ -86,8 +86,19 @@ def is_managed(obj: Mapping[str, Any]) -> bool:
 
 
 def template_fields(config: SchedulingConfig, sts: Mapping[str, Any]) -> dict:
-    """The fields a PodGroupTemplate carries for this StatefulSet (the PodGroup snapshots them)."""
-    return policy_fields(config, min_count(sts))
+    """The fields a PodGroupTemplate carries for this StatefulSet (the PodGroup snapshots them),
+    with the pod template's priorityClassName (as upstream's Job integration does): the group's
+    priority is its pods'."""
+    fields = policy_fields(config, min_count(sts))
+    if klass := pod_priority_class(sts):
+        fields["priorityClassName"] = klass
+    return fields
+
+
+def pod_priority_class(owner: Mapping[str, Any]) -> str:
+    """``spec.template.spec.priorityClassName`` of a pod-template owner, "" when unset."""
+    return str(((((owner.get("spec") or {}).get("template") or {}).get("spec") or {})
+                .get("priorityClassName")) or "")
 
 
 def policy_fields(config: SchedulingConfig, gang_min_count: int) -> dict:

@@ -43,6 +43,15 @@ def test_empty_scheduling_resolves_to_basic_with_nothing_else():
     assert template_fields(config, statefulset()) == {"schedulingPolicy": {"basic": {}}}
 
 
+def test_the_pod_templates_priority_class_is_the_groups():
+    sts = statefulset(scheduling={"schedulingPolicy": {"gang": {}}})
+    sts["spec"]["template"]["spec"]["priorityClassName"] = "serving-high"
+    fields = template_fields(resolve(raw_scheduling(sts)), sts)
+    assert fields == {"schedulingPolicy": {"gang": {"minCount": 3}}, "priorityClassName": "serving-high"}
+    workload = compile_workload(sts, resolve(raw_scheduling(sts)), BUILTIN)
+    assert workload["spec"]["podGroupTemplates"][0]["priorityClassName"] == "serving-high"
+
+
 def test_field_is_read_before_the_annotation():
     sts = statefulset(scheduling={"schedulingPolicy": {"gang": {}}}, as_field=True)
     sts["metadata"]["annotations"][names.ANNOTATION_SCHEDULING] = "{}"
