@@ -1,34 +1,47 @@
-"""Pods/s on the real control plane: kube-scheduler + phalanx against kube-scheduler with upstream's
-in-tree gang scheduling (GenericWorkload + TopologyAwareWorkloadScheduling), same nodes, same gangs,
-one after the other in one run. It prints the numbers (a measurement, not a timed assertion);
-the behaviour checked is that every gang lands whole and inside one rack under both schedulers.
+"""Pods/s on the real control plane, every scheduling mode side by side in one run, same nodes, same
+gangs: phalanx's plugin mode (phalanx-scheduler: kube-scheduler v1.37.2 with phalanx's framework
+plugin, gRPC to phalanx serve), phalanx's extender mode (kube-scheduler + the HTTP extender) and
+kube-scheduler with upstream's in-tree gang scheduling (GenericWorkload +
+TopologyAwareWorkloadScheduling); and plain pods (no group) under phalanx-scheduler, the extender
+and a stock kube-scheduler. Each round runs every mode once, in turn, on an emptied cluster; the
+numbers are medians over the rounds. It prints them (a measurement, not a timed assertion); the
+behaviour checked is that every gang lands whole and inside one rack (and on distinct nodes with
+anti-affinity) under every scheduler, and every plain pod binds.
 
-Run alone for the README's table:  .venv/bin/python -m pytest tests/e2e/test_throughput.py -s
+Run alone for the README's table (3 rounds, 2,000 nodes):
+  PHALANX_THROUGHPUT_ROUNDS=3 PHALANX_THROUGHPUT_NODES=2000 .venv/bin/python -m pytest tests/e2e/test_throughput.py -s
 """
 
 from __future__ import annotations
 
 import os
+import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-import yaml
-from harness import RACK, create, create_node, pod, podgroup, scheduler_config, wait_all_bound
+from harness import RACK, create, create_node, pod, podgroup, scheduler_config
 
-from .conftest import PHALANX_SCHEDULER_CONFIG
+from .conftest import phalanx_scheduler_config
 
 NODES = int(os.environ.get("PHALANX_THROUGHPUT_NODES", "500"))
+ROUNDS = int(os.environ.get("PHALANX_THROUGHPUT_ROUNDS", "1"))
+PLAIN_PODS = int(os.environ.get("PHALANX_THROUGHPUT_PLAIN", "200"))
 HOSTNAME = "kubernetes.io/hostname"
 RACK_SIZE = 20  # 500 nodes -> 25 racks
 CASES = ((8, 8, False), (64, 2, False), (8, 8, True))  # (gang size, gangs, hostname anti-affinity)
+GANG_MODES = ("phalanx-plugin", "phalanx-extender", "in-tree")
+PLAIN_MODES = ("phalanx-plugin", "phalanx-extender", "stock")
+# "gangs" or "plain" runs only that half (the printed table then has only its rows)
+ONLY = os.environ.get("PHALANX_THROUGHPUT_ONLY", "")
+POLL = 0.05  # seconds between checks of the bound count (the resolution of a measurement)
 
 
-def gang_pod(scheduler_name, gang, g, i, anti):
+def gang_pod(run, gang, g, i, anti, scheduler_name):
     """A gang member; with ``anti`` it carries required anti-affinity on the hostname against its
     own gang, as a quorum database's chart writes it."""
-    group = f"{scheduler_name}-{gang}-{'a' if anti else ''}{g}"
-    body = pod(f"{group}-{i}", group, {"cpu": "1"}, labels={"gang": group}, scheduler_name=scheduler_name)
+    group = f"{run}-{gang}-{'a' if anti else ''}{g}"
+    body = pod(f"{group}-{i}", group, {"cpu": "1"}, labels={"gang": group, "run": run}, scheduler_name=scheduler_name)
     if anti:
         body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"gang": group}}, "topologyKey": HOSTNAME}]}}
@@ -41,46 +54,111 @@ def big_cluster(rest):
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: create_node(rest, n, cpu="16", memory="64Gi",
                                             rack=f"tp-rack-{int(n[3:]) // RACK_SIZE:02d}"), names))
-    yield names
+    racks = {n: f"tp-rack-{int(n[3:]) // RACK_SIZE:02d}" for n in names}
+    yield racks
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(lambda n: rest.delete(f"/api/v1/nodes/{n}"), names))
 
 
-def run_gangs(rest, namespace, scheduler_name, gang, count, anti=False):
-    groups = [f"{scheduler_name}-{gang}-{'a' if anti else ''}{g}" for g in range(count)]
+def start(control_plane, phalanx, mode):
+    """The scheduler of ``mode``, its profile named after the mode."""
+    if mode in ("phalanx-plugin", "phalanx-extender"):
+        config = phalanx_scheduler_config(mode.removeprefix("phalanx-"), phalanx)
+        if mode == "phalanx-plugin":
+            config["profiles"][0]["schedulerName"] = mode
+        else:
+            config["profiles"] = [{"schedulerName": mode}]
+        binary = "phalanx-scheduler" if mode == "phalanx-plugin" else "kube-scheduler"
+        if not os.access(control_plane.binaries.path(binary), os.X_OK):
+            pytest.fail(f"{binary} not built: run `bash hack/build-plugin.sh`", pytrace=False)
+        return control_plane.start_scheduler(config, binary=binary, name=mode)
+    if mode == "in-tree":
+        return control_plane.start_scheduler(scheduler_config(mode), name=mode, feature_gates={
+            "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True})
+    return control_plane.start_scheduler(scheduler_config(mode), name=mode)
+
+
+def wait_bound(rest, namespace, run, count, timeout=300.0):
+    """pod name -> node once all ``count`` pods of ``run`` are bound (checked every POLL s)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        items = rest.list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"run={run}")
+        placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
+        if len(placed) == count and all(placed.values()):
+            return placed
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"{run}: {sum(1 for v in placed.values() if v)} of {count} pods bound")
+        time.sleep(POLL)
+
+
+def clear(rest, namespace, run):
+    rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
+                 params={"labelSelector": f"run={run}", "gracePeriodSeconds": 0})
+    deadline = time.monotonic() + 120
+    while rest.list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"run={run}"):
+        assert time.monotonic() < deadline, f"{run}: pods not gone"
+        time.sleep(0.2)
+
+
+def run_gangs(rest, namespace, racks, run, scheduler_name, gang, count, anti):
+    groups = [f"{run}-{gang}-{'a' if anti else ''}{g}" for g in range(count)]
     for group in groups:
         create(rest, podgroup(group, min_count=gang, topology_key=RACK), namespace)
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda args: create(rest, gang_pod(scheduler_name, gang, args[0], args[1], anti), namespace),
+        list(pool.map(lambda gi: create(rest, gang_pod(run, gang, gi[0], gi[1], anti, scheduler_name), namespace),
                       [(g, i) for g in range(count) for i in range(gang)]))
-    placements = [wait_all_bound(rest, namespace, count=gang, timeout=300, podgroup=group) for group in groups]
+    placed = wait_bound(rest, namespace, run, gang * count)
     elapsed = time.monotonic() - started
-    for placement in placements:
-        racks = {rest.get(f"/api/v1/nodes/{n}")["metadata"]["labels"][RACK] for n in placement.values()}
-        assert len(racks) == 1, f"{scheduler_name}: a gang spans racks {racks}"
+    for group in groups:
+        nodes = [n for name, n in placed.items() if name.rsplit("-", 1)[0] == group]
+        assert len(nodes) == gang, f"{scheduler_name}: {group} has {len(nodes)} pods"
+        assert len({racks[n] for n in nodes}) == 1, f"{scheduler_name}: {group} spans racks"
         if anti:
-            assert len(set(placement.values())) == gang, f"{scheduler_name}: anti-affinity gang shares a node"
+            assert len(set(nodes)) == gang, f"{scheduler_name}: anti-affinity gang {group} shares a node"
+    clear(rest, namespace, run)
     return gang * count / elapsed
 
 
-def test_pods_per_second_phalanx_vs_in_tree(rest, namespace, big_cluster, phalanx, start_scheduler):
-    results = {}
-    config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-    config["profiles"] = [{"schedulerName": "phalanx"}]
-    sched = start_scheduler(config)
-    for gang, count, anti in CASES:
-        results[("phalanx", gang, anti)] = run_gangs(rest, namespace, "phalanx", gang, count, anti)
-    sched.stop()
-    sched = start_scheduler(scheduler_config("in-tree"),
-                            feature_gates={"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True})
-    for gang, count, anti in CASES:
-        results[("in-tree", gang, anti)] = run_gangs(rest, namespace, "in-tree", gang, count, anti)
-    sched.stop()
-    print(f"\nthroughput on the real control plane, {NODES} nodes in racks of {RACK_SIZE}, rack constraint:")
-    for gang, _, anti in CASES:
-        ours, theirs = results[("phalanx", gang, anti)], results[("in-tree", gang, anti)]
-        what = f"gangs of {gang:>3}{' + hostname anti-affinity' if anti else ''}"
-        print(f"  {what}: phalanx {ours:7.1f} pods/s, in-tree {theirs:7.1f} pods/s, ratio {ours / theirs:.2f}")
-    assert all(v > 0 for v in results.values())
+def run_plain(rest, namespace, run, scheduler_name):
+    started = time.monotonic()
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(lambda i: create(rest, pod(f"{run}-{i}", None, {"cpu": "100m"}, labels={"run": run},
+                                                 scheduler_name=scheduler_name), namespace), range(PLAIN_PODS)))
+    wait_bound(rest, namespace, run, PLAIN_PODS)
+    elapsed = time.monotonic() - started
+    clear(rest, namespace, run)
+    return PLAIN_PODS / elapsed
+
+
+def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_cluster, phalanx, control_plane):
+    samples: dict[tuple, list[float]] = {}
+    for r in range(ROUNDS):
+        modes = (GANG_MODES if ONLY != "plain" else ()) + (PLAIN_MODES if ONLY != "gangs" else ())
+        for mode in dict.fromkeys(modes):
+            sched = start(control_plane, phalanx, mode)
+            try:
+                if mode in GANG_MODES and ONLY != "plain":
+                    for gang, count, anti in CASES:
+                        run = f"{mode}-r{r}-g{gang}{'a' if anti else ''}"
+                        samples.setdefault((mode, gang, anti), []).append(
+                            run_gangs(rest, namespace, big_cluster, run, mode, gang, count, anti))
+                if mode in PLAIN_MODES and ONLY != "gangs":
+                    samples.setdefault((mode, "plain"), []).append(run_plain(rest, namespace, f"{mode}-r{r}-p", mode))
+            finally:
+                sched.stop()
+    med = {k: statistics.median(v) for k, v in samples.items()}
+    print(f"\nthroughput on the real control plane, {NODES} nodes in racks of {RACK_SIZE}, rack constraint, "
+          f"median of {ROUNDS} round(s), pods/s:")
+    for gang, count, anti in CASES if ONLY != "plain" else ():
+        plugin, extender, tree = (med[(m, gang, anti)] for m in GANG_MODES)
+        what = f"{count} gangs of {gang:>2}{' + hostname anti-affinity' if anti else ''}"
+        print(f"  | {NODES} | {what} | {plugin:.1f} | {extender:.1f} | {tree:.1f} | {plugin / tree:.2f} | "
+              f"{extender / tree:.2f} |")
+    if ONLY == "gangs":
+        return
+    plugin, extender, stock = (med[(m, "plain")] for m in PLAIN_MODES)
+    print(f"  | {NODES} | {PLAIN_PODS} plain pods | plugin {plugin:.1f} | extender {extender:.1f} | "
+          f"stock {stock:.1f} | plugin/stock {plugin / stock:.2f} | extender/stock {extender / stock:.2f} |")
+    print("  samples:", {"/".join(map(str, k)): [round(x, 1) for x in v] for k, v in samples.items()})
+    assert all(v > 0 for v in med.values())
