@@ -433,8 +433,10 @@ def main(quick: bool, json_path: str | None, seeds: int | None = None, params: d
     if seeds:
         params["seeds"] = seeds
     started = time.perf_counter()
-    log = pathlib.Path(json_path or RESULTS / "trace.json").with_suffix(".log")
-    log.parent.mkdir(parents=True, exist_ok=True)
+    path = pathlib.Path(json_path) if json_path else RESULTS / ("trace-quick.json" if quick else "trace.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log = path.with_suffix(".log")  # one line per simulation as it ends (the run takes minutes)
+    log.write_text("")
 
     def progress(line: str) -> None:
         print(line, flush=True)
@@ -447,8 +449,6 @@ def main(quick: bool, json_path: str | None, seeds: int | None = None, params: d
     wall = time.perf_counter() - started
     table = markdown(rows, scaling, goals, wall)
     print(table)
-    path = pathlib.Path(json_path) if json_path else RESULTS / ("trace-quick.json" if quick else "trace.json")
-    path.parent.mkdir(parents=True, exist_ok=True)
     stem = path.with_suffix("")
     pngs = plots(stem, curves, rows, scaling)
     path.write_text(json.dumps(dict(assumptions=assumptions(0.9, HIGH_SHARE), quick=quick, wall_s=round(wall, 1),

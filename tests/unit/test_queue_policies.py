@@ -145,3 +145,16 @@ def test_the_live_cycle_keeps_smaller_gangs_out_of_the_held_domain_and_the_dashb
         assert rows["default/big"]["held_domain"] == held and rows["default/small"]["held_domain"] == ""
     finally:
         cycle.close()
+
+
+def test_serve_flags_set_each_queue_policy_and_default_to_the_measured_ones():
+    from phalanx_cli.main import _queue_policy, build_parser
+
+    parse = build_parser().parse_args
+    assert _queue_policy(parse(["serve", "--sim", "x.yaml"])) == QueuePolicy()
+    chosen = _queue_policy(parse(["serve", "--sim", "x.yaml", "--hold-after-duration", "0", "--hold-after", "600",
+                                  "--fragmentation-aware", "--lost-work-budget", "0"]))
+    assert chosen == QueuePolicy(starvation_factor=None, starvation_after=600.0, fragmentation_aware=True,
+                                 lost_work_budget=None)
+    with pytest.raises(SystemExit, match="--hold-after must be >= 0"):
+        _queue_policy(parse(["serve", "--sim", "x.yaml", "--hold-after", "-1"]))
