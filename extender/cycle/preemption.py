@@ -156,10 +156,14 @@ class GroupPreemption:
         try:
             # victims offered cheapest lost work first, in growing prefixes, within the lost-work
             # budget (see holds.py): none affordable, no preemption
+            # a prefix's plan that violates a PodDisruptionBudget does not stop the search: a larger
+            # prefix may respect every budget (the solver's first criterion); the last plan stands
             for context in self.cycle.queue_policies.victim_contexts(group, cache.preemption_context()):
-                plan = plan_preemption(snapshot, group, context)
-                if plan.helps and plan.victims:
-                    break
+                tried = plan_preemption(snapshot, group, context)
+                if tried.helps and tried.victims:
+                    plan = tried
+                    if tried.pdb_violations == 0:
+                        break
         except InvalidInput as err:
             metrics.preemption_attempts.labels(result="error").inc()
             log.warning("preemption planning for %s failed: %s", group.key, err)
