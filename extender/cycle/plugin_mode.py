@@ -33,6 +33,7 @@ from typing import Any, Iterator, Mapping
 
 from cluster import names
 from cluster.backend import WriteError
+from cluster.cache import PodRecord
 from cluster.convert import placement_annotation
 from solver import Policy
 from solver.model import add_resources, placement_usage
@@ -40,8 +41,9 @@ from solver.model import add_resources, placement_usage
 from . import replans
 from .service import HOLDING, Plan, PlanState, WorkloadCycle, _convert
 
-#: how often the reservations stream may send (changes inside the window are coalesced)
-COALESCE_SECONDS = 0.02
+#: how often the reservations stream may send (changes inside the window are coalesced); members
+#: never wait for it (a plan reaches the plugin in the PlanForPod reply), plain pods and PreEnqueue do
+COALESCE_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -89,7 +91,9 @@ class PluginEnforcement:
             self._changed.notify_all()
 
     def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
-        if kind in ("Pod", "PodGroup"):  # members arriving or binding, groups appearing
+        # members arriving, binding or going, groups appearing; a plain pod changes nothing the
+        # stream carries (a deleted pod is only a uid: it may have been a member)
+        if kind == "PodGroup" or (kind == "Pod" and (not isinstance(record, PodRecord) or record.pod.group)):
             self.changed()
 
     def wait_change(self, seen: int, timeout: float) -> int:
@@ -258,7 +262,12 @@ class PluginEnforcement:
         return Snapshot(version, plans, nodes, tuple(self._waiting_groups()), ids)
 
     def _waiting_groups(self) -> Iterator[str]:
+        by_group, pods = self.cache.pods_by_group, self.cache.pods
         for key, record in list(self.cache.podgroups.items()):
             spec = record.spec
-            if spec.policy is Policy.GANG and len(self.cache.members(key)) < spec.min_count:
+            if spec.policy is not Policy.GANG or spec.min_count <= 1:
+                continue
+            uids = list(by_group.get(key, ()))  # a copy: the cache's thread may add members meanwhile
+            live = sum(1 for r in map(pods.get, uids) if r is not None and r.active and not r.terminating)
+            if uids and live < spec.min_count:
                 yield key

@@ -253,6 +253,13 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	switch reply.GetVerdict() {
 	case pb.PlanForPodReply_PLANNED:
 		p.mirror.PutPlan(reply.GetPlan())
+		// the other members were answered "wait" before this plan existed: move them to the active
+		// queue now (off the scheduling loop), not after their backoff or the next snapshot
+		p.wg.Add(1)
+		go func() {
+			defer p.wg.Done()
+			p.activate([]string{group}, pod.UID)
+		}()
 		state.Write(stateKey, &podState{group: group, node: reply.GetNode()})
 		return &fwk.PreFilterResult{NodeNames: sets.New(reply.GetNode())}, nil
 	case pb.PlanForPodReply_NOT_A_MEMBER:
@@ -522,13 +529,13 @@ func (p *Plugin) watchOnce(ctx context.Context) error {
 			p.activateAll()
 			first = false
 		} else if len(progress) > 0 {
-			p.activate(progress)
+			p.activate(progress, "")
 		}
 	}
 }
 
-// activate moves the pending members of the groups back to the active queue.
-func (p *Plugin) activate(groups []string) {
+// activate moves the pending members of the groups (but “except“) back to the active queue.
+func (p *Plugin) activate(groups []string, except types.UID) {
 	if p.pods == nil {
 		return
 	}
@@ -544,7 +551,7 @@ func (p *Plugin) activate(groups []string) {
 			continue
 		}
 		for _, pod := range list {
-			if pod.Spec.NodeName == "" && want.Has(GroupOf(pod)) {
+			if pod.Spec.NodeName == "" && pod.UID != except && want.Has(GroupOf(pod)) {
 				pods[pod.Namespace+"/"+pod.Name] = pod
 			}
 		}

@@ -16,6 +16,8 @@ import (
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
@@ -146,7 +148,7 @@ type rig struct {
 	server *grpc.Server
 }
 
-func newRig(t *testing.T, serve bool) *rig {
+func newRig(t *testing.T, serve bool, pods ...*v1.Pod) *rig {
 	t.Helper()
 	listener := bufconn.Listen(1 << 20)
 	svc := newFakeService()
@@ -164,7 +166,12 @@ func newRig(t *testing.T, serve bool) *rig {
 		PlanTimeout: metav1.Duration{Duration: 200 * time.Millisecond}, BreakerCooldown: metav1.Duration{Duration: time.Hour}}.Defaulted()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &fakeHandle{waiting: map[types.UID]*fakeWaitingPod{}}
-	r := &rig{svc: svc, handle: h, plugin: NewWithClient(ctx, args, h, nil, pb.NewSchedulerPluginClient(conn)),
+	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
+	for _, pod := range pods {
+		_ = indexer.Add(pod)
+	}
+	lister := corelisters.NewPodLister(indexer)
+	r := &rig{svc: svc, handle: h, plugin: NewWithClient(ctx, args, h, lister, pb.NewSchedulerPluginClient(conn)),
 		cancel: cancel, server: server}
 	t.Cleanup(func() {
 		cancel()
@@ -221,8 +228,8 @@ func TestGroupOfReadsTheBuiltInFieldThenTheCRDLabel(t *testing.T) {
 }
 
 func TestPreFilterAsksOncePerGroupCycleAndAnswersTheRestFromTheCachedPlan(t *testing.T) {
-	r := newRig(t, true)
 	a, b := member("a", "g"), member("b", "g")
+	r := newRig(t, true, a, b, plain("p"))
 	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
 		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
 	res, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil)
@@ -238,6 +245,14 @@ func TestPreFilterAsksOncePerGroupCycleAndAnswersTheRestFromTheCachedPlan(t *tes
 	}
 	if n := r.svc.Calls("PlanForPod"); n != 1 {
 		t.Fatalf("PlanForPod calls: %d, want 1", n)
+	}
+	waitFor(t, "the other member activated", func() bool {
+		r.handle.mu.Lock()
+		defer r.handle.mu.Unlock()
+		return len(r.handle.activated) > 0
+	})
+	if got := r.handle.activated; len(got) != 1 || got[0] != "ns/b" {
+		t.Fatalf("a new plan activates the other pending members only: %v", got)
 	}
 }
 
