@@ -4,7 +4,8 @@ Each cycle's snapshot goes through :meth:`QueuePolicies.restrict`: the waiting g
 queue's failed attempts (waiting since their first failure), the running groups are the PodGroups
 with bound members (their usage per node, and when they bound — seen by this process — plus their
 declared ``scheduling.phalanx.dev/expected-duration``). Holds are recomputed at most every
-:data:`REFRESH` seconds (injected clock) and shown on the dashboard. A restarted process knows no
+:data:`REFRESH` seconds (injected clock), from the whole cluster, only when some failed group has
+waited past its threshold (else nothing is converted), and shown on the dashboard. A restarted process knows no
 bind times: running groups then have no expected end and nothing backfills through them until
 they bind again — conservative, never a guess.
 
@@ -72,49 +73,73 @@ class QueuePolicies:
         record = self.cycle.cache.podgroups.get(key)
         return record.spec.expected_duration if record is not None else None
 
-    def _refresh(self, snapshot: Snapshot, now: float) -> tuple[list[Waiting], list[PodGroup]]:
+    def _due(self, now: float) -> bool:
+        """Whether any failed group has waited long enough to hold (cheap: no conversion)."""
+        policy = self.policy
+        for key, attempt in self.cycle.queue.failed.items():
+            hint = self._hint(key)
+            limit = (policy.starvation_factor * hint if policy.starvation_factor is not None else None) \
+                if hint is not None else policy.starvation_after
+            if limit is not None and now - attempt.since >= limit:
+                return True
+        return False
+
+    def _waiting(self) -> list[Waiting]:
         cache = self.cycle.cache
-        waiting, queue = [], []
-        for key, attempt in sorted(self.cycle.queue.failed.items()):
+        waiting = []
+        for key, attempt in self.cycle.queue.failed.items():
             try:
                 group = cache.podgroup(key)
             except Exception:  # noqa: BLE001 - a group that does not convert holds nothing
                 continue
-            if group is None or not group.pending:
-                continue
-            waiting.append(Waiting(group, attempt.since, self._hint(key)))
+            if group is not None and group.pending:
+                waiting.append(Waiting(group, attempt.since, self._hint(key)))
         waiting.sort(key=lambda w: (-w.group.priority, w.since, w.group.key))
-        queue = [w.group for w in waiting]
-        if now - self._refreshed >= REFRESH:
-            self._refreshed = now
-            self.prune(set(cache.podgroups))
-            running = []
-            for key in {r.pod.group for r in cache.pods.values() if r.pod.node and r.pod.group and r.active}:
-                usage: dict[int, np.ndarray] = {}
-                for record in cache.members(key):
-                    i = snapshot.index.get(record.pod.node or "")
-                    if i is not None:
-                        vec = snapshot.request_vector(record.pod.spec.requests)[0]
-                        usage[i] = usage.get(i, 0) + vec
-                hint, since = self._hint(key), self.bound_at.get(key)
-                ends = since + hint if hint is not None and since is not None else None
-                group_record = cache.podgroups.get(key)
-                priority = (group_record.spec.priority or 0) if group_record is not None else 0
-                running.append(Running(key, usage, ends, priority))
-            self.holds = plan_holds(snapshot, waiting, running, now, self.policy)
-        return waiting, queue
+        return waiting
+
+    def _running(self, snapshot: Snapshot) -> list[Running]:
+        cache = self.cycle.cache
+        running = []
+        for key in {r.pod.group for r in cache.pods.values() if r.pod.node and r.pod.group and r.active}:
+            usage: dict[int, np.ndarray] = {}
+            for record in cache.members(key):
+                i = snapshot.index.get(record.pod.node or "")
+                if i is not None:
+                    usage[i] = usage.get(i, 0) + snapshot.request_vector(record.pod.spec.requests)[0]
+            hint, since = self._hint(key), self.bound_at.get(key)
+            group_record = cache.podgroups.get(key)
+            priority = (group_record.spec.priority or 0) if group_record is not None else 0
+            running.append(Running(key, usage, since + hint if hint is not None and since is not None else None,
+                                   priority))
+        return running
+
+    def _refresh(self, snapshot: Snapshot, now: float) -> None:
+        """Recompute the holds, at most every REFRESH seconds, and only when a group is due."""
+        if now - self._refreshed < REFRESH:
+            return
+        self._refreshed = now
+        self.prune(set(self.cycle.cache.podgroups))
+        if not self._due(now):
+            self.holds = []
+            return
+        self.holds = plan_holds(snapshot, self._waiting(), self._running(snapshot), now, self.policy)
 
     def restrict(self, group: PodGroup, snapshot: Snapshot) -> tuple[Snapshot, str]:
         """The snapshot ``group``'s cycle solves on, and a note of what the policies did."""
-        if self.policy.starvation_after is None and self.policy.starvation_factor is None \
-                and not self.policy.fragmentation_aware:
+        policy = self.policy
+        holding = policy.starvation_after is not None or policy.starvation_factor is not None
+        if not holding and not policy.fragmentation_aware:
             return snapshot, ""
         now = self.cycle.clock()
         with self._lock:
-            _, queue = self._refresh(snapshot, now)
+            if holding:
+                self._refresh(snapshot, now)
             holds = list(self.holds)
-        return restrict(snapshot, group, self._hint(group.key), now, holds,
-                        [g for g in queue if g.key != group.key], self.policy)
+            queue = [w.group for w in self._waiting() if w.group.key != group.key] \
+                if policy.fragmentation_aware else []
+        if not holds and not queue:
+            return snapshot, ""
+        return restrict(snapshot, group, self._hint(group.key), now, holds, queue, policy)
 
     def victim_contexts(self, group: PodGroup, context: PreemptionContext) -> Iterator[PreemptionContext]:
         """``context`` with only the cheapest victim groups preemptible, in growing prefixes (all

@@ -759,9 +759,9 @@ class WorkloadCycle:
             snapshot = self._snapshot_for(key)
             allowed = self.verdicts.allowed(group, snapshot.index.keys(), fresh)
             reach = self._reach(group, allowed)
+            snapshot, _ = self.queue_policies.restrict(group, snapshot)  # holds read the whole cluster
             if reach is not None:
                 snapshot = snapshot.only_nodes(reach)
-            snapshot, _ = self.queue_policies.restrict(group, snapshot)
             with self._unlocked():
                 try:
                     placement: Placement | InvalidInput = place(snapshot, group, self.options, allowed=allowed)
