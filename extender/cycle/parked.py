@@ -6,8 +6,13 @@ event. When the group's plan then forms from another member's call, the parked o
 bind before the barrier gives up: phalanx touches each of them (annotation
 ``scheduling.phalanx.dev/retry``), an update that makes kube-scheduler retry the pod at once.
 
+A member answered "waiting for members" (at filter, or at kube-scheduler's preemption call when
+its own filters left no node) may be the last one: the cache had not yet seen a sibling's creation
+or the lifting of its scheduling gate. Once the cache shows the group with its members, every
+parked member is touched, so one of them makes the group's cycle (and its preemption) run.
+
 Bounded: a pod leaves when it is filtered again, deleted or bound, a group when its PodGroup is
-deleted or its plan takes the pods.
+deleted, its plan takes the pods or its members are complete.
 """
 
 from __future__ import annotations
@@ -20,11 +25,26 @@ class ParkedMembers:
         self._lock = threading.Lock()
         self._by_group: dict[str, dict[str, tuple[str, str]]] = {}
         self._group_of: dict[str, str] = {}
+        self._incomplete: set[str] = set()  # groups whose members were parked "waiting for members"
 
-    def park(self, group: str, uid: str, namespace: str, name: str) -> None:
+    def park(self, group: str, uid: str, namespace: str, name: str, incomplete: bool = False) -> None:
+        """``incomplete``: answered because the group had fewer than minCount schedulable members
+        (as the cache saw it): such members are touched again once it has them (:meth:`complete`)."""
         with self._lock:
             self._by_group.setdefault(group, {})[uid] = (namespace, name)
             self._group_of[uid] = group
+            if incomplete:
+                self._incomplete.add(group)
+
+    def waits_for_members(self, group: str) -> bool:
+        with self._lock:
+            return group in self._incomplete
+
+    def complete(self, group: str) -> list[tuple[str, str]]:
+        """The group has its members now: every parked member (namespace, name), no longer parked."""
+        with self._lock:
+            self._incomplete.discard(group)
+        return self.take_group(group)
 
     def here(self, uid: str) -> None:
         """The pod is in a filter call now: kube-scheduler is not holding it back."""
@@ -59,6 +79,7 @@ class ParkedMembers:
 
     def forget_group(self, group: str) -> None:
         with self._lock:
+            self._incomplete.discard(group)
             for uid in self._by_group.pop(group, {}):
                 self._group_of.pop(uid, None)
 
@@ -78,6 +99,7 @@ class ParkedMembers:
         """Forget the members of groups not in ``groups`` (after a re-list). Pods are left to
         their own events: the cache may not have seen a pod that filter already parked."""
         with self._lock:
+            self._incomplete &= set(groups)
             for group in [g for g in self._by_group if g not in groups]:
                 for uid in self._by_group.pop(group):
                     self._group_of.pop(uid, None)

@@ -262,6 +262,7 @@ class WorkloadCycle:
         self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
         self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
         self._deleted: set[str] = set()  # PodGroups deleted, pruned by the requeue thread
+        self._arrived: set[str] = set()  # groups waiting for members that got a schedulable one
         self.recorded = RecordedHolds(cache)  # partly bound gangs' records hold their nodes
         self.heap = Heap()  # settled (frozen) once the caches are synced: see heap.py
         self.replans = ReplanBudget()  # group -> plans released since it last bound
@@ -548,6 +549,7 @@ class WorkloadCycle:
         group = self._group_view(key, pod)
         if isinstance(group, str):
             self.explanations[key] = group
+            self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True)
             return no(group)
         backing_off = self.queue.backing_off(key, self.cache.capacity_version)
         if backing_off:
@@ -848,7 +850,9 @@ class WorkloadCycle:
                 return
             group = self._group_view(key, pod)
             if isinstance(group, str):
+                # kube-scheduler parks the pod; touched once the cache has the group's members
                 self.explanations[key] = group
+                self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True)
                 return
             self._cycle(group)
 
@@ -1094,6 +1098,11 @@ class WorkloadCycle:
             uid = record if isinstance(record, str) else record.pod.uid
             self.verdicts.forget([uid])  # deleted or bound
             self.parked.forget_pod(uid)
+        if (kind == "Pod" and isinstance(record, PodRecord) and record.pod.group and not record.pod.node
+                and not record.gated and self.parked.waits_for_members(record.pod.group)):
+            with self._changed_lock:
+                self._arrived.add(record.pod.group)  # checked by the requeue thread
+            self._wake.set()
         if kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
             self.domains.pop(record.pod.group, None)  # evicted or preempted: free to land anywhere
             self.recorded.abandon(record.pod.group)  # and its record holds no room for it any more
@@ -1138,6 +1147,7 @@ class WorkloadCycle:
                 self.prune()  # deletions noted, and what a re-list dropped without an event
                 if not woken:
                     continue
+                self._members_arrived()
                 self._touch_parked()
                 time.sleep(0.2)  # let a burst of events land first
                 self._invalidate_plans()
@@ -1145,6 +1155,23 @@ class WorkloadCycle:
                     self._requeue_fitting()
             except Exception:  # noqa: BLE001 - the loop must survive a bad group
                 log.exception("requeue pass failed")
+
+    def _members_arrived(self) -> None:
+        """Members parked "waiting for members" while the cache lagged (a sibling's creation or
+        ungating not yet seen): once the group has minCount schedulable members, touch them all,
+        so kube-scheduler retries them and the group's cycle runs (off the cycle's lock)."""
+        with self._changed_lock:
+            arrived, self._arrived = self._arrived, set()
+        for key in arrived:
+            try:
+                group = self.cache.podgroup(key)
+            except InvalidInput:
+                continue  # the group's own explanation says why
+            if group is not None and len(group.members) >= group.min_count:
+                parked = self.parked.complete(key)
+                if parked:
+                    with self._changed_lock:
+                        self._nudges.extend(parked)
 
     def _touch_parked(self) -> None:
         """Touch the parked members of groups that were just planned (off the cycle's lock)."""

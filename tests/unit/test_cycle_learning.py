@@ -272,3 +272,33 @@ def test_members_answered_no_node_are_touched_when_their_plan_forms(sim, cycle):
     touched = {p["metadata"]["name"] for p in sim.list("Pod")
                if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})}
     assert touched == {"g-0", "g-1"}
+
+
+@pytest.mark.parametrize("verb", ["filter", "preempt"])
+def test_a_member_answered_while_the_cache_lagged_is_touched_once_the_group_is_complete(sim, cycle, verb):
+    """The last member's call can arrive before the cache has seen its sibling's gate lifted: the
+    group looks incomplete, the member is parked, and no later call would come. Once the cache
+    shows minCount schedulable members, the parked member is touched so kube-scheduler retries it
+    (at filter, or at its preemption call when its own filters left no node)."""
+    sim.create(podgroup("g", 2))
+    sibling = pod("g-1", "g")
+    sibling["spec"]["schedulingGates"] = [{"name": names.GATE_PODGROUP_SYNC}]
+    sim.create(sibling)
+    member = sim.create(pod("g-0", "g"))
+    if verb == "filter":
+        assert cycle.filter(member, all_nodes(sim)).nodes == []  # 1 of 2 schedulable: waiting
+    else:
+        cycle.preempt_for_group(member)
+    assert "waiting for members, 1 of 2" in cycle.explanations["default/g"]
+    cycle._members_arrived()
+    cycle._touch_parked()
+    assert len(cycle.parked) == 1  # nothing arrived yet: still parked, not touched
+
+    sim.update("Pod", "default/g-1", lambda p: p["spec"].pop("schedulingGates"))
+    cycle._members_arrived()
+    cycle._touch_parked()
+    cycle.flush()
+    assert len(cycle.parked) == 0
+    touched = {p["metadata"]["name"] for p in sim.list("Pod")
+               if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})}
+    assert touched == {"g-0"}
