@@ -120,8 +120,11 @@ def topology(cache: ClusterCache, cycle: WorkloadCycle, detail_limit: int = DETA
     racks, node_count = _racks(cache, cycle)
     detail = node_count <= detail_limit
     zones: dict[str, list[dict]] = {}
+    held = {(h.key, h.domain): h.holder for h in cycle.queue_policies.holds}  # starving gangs' domains
     for (zone, rack), nodes in sorted(racks.items(), key=lambda item: (natural(item[0][0]), natural(item[0][1]))):
-        zones.setdefault(zone, []).append(_rack_view(zone, rack, nodes, detail))
+        view = _rack_view(zone, rack, nodes, detail)
+        view["held_by"] = held.get((names.LABEL_RACK, rack)) or held.get((names.LABEL_ZONE, zone)) or ""
+        zones.setdefault(zone, []).append(view)
     totals: dict[str, dict[str, float]] = {}
     for rack_views in zones.values():
         for r in rack_views:

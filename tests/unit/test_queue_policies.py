@@ -141,8 +141,11 @@ def test_the_live_cycle_keeps_smaller_gangs_out_of_the_held_domain_and_the_dashb
         held = cycle.queue_policies.held_domain("default/big")
         assert held == f"{names.LABEL_RACK}=r0"
         assert set(cycle.plans["default/small"].assignments.values()) == {"n-1-1"}  # r1: r0 is held
-        rows = {r["key"]: r for r in create_app(cycle).test_client().get("/api/v1/podgroups").json["podgroups"]}
+        client = create_app(cycle).test_client()
+        rows = {r["key"]: r for r in client.get("/api/v1/podgroups").json["podgroups"]}
         assert rows["default/big"]["held_domain"] == held and rows["default/small"]["held_domain"] == ""
+        racks = {r["name"]: r["held_by"] for z in client.get("/api/v1/topology").json["zones"] for r in z["racks"]}
+        assert racks == {"r0": "default/big", "r1": ""}
     finally:
         cycle.close()
 

@@ -58,7 +58,7 @@ function renderTopology(topo) {
         ? `<div class="cells">${rack.nodes.map((n) => `<div class="cell" title="${esc(n.name)}: ${fmt(n.used)}/${fmt(n.total)} ${esc(unit(n.resource))}" style="background:${fill(n, "to top")}"></div>`).join("")}</div>`
         : `<div class="bar" style="background:${fill(rack, "to right")}"></div>`;
       parts.push(`<div class="rack${state.rack === id ? " selected" : ""}" data-rack="${esc(id)}">
-        <div class="rack-name"><b>${esc(rack.name)}</b><span>${fmt(rack.used)}/${fmt(rack.total)} ${esc(unit(rack.resource))}</span></div>
+        <div class="rack-name"><b>${esc(rack.name)}</b>${rack.held_by ? ` <span class="state state-holding" title="held for ${esc(rack.held_by)}: smaller groups stay out unless they finish first">held</span>` : ""}<span>${fmt(rack.used)}/${fmt(rack.total)} ${esc(unit(rack.resource))}</span></div>
         ${cells}</div>`);
     }
     parts.push("</div></div>");
