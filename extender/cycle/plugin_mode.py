@@ -52,6 +52,7 @@ class PlanAnswer:
     node: str = ""
     reason: str = ""
     plan: Plan | None = None
+    members_missing: bool = False
 
 
 @dataclass(frozen=True)
@@ -129,7 +130,7 @@ class PluginEnforcement:
                 return PlanAnswer("planned", node=answer.nodes[0], plan=cycle.plans.get(key))
         reason = next(iter(answer.unresolvable.values()), "") or cycle.explanations.get(key, "") or (
             f"podgroup {key}: no placement")
-        return PlanAnswer("wait", reason=reason)
+        return PlanAnswer("wait", reason=reason, members_missing="waiting for members" in reason)
 
     # -- PostFilter ----------------------------------------------------------------------------
     def report_rejection(self, pod_json: Mapping[str, Any], node: str, plugin: str, reason: str) -> tuple[str, str]:

@@ -63,7 +63,8 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     def PlanForPod(self, request: pb.PlanForPodRequest, context: grpc.ServicerContext) -> pb.PlanForPodReply:
         _checked(request)
         answer = self.enforcement.plan_for_pod(_pod(request.pod_json))
-        reply = pb.PlanForPodReply(verdict=VERDICTS[answer.verdict], node=answer.node, reason=answer.reason)
+        reply = pb.PlanForPodReply(verdict=VERDICTS[answer.verdict], node=answer.node, reason=answer.reason,
+                                   members_missing=answer.members_missing)
         if answer.plan is not None:
             plan = answer.plan
             reply.plan.CopyFrom(pb.GroupPlan(group=plan.group, id=self.enforcement.plan_id(plan),

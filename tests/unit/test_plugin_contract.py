@@ -86,6 +86,7 @@ def test_incomplete_gang_waits_and_is_listed_as_waiting(sim, stub):
     members = gang(sim, "w", 2, min_count=3)
     reply = plan_for(stub, members[0])
     assert reply.verdict == pb.PlanForPodReply.WAIT and "waiting for members, 2 of 3 exist" in reply.reason
+    assert reply.members_missing
     assert "default/w" in first_snapshot(stub).waiting_groups
 
 

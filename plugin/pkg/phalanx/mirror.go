@@ -20,12 +20,21 @@ type Mirror struct {
 	byUID   map[types.UID]string     // planned member -> group
 	nodes   map[string]map[string]int64
 	waiting map[string]bool
+	missing map[string]bool // groups the service answered "members missing", until complete
 }
 
 // NewMirror returns an empty, unsynced mirror.
 func NewMirror() *Mirror {
 	return &Mirror{plans: map[string]*pb.GroupPlan{}, byUID: map[types.UID]string{},
-		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}}
+		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}, missing: map[string]bool{}}
+}
+
+// MembersMissing notes that the service answered a member of the group "members missing": once a
+// snapshot no longer lists the group as waiting, Apply reports it as progress.
+func (m *Mirror) MembersMissing(group string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.missing[group] = true
 }
 
 // Apply replaces the mirror with a snapshot of the service. It returns the groups that can make
@@ -58,8 +67,14 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 		}
 	}
 	for group := range m.waiting {
-		if !waiting[group] && plans[group] == nil {
+		if !waiting[group] && plans[group] == nil && !m.missing[group] {
 			progress = append(progress, group)
+		}
+	}
+	for group := range m.missing {
+		if !waiting[group] {
+			progress = append(progress, group)
+			delete(m.missing, group)
 		}
 	}
 	m.synced, m.version = true, snap.GetVersion()

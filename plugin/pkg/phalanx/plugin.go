@@ -265,6 +265,9 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	case pb.PlanForPodReply_NOT_A_MEMBER:
 		return nil, fwk.NewStatus(fwk.Skip)
 	default:
+		if reply.GetMembersMissing() {
+			p.mirror.MembersMissing(group)
+		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reply.GetReason())
 	}
 }

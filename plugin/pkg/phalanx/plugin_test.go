@@ -374,6 +374,17 @@ func TestPreEnqueueHoldsMembersOfWaitingGroupsAndActivatesThemWhenComplete(t *te
 	if len(progress) != 1 || progress[0] != "ns/g" {
 		t.Fatalf("a group no longer waiting is progress: %v", progress)
 	}
+	// the service said "members missing" before any snapshot listed the group as waiting
+	r.plugin.Mirror().MembersMissing("ns/h")
+	if progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 3, WaitingGroups: []string{"ns/h"}}); len(progress) != 0 {
+		t.Fatalf("still waiting: %v", progress)
+	}
+	if progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 4}); len(progress) != 1 || progress[0] != "ns/h" {
+		t.Fatalf("complete now: %v", progress)
+	}
+	if progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 5}); len(progress) != 0 {
+		t.Fatalf("reported once: %v", progress)
+	}
 }
 
 func TestUnreachableServiceMembersWaitPlainPodsScheduleAndTheBreakerStopsCalling(t *testing.T) {

@@ -23,7 +23,7 @@ class PlanForPodRequest(_message.Message):
     def __init__(self, version: _Optional[_Union[ContractVersion, str]] = ..., pod_json: _Optional[bytes] = ...) -> None: ...
 
 class PlanForPodReply(_message.Message):
-    __slots__ = ("verdict", "node", "reason", "plan")
+    __slots__ = ("verdict", "node", "reason", "plan", "members_missing")
     class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         VERDICT_UNSPECIFIED: _ClassVar[PlanForPodReply.Verdict]
@@ -38,11 +38,13 @@ class PlanForPodReply(_message.Message):
     NODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     PLAN_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_MISSING_FIELD_NUMBER: _ClassVar[int]
     verdict: PlanForPodReply.Verdict
     node: str
     reason: str
     plan: GroupPlan
-    def __init__(self, verdict: _Optional[_Union[PlanForPodReply.Verdict, str]] = ..., node: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[GroupPlan, _Mapping]] = ...) -> None: ...
+    members_missing: bool
+    def __init__(self, verdict: _Optional[_Union[PlanForPodReply.Verdict, str]] = ..., node: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[GroupPlan, _Mapping]] = ..., members_missing: _Optional[bool] = ...) -> None: ...
 
 class GroupPlan(_message.Message):
     __slots__ = ("group", "id", "state", "assignments", "gang", "reserved")

@@ -243,13 +243,16 @@ func (x *PlanForPodRequest) GetPodJson() []byte {
 }
 
 type PlanForPodReply struct {
-	state         protoimpl.MessageState  `protogen:"open.v1"`
-	Verdict       PlanForPodReply_Verdict `protobuf:"varint,1,opt,name=verdict,proto3,enum=phalanx.v1.PlanForPodReply_Verdict" json:"verdict,omitempty"`
-	Node          string                  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
-	Reason        string                  `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
-	Plan          *GroupPlan              `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	state   protoimpl.MessageState  `protogen:"open.v1"`
+	Verdict PlanForPodReply_Verdict `protobuf:"varint,1,opt,name=verdict,proto3,enum=phalanx.v1.PlanForPodReply_Verdict" json:"verdict,omitempty"`
+	Node    string                  `protobuf:"bytes,2,opt,name=node,proto3" json:"node,omitempty"`
+	Reason  string                  `protobuf:"bytes,3,opt,name=reason,proto3" json:"reason,omitempty"`
+	Plan    *GroupPlan              `protobuf:"bytes,4,opt,name=plan,proto3" json:"plan,omitempty"`
+	// WAIT because the group has fewer members than minCount (as phalanx serve's cache sees them):
+	// the plugin retries its members as soon as a snapshot no longer lists the group as waiting.
+	MembersMissing bool `protobuf:"varint,5,opt,name=members_missing,json=membersMissing,proto3" json:"members_missing,omitempty"`
+	unknownFields  protoimpl.UnknownFields
+	sizeCache      protoimpl.SizeCache
 }
 
 func (x *PlanForPodReply) Reset() {
@@ -308,6 +311,13 @@ func (x *PlanForPodReply) GetPlan() *GroupPlan {
 		return x.Plan
 	}
 	return nil
+}
+
+func (x *PlanForPodReply) GetMembersMissing() bool {
+	if x != nil {
+		return x.MembersMissing
+	}
+	return false
 }
 
 // A plan the service holds for a group.
@@ -1081,12 +1091,13 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"phalanx.v1\"e\n" +
 	"\x11PlanForPodRequest\x125\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1b.phalanx.v1.ContractVersionR\aversion\x12\x19\n" +
-	"\bpod_json\x18\x02 \x01(\fR\apodJson\"\xf4\x01\n" +
+	"\bpod_json\x18\x02 \x01(\fR\apodJson\"\x9d\x02\n" +
 	"\x0fPlanForPodReply\x12=\n" +
 	"\averdict\x18\x01 \x01(\x0e2#.phalanx.v1.PlanForPodReply.VerdictR\averdict\x12\x12\n" +
 	"\x04node\x18\x02 \x01(\tR\x04node\x12\x16\n" +
 	"\x06reason\x18\x03 \x01(\tR\x06reason\x12)\n" +
-	"\x04plan\x18\x04 \x01(\v2\x15.phalanx.v1.GroupPlanR\x04plan\"K\n" +
+	"\x04plan\x18\x04 \x01(\v2\x15.phalanx.v1.GroupPlanR\x04plan\x12'\n" +
+	"\x0fmembers_missing\x18\x05 \x01(\bR\x0emembersMissing\"K\n" +
 	"\aVerdict\x12\x17\n" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPLANNED\x10\x01\x12\b\n" +
