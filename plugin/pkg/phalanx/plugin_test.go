@@ -148,7 +148,7 @@ type rig struct {
 	server *grpc.Server
 }
 
-func newRig(t *testing.T, serve bool, pods ...*v1.Pod) *rig {
+func newRig(t testing.TB, serve bool, pods ...*v1.Pod) *rig {
 	t.Helper()
 	listener := bufconn.Listen(1 << 20)
 	svc := newFakeService()
