@@ -28,7 +28,8 @@ flavor's pod label holds it. Owner references as for StatefulSets: Workload -> L
 PodGroup -> LWS (controller) and -> Workload; everything goes with the LWS through the garbage
 collector. Pods get no ownerReference to their PodGroup (a replica's PodGroups are created after its
 leader is admitted). The pods wait behind the ``podgroup-sync`` gate until their PodGroup exists with
-the right minCount; the reconciler lifts it.
+the right minCount and, for a gang, until minCount of its pods exist (``complete``); the reconciler
+lifts it.
 """
 
 from __future__ import annotations
@@ -359,5 +360,20 @@ class LwsReconciler(Reconciler):
         except StatefulSetGone:
             return True
         for group in found.groups.values():
-            self.release_pods(lws, group, found.pods)
+            if complete(group, found.pods, self.flavor):
+                self.release_pods(lws, group, found.pods)
         return True
+
+
+def complete(group: Mapping[str, Any], pods: list[dict], flavor: objects.Flavor) -> bool:
+    """A gang's pods are released together, once minCount of them exist (LWS creates a replica's
+    leader before its workers): kube-scheduler then takes them as one group, and none is parked as
+    "waiting for members". Beyond minCount (a surge or replacement replica while the running pods
+    meet it) each new pod is released as it comes. Basic groups are released at once."""
+    target = objects.gang_min_count(group.get("spec") or {})
+    if target is None:
+        return True
+    name = group["metadata"]["name"]
+    present = sum(1 for p in pods if flavor.pod_group_of(p) == name and not p["metadata"].get("deletionTimestamp")
+                  and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+    return present >= target

@@ -6,10 +6,14 @@ LWS gang-scheduling guide's Workload and PodGroups, and kube-scheduler + phalanx
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+import yaml
 from harness import (
     GPU,
     RACK,
+    ApiError,
     assert_none_bound,
     bound,
     create,
@@ -24,6 +28,7 @@ from harness.lws import LWS_API, LwsManager, leaderworkerset
 from phalanx_controller import PhalanxController
 
 from cluster import names
+from controller.lws_config import MSG_ADDED, MSG_LEADER_READY
 
 PLAIN = "lws-e2e-plain"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
@@ -63,10 +68,20 @@ SCHED_API = "/apis/scheduling.k8s.io/v1beta1"
 RACKED = {"schedulingConstraints": {"topology": [{"key": RACK}]}}
 GPU1 = {"cpu": "1", GPU: 1}
 HIGH, LOW = "phalanx-e2e-lws-high", "phalanx-e2e-lws-low"
+EXTENDER_CONFIG = Path(__file__).resolve().parents[2] / "scheduler-config" / "kube-scheduler-config.yaml"
 
 
 @pytest.fixture(scope="module")
-def phalanx_lws(control_plane, lws, phalanx_scheduler):
+def extender_scheduler(phalanx, start_scheduler):
+    """kube-scheduler with the shipped extender configuration pointed at this module's phalanx (this
+    suite runs in the extender mode only, to keep its time in budget)."""
+    config = yaml.safe_load(EXTENDER_CONFIG.read_text())
+    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
+    return start_scheduler(config, name="lws-extender")
+
+
+@pytest.fixture(scope="module")
+def phalanx_lws(control_plane, lws, extender_scheduler):
     running = PhalanxController(control_plane)  # after LWS: the controller watches LeaderWorkerSets
     running.start()
     running.register()
@@ -104,9 +119,18 @@ def lws_path(namespace, name):
 
 
 def replica_bound(rest, namespace, name, index, size, timeout=60):
-    """The pods of replica ``index``, all bound; returns pod -> node."""
-    return wait_all_bound(rest, namespace, count=size, timeout=timeout,
-                          label_selector=f"{LWS_NAME}={name},{names.LABEL_LWS_GROUP_INDEX}={index}")
+    """The pods of replica ``index``, all bound; returns pod -> node. On a timeout the error says
+    what the PodGroups and pods of the namespace looked like."""
+    try:
+        return wait_all_bound(rest, namespace, count=size, timeout=timeout,
+                              label_selector=f"{LWS_NAME}={name},{names.LABEL_LWS_GROUP_INDEX}={index}")
+    except TimeoutError as err:
+        groups = {n: (g.get("status") or {}).get("conditions") for n, g in podgroups(rest, namespace).items()}
+        states = {p["metadata"]["name"]: (group_of(p), p["spec"].get("nodeName"), p["spec"].get("schedulingGates"),
+                                          [(c["type"], c.get("reason"), c.get("message")) for c in
+                                           (p.get("status") or {}).get("conditions") or []])
+                  for p in pods(rest, namespace)}
+        raise TimeoutError(f"{err}\nPodGroups: {groups}\npods: {states}") from None
 
 
 def test_lws_without_annotation_runs_as_without_phalanx(rest, namespace, nodes, phalanx_lws):
@@ -147,15 +171,13 @@ def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(res
         labels = p["metadata"]["labels"]
         suffix = f"-{labels[names.LABEL_LWS_GROUP_INDEX]}-{labels[names.LABEL_LWS_REVISION]}"
         assert group_of(p) in podgroups(rest, namespace) and group_of(p).endswith(suffix)
-    nodes.add("rep-rc-0", gpu=2, rack="rc")
-    nodes.add("rep-rc-1", gpu=2, rack="rc")
+    nodes.add("rep-rc-0", gpu=4, rack="rc")  # room appears in one event (one node of 4 GPUs)
     assert racks_of(rest, replica_bound(rest, namespace, "rep", waiting, 4)) == {"rc"}
     # scale up: a fourth independent PodGroup, placed whole when room appears
     rest.patch(lws_path(namespace, "rep"), {"spec": {"replicas": 4}})
     wait_for(lambda: len(podgroups(rest, namespace)) == 4, 60, "a PodGroup for the new replica")
     assert_none_bound(rest, namespace, seconds=3, label_selector=f"{LWS_NAME}=rep,{names.LABEL_LWS_GROUP_INDEX}=3")
-    nodes.add("rep-rd-0", gpu=2, rack="rd")
-    nodes.add("rep-rd-1", gpu=2, rack="rd")
+    nodes.add("rep-rd-0", gpu=4, rack="rd")
     assert racks_of(rest, replica_bound(rest, namespace, "rep", 3, 4)) == {"rd"}
     # scale down: the removed replica's PodGroup goes
     rest.patch(lws_path(namespace, "rep"), {"spec": {"replicas": 3}})
@@ -244,3 +266,19 @@ def test_a_gang_replica_is_preempted_as_one_unit_with_disruption_mode_all(rest, 
     wait_for(lambda: not victims & {p["metadata"]["uid"] for p in live(members(rest, namespace, "low"))}, 60,
              "every pod of the low replica evicted")
     assert not bound(members(rest, namespace, "low"))
+
+
+def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws):
+    path = f"{LWS_API}/namespaces/{namespace}/leaderworkersets"
+    with pytest.raises(ApiError) as err:
+        rest.post(path, leaderworkerset("ready", size=2, scheduling={}, startupPolicy="LeaderReady"), dryRun="All")
+    assert MSG_LEADER_READY in str(err.value)
+    make_lws(rest, namespace, leaderworkerset("fixed", size=2, scheduling={}, scheduler_name="none"))
+    with pytest.raises(ApiError) as err:
+        rest.patch(lws_path(namespace, "fixed"), {"metadata": {"annotations": {
+            names.ANNOTATION_SCHEDULING: '{"schedulingPolicy": {"gang": {}}}'}}})
+    assert "field is immutable" in str(err.value)
+    with pytest.raises(ApiError) as err:
+        rest.patch(lws_path(namespace, "fixed"), {"metadata": {"annotations": {names.ANNOTATION_SCHEDULING: None}}})
+    assert MSG_ADDED in str(err.value)
+    rest.patch(lws_path(namespace, "fixed"), {"spec": {"replicas": 2}})  # replicas and size stay free

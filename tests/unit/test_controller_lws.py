@@ -297,3 +297,15 @@ def test_podgroups_carry_the_lws_priority_class():
     c.sync()
     [group] = c.podgroups().values()
     assert group["spec"]["priorityClassName"] == "high"
+
+
+def test_a_gang_replica_is_released_together_once_its_pods_exist():
+    c = Cluster(make_lws(scheduling={}, size=3, replicas=1))
+    c.sync()
+    leader, _ = c.admit(c.pod(0))
+    c.sync()
+    assert len(c.podgroups()) == 1 and gated(c.live("llm-0"))  # the group exists, its workers do not
+    c.admit(c.pod(0, 1))
+    c.admit(c.pod(0, 2))
+    c.sync()
+    assert not any(gated(c.live(n)) for n in ("llm-0", "llm-0-1", "llm-0-2"))
