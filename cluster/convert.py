@@ -724,3 +724,44 @@ def namespace_labels(obj: JSON) -> dict[str, str]:
     labels = _string_map(obj["metadata"].get("labels"), f"namespace {name}: metadata.labels")
     labels.setdefault(names.LABEL_NAMESPACE_NAME, name)
     return labels
+
+
+class GroupOwner(NamedTuple):
+    """Who a PodGroup belongs to, as the dashboard and ``phalanx explain`` show it: its controller
+    owner reference, and for a LeaderWorkerSet's group the guide's level (``level`` "" otherwise)."""
+
+    kind: str
+    name: str
+    level: str = ""
+
+
+LWS_LEVEL_WORDS = {"replica": "replica level", "whole": "whole-LWS level", "role": "role level"}
+
+
+def podgroup_owner(obj: JSON) -> GroupOwner:
+    """The PodGroup's controller owner; for a group phalanx made for a LeaderWorkerSet (the
+    ``scheduling.phalanx.dev/lws-level`` annotation) also its level, role and replica, e.g.
+    ``role level, worker of group 0``. Malformed metadata gives an empty owner, never an error."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    if not isinstance(meta, Mapping):
+        return GroupOwner("", "")
+    refs = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
+    ref = next((o for o in refs if isinstance(o, Mapping) and o.get("controller") is True), None)
+    if ref is None:
+        return GroupOwner("", "")
+    owner = GroupOwner(str(ref.get("kind") or ""), str(ref.get("name") or ""))
+    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
+    level = annotations.get(names.ANNOTATION_LWS_LEVEL)
+    if owner.kind != "LeaderWorkerSet" or level not in LWS_LEVEL_WORDS:
+        return owner
+    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
+    index = labels.get(names.LABEL_LWS_GROUP_INDEX)
+    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
+    ref_spec = spec.get("workloadRef") if isinstance(spec.get("workloadRef"), Mapping) else {}
+    words = LWS_LEVEL_WORDS[level]
+    if level == "role":
+        words += f", {ref_spec.get('templateName') or 'role'}"
+        words += f" of group {index}" if index else ""
+    elif index:
+        words += f", group {index}"
+    return owner._replace(level=words)

@@ -18,6 +18,9 @@ def render(reply: pb.ExplainGroupReply, plan: pb.Plan | None) -> str:
     lines = [f"podgroup {reply.namespace}/{reply.name}: {reply.state}",
              f"  members: {reply.members_existing} exist, {reply.members_bound} bound"
              + (f" (minCount {reply.min_count})" if reply.min_count else "")]
+    if reply.owner_kind:
+        lines.append(f"  owner: {reply.owner_kind} {reply.namespace}/{reply.owner_name}"
+                     + (f" ({reply.owner_level})" if reply.owner_level else ""))
     if reply.explanation:
         lines.append(f"  why: {reply.explanation}")
     if plan is not None:

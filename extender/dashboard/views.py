@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry
 
 from cluster import names
 from cluster.cache import ClusterCache, PodGroupRecord, PodRecord
-from cluster.convert import placement_domain
+from cluster.convert import placement_domain, podgroup_owner
 from extender.cycle import WorkloadCycle
 from solver import Node
 
@@ -143,6 +143,9 @@ def rack(cache: ClusterCache, cycle: WorkloadCycle, zone: str, rack_name: str) -
 
 # -- podgroups ---------------------------------------------------------------------------------
 def _owner(members: list[PodRecord], raw: Mapping[str, Any]) -> dict:
+    group_owner = podgroup_owner(raw)
+    if group_owner.level:  # a LeaderWorkerSet's group: the LWS owns it, not its pods' StatefulSet
+        return {"kind": group_owner.kind, "name": group_owner.name, "level": group_owner.level}
     kinds = Counter((m.owner_kind, m.owner_name) for m in members if m.owner_kind)
     if kinds:
         (kind, name), _ = kinds.most_common(1)[0]

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import grpc
 
-from cluster.convert import placement_domain
+from cluster.convert import placement_domain, podgroup_owner
 from extender.cycle import Plan, WorkloadCycle
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
@@ -113,9 +113,12 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         if key not in self.cache.podgroups and not members:
             raise Refusal(grpc.StatusCode.NOT_FOUND, f"podgroup {key} does not exist and no pod names it")
         summary = self._summary(key, members)
+        record = self.cache.podgroups.get(key)
+        owner = podgroup_owner(record.raw) if record is not None else podgroup_owner({})
         return pb.ExplainGroupReply(namespace=request.namespace, name=request.name, state=summary.state,
                                     explanation=summary.explanation, members_existing=summary.members_existing,
-                                    members_bound=summary.members_bound, min_count=summary.min_count)
+                                    members_bound=summary.members_bound, min_count=summary.min_count,
+                                    owner_kind=owner.kind, owner_name=owner.name, owner_level=owner.level)
 
     @_answered
     def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsReply:

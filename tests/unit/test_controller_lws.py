@@ -309,3 +309,27 @@ def test_a_gang_replica_is_released_together_once_its_pods_exist():
     c.admit(c.pod(0, 2))
     c.sync()
     assert not any(gated(c.live(n)) for n in ("llm-0", "llm-0-1", "llm-0-2"))
+
+
+def test_dashboard_and_explain_show_the_lws_as_owner_with_its_level():
+    from cluster.convert import podgroup_owner
+    from extender.dashboard.views import _owner
+    from phalanx_cli.explain import render
+    from proto.phalanx.v1 import workload_cycle_pb2 as pb
+
+    c = Cluster(make_lws(scheduling={"replica": {"leader": {}, "worker": {}}}, size=2, replicas=1))
+    c.sync()
+    c.replica(0)
+    c.sync()
+    owners = sorted(podgroup_owner(g) for g in c.podgroups().values())
+    assert owners == [("LeaderWorkerSet", "llm", "role level, leader of group 0"),
+                      ("LeaderWorkerSet", "llm", "role level, worker of group 0")]
+    group = next(iter(c.podgroups().values()))
+    assert _owner([], group)["kind"] == "LeaderWorkerSet" and _owner([], group)["level"].startswith("role level")
+    whole = Cluster(make_lws(name="w", scheduling={"schedulingPolicy": {"gang": {}}}))
+    whole.sync()
+    assert podgroup_owner(next(iter(whole.podgroups().values()))).level == "whole-LWS level"
+    reply = pb.ExplainGroupReply(namespace=NS, name="g", state="waiting", owner_kind="LeaderWorkerSet",
+                                 owner_name="llm", owner_level="replica level, group 1")
+    assert "  owner: LeaderWorkerSet ns/llm (replica level, group 1)" in render(reply, None).splitlines()
+    assert podgroup_owner({"metadata": "bad"}) == ("", "", "")

@@ -102,7 +102,7 @@ function renderGroups(data) {
   const rows = data.podgroups.filter((g) => !state.filter || g.state === state.filter);
   $("groups").querySelector("tbody").innerHTML = rows.map((g) => `<tr class="clickable" data-group="${esc(g.key)}">
       <td><a href="#/group/${esc(g.key)}">${esc(g.key)}</a></td>
-      <td>${esc(g.owner.kind || "none")}${g.owner.name ? ` <span class="muted">${esc(g.owner.name)}</span>` : ""}</td>
+      <td>${esc(g.owner.kind || "none")}${g.owner.name ? ` <span class="muted">${esc(g.owner.name)}</span>` : ""}${g.owner.level ? ` <span class="muted">· ${esc(g.owner.level)}</span>` : ""}</td>
       <td>${esc(g.policy)}${g.policy === "gang" ? ` ≥${g.min_count}` : ""}${g.disruption_mode === "all" ? " · all" : ""}</td>
       <td>${g.bound}/${g.members}</td>
       <td>${esc((g.topology_key || "").split("/").pop() || "—")}</td>
@@ -173,7 +173,7 @@ async function renderGroupPage(key) {
   catch (err) { $("group-title").textContent = `podgroup ${key} not found`; $("group-facts").innerHTML = ""; return; }
   $("group-title").innerHTML = `podgroup ${esc(g.key)} <span class="${stateClass(g.state)}">${esc(g.state)}</span>`;
   $("group-facts").innerHTML = [
-    ["owner", `${g.owner.kind || "none"} ${g.owner.name}`], ["policy", g.policy === "gang" ? `gang, minCount ${g.min_count}` : "basic"],
+    ["owner", `${g.owner.kind || "none"} ${g.owner.name}${g.owner.level ? ` (${g.owner.level})` : ""}`], ["policy", g.policy === "gang" ? `gang, minCount ${g.min_count}` : "basic"],
     ["priority", g.priority], ["disruption", g.disruption_mode], ["members", `${g.bound} bound of ${g.members}`],
     ["topology", g.topology_key || "none"], ["domain", g.domain || "—"], ["age", ago(g.age_s)],
     ["time to place", g.time_to_place_s == null ? "—" : ago(g.time_to_place_s)],
