@@ -549,7 +549,7 @@ class WorkloadCycle:
         group = self._group_view(key, pod)
         if isinstance(group, str):
             self.explanations[key] = group
-            self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True)
+            self._park_incomplete(key, pod)
             return no(group)
         backing_off = self.queue.backing_off(key, self.cache.capacity_version)
         if backing_off:
@@ -852,7 +852,7 @@ class WorkloadCycle:
             if isinstance(group, str):
                 # kube-scheduler parks the pod; touched once the cache has the group's members
                 self.explanations[key] = group
-                self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True)
+                self._park_incomplete(key, pod)
                 return
             self._cycle(group)
 
@@ -1098,10 +1098,14 @@ class WorkloadCycle:
             uid = record if isinstance(record, str) else record.pod.uid
             self.verdicts.forget([uid])  # deleted or bound
             self.parked.forget_pod(uid)
-        if (kind == "Pod" and isinstance(record, PodRecord) and record.pod.group and not record.pod.node
-                and not record.gated and self.parked.waits_for_members(record.pod.group)):
+        # a group waiting for members got one (or its PodGroup came): checked by the requeue thread
+        arrived = record.pod.group if (kind == "Pod" and isinstance(record, PodRecord) and not record.pod.node
+                                       and not record.gated) else ""
+        if kind == "PodGroup" and event_type != "DELETED":
+            arrived = record if isinstance(record, str) else record.key
+        if arrived and self.parked.waits_for_members(arrived):
             with self._changed_lock:
-                self._arrived.add(record.pod.group)  # checked by the requeue thread
+                self._arrived.add(arrived)
             self._wake.set()
         if kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
             self.domains.pop(record.pod.group, None)  # evicted or preempted: free to land anywhere
@@ -1155,6 +1159,14 @@ class WorkloadCycle:
                     self._requeue_fitting()
             except Exception:  # noqa: BLE001 - the loop must survive a bad group
                 log.exception("requeue pass failed")
+
+    def _park_incomplete(self, key: str, pod: Pod) -> None:
+        """Park a member answered while its group looked incomplete, and have the requeue thread
+        check the group once more: an event that completed it may have landed meanwhile."""
+        self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True)
+        with self._changed_lock:
+            self._arrived.add(key)
+        self._wake.set()
 
     def _members_arrived(self) -> None:
         """Members parked "waiting for members" while the cache lagged (a sibling's creation or
