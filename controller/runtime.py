@@ -371,7 +371,7 @@ class Controller:
         """How much the controller keeps, per structure (bounded by the live StatefulSets)."""
         with self._state_lock:
             sizes = {"known": len(self._known), "repairs": len(self._repairs),
-                     "unstamped_bound": len(self._unstamped_bound)}
+                     "unstamped_bound": len(self._unstamped_bound), "known_lws": len(self._known_lws)}
         with self.queue._cond:
             sizes.update(queue_due=len(self.queue._due), queue_heap=len(self.queue._heap),
                          queue_active=len(self.queue._active), queue_again=len(self.queue._again),

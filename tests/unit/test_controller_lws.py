@@ -333,3 +333,26 @@ def test_dashboard_and_explain_show_the_lws_as_owner_with_its_level():
                                  owner_name="llm", owner_level="replica level, group 1")
     assert "  owner: LeaderWorkerSet ns/llm (replica level, group 1)" in render(reply, None).splitlines()
     assert podgroup_owner({"metadata": "bad"}) == ("", "", "")
+
+
+def test_the_controller_queues_leaderworkersets_and_forgets_deleted_ones():
+    from controller import Controller
+
+    c = Cluster(make_lws(scheduling={}, size=2, replicas=1))
+    controller = Controller(c.kube, "me", flavor=BUILTIN)
+    controller.lws.recorder = c.events  # the Controller's own recorder posts nothing here: no event is due
+    controller._on_leaderworkerset("ADDED", c.lws)
+    key = controller.queue.get()
+    assert key == "lws:ns/llm" and controller.state_sizes()["known_lws"] == 1
+    controller.reconcile(key)
+    controller.queue.done(key)
+    assert len(c.kube.objects("workloads")) == 1
+    worker_sts = {"metadata": {"name": "llm-0", "namespace": NS, "labels": {names.LABEL_LWS_NAME: "llm"}}}
+    controller._on_statefulset("MODIFIED", worker_sts)  # an LWS StatefulSet's change queues its LWS
+    assert "lws:ns/llm" in controller.queue._due
+    c.kube.delete(lws.lws_path(NS, "llm"))
+    controller.reconcile("lws:ns/llm")  # gone: forgotten, nothing created
+    assert controller.state_sizes()["known_lws"] == 0
+    controller._on_leaderworkerset("ADDED", c.lws)
+    controller._on_leaderworkerset("DELETED", c.lws)
+    assert controller.state_sizes()["known_lws"] == 0
