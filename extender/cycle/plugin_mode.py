@@ -198,12 +198,16 @@ class PluginEnforcement:
         return others
 
     # -- Permit --------------------------------------------------------------------------------
-    def permit(self, uid: str, group: str) -> PermitAnswer:
+    def permit(self, uid: str, group: str, reserved: tuple[str, ...] = ()) -> PermitAnswer:
+        """``reserved``: members the plugin reserved itself (each as if it had called reserve)."""
         cycle = self.cycle
         with cycle._lock:
             plan = cycle.plans.get(group)
             if plan is None or uid not in plan.assignments:
                 return PermitAnswer("reject", f"phalanx: podgroup {group} holds no plan for pod {uid}; re-planning")
+            if reserved and plan.state is PlanState.PLANNED:
+                plan.arrived.update(u for u in reserved if u in plan.assignments)
+                cycle._generation += 1
             if not plan.gang:
                 if plan.state is PlanState.PLANNED:
                     cycle._transition(plan, PlanState.BINDING)

@@ -168,3 +168,15 @@ def test_basic_group_members_are_allowed_one_by_one(sim, stub):
     stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(members[0]), group="default/b", node=node))
     answer = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/b", node=node))
     assert answer.decision == pb.PermitReply.ALLOW and list(answer.allow_uids) == [uid(members[0])]
+
+
+def test_permit_with_the_reservations_the_plugin_kept_completes_the_gang_in_one_call(sim, stub):
+    members = gang(sim, "p", 3)
+    reply = plan_for(stub, members[0])
+    last = members[-1]
+    answer = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(last), group="default/p",
+                                          node=reply.plan.assignments[uid(last)],
+                                          reserved_uids=[uid(m) for m in members]))
+    assert answer.decision == pb.PermitReply.ALLOW
+    assert sorted(answer.allow_uids) == sorted(uid(m) for m in members)
+    assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/p")["metadata"]["annotations"]

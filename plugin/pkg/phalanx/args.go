@@ -18,8 +18,8 @@ type Args struct {
 	// Deadline of PlanForPod (it may run a workload cycle). Past it the member is answered
 	// "plan pending" and retried when the plan appears on the reservations stream. Default 5s.
 	PlanTimeout metav1.Duration `json:"planTimeout,omitempty"`
-	// Longest a gang member waits at Permit (the service names the barrier's own deadline,
-	// which is used when shorter). Default 60s.
+	// Longest a gang member waits at Permit for the rest of its gang; then the whole gang is
+	// rejected (phalanx serve's --barrier-timeout, 30s by default, should match). Default 30s.
 	PermitTimeout metav1.Duration `json:"permitTimeout,omitempty"`
 	// Consecutive transport failures that open the circuit breaker. Default 3.
 	BreakerFailures int `json:"breakerFailures,omitempty"`
@@ -39,7 +39,7 @@ func (a Args) Defaulted() (Args, error) {
 	}
 	def(&a.RPCTimeout, 2*time.Second)
 	def(&a.PlanTimeout, 5*time.Second)
-	def(&a.PermitTimeout, 60*time.Second)
+	def(&a.PermitTimeout, 30*time.Second)
 	def(&a.BreakerCooldown, 5*time.Second)
 	if a.BreakerFailures == 0 {
 		a.BreakerFailures = 3

@@ -142,6 +142,13 @@ func (m *Mirror) PlannedNode(uid types.UID) (string, bool) {
 	return node, ok
 }
 
+// Plan is the group's plan as mirrored (nil when none).
+func (m *Mirror) Plan(group string) *pb.GroupPlan {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.plans[group]
+}
+
 // Reserved is what plans hold on the node (nil when nothing).
 func (m *Mirror) Reserved(node string) map[string]int64 {
 	m.mu.RLock()

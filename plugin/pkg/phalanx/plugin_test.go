@@ -32,6 +32,7 @@ type fakeService struct {
 	calls     map[string]int
 	plan      *pb.PlanForPodReply
 	permit    *pb.PermitReply
+	permitReq *pb.PermitRequest
 	unreserve *pb.UnreserveReply
 	rejection *pb.ReportRejectionRequest
 	snapshots chan *pb.Reservations
@@ -82,8 +83,11 @@ func (f *fakeService) Unreserve(context.Context, *pb.UnreserveRequest) (*pb.Unre
 	return f.unreserve, nil
 }
 
-func (f *fakeService) Permit(context.Context, *pb.PermitRequest) (*pb.PermitReply, error) {
+func (f *fakeService) Permit(_ context.Context, r *pb.PermitRequest) (*pb.PermitReply, error) {
 	f.count("Permit")
+	f.mu.Lock()
+	f.permitReq = r
+	f.mu.Unlock()
 	return f.permit, nil
 }
 
@@ -447,5 +451,58 @@ func TestArgsDefaultsAndBadValues(t *testing.T) {
 	if _, err := (Args{RPCTimeout: metav1.Duration{Duration: -time.Second}}).Defaulted(); err == nil ||
 		!strings.Contains(err.Error(), "rpcTimeout must not be negative") {
 		t.Fatalf("negative timeout: %v", err)
+	}
+}
+
+func TestMirroredGangWaitsLocallyAndMakesOnePermitCallWithItsReservations(t *testing.T) {
+	r := newRig(t, true)
+	a, b := member("a", "g"), member("b", "g")
+	r.plugin.Mirror().PutPlan(&pb.GroupPlan{Group: "ns/g", Id: 1, State: "planned", Gang: true,
+		Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}})
+	if st := r.plugin.Reserve(context.Background(), nil, a, "n1"); !st.IsSuccess() {
+		t.Fatalf("reserve a: %v", st)
+	}
+	if st := r.plugin.Reserve(context.Background(), nil, b, "n1"); st.IsSuccess() {
+		t.Fatal("a member reserved on another node than planned is refused")
+	}
+	st, wait := r.plugin.Permit(context.Background(), nil, a, "n1")
+	if st.Code() != fwk.Wait || wait != r.plugin.args.PermitTimeout.Duration || !strings.Contains(st.Message(), "1 of 2") {
+		t.Fatalf("first member: %v %v", st, wait)
+	}
+	if n := r.svc.Calls("Reserve") + r.svc.Calls("Permit"); n != 0 {
+		t.Fatalf("no RPC before the gang is complete, got %d", n)
+	}
+	waiting := &fakeWaitingPod{pod: a}
+	r.handle.waiting[a.UID] = waiting
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_ALLOW, AllowUids: []string{"uid-a", "uid-b"}}
+	if st := r.plugin.Reserve(context.Background(), nil, b, "n2"); !st.IsSuccess() {
+		t.Fatalf("reserve b: %v", st)
+	}
+	if st, _ := r.plugin.Permit(context.Background(), nil, b, "n2"); !st.IsSuccess() {
+		t.Fatalf("completing member: %v", st)
+	}
+	got := r.svc.permitReq.GetReservedUids()
+	if r.svc.Calls("Permit") != 1 || len(got) != 2 {
+		t.Fatalf("one Permit call carrying both reservations, got %d calls, %v", r.svc.Calls("Permit"), got)
+	}
+	if len(waiting.allowed) != 1 {
+		t.Fatal("the waiting member is allowed")
+	}
+}
+
+func TestAMemberRejectedAtPermitTakesTheLocallyReservedRestWithIt(t *testing.T) {
+	r := newRig(t, true)
+	a, b := member("a", "g"), member("b", "g")
+	r.plugin.Mirror().PutPlan(&pb.GroupPlan{Group: "ns/g", Id: 1, State: "planned", Gang: true,
+		Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2", "uid-c": "n3"}})
+	r.plugin.Reserve(context.Background(), nil, a, "n1")
+	r.plugin.Reserve(context.Background(), nil, b, "n2")
+	r.handle.waiting[b.UID] = &fakeWaitingPod{pod: b}
+	r.svc.unreserve = &pb.UnreserveReply{}
+	r.plugin.Unreserve(context.Background(), nil, a, "n1") // a is not waiting any more: its wait timed out
+	r.handle.mu.Lock()
+	defer r.handle.mu.Unlock()
+	if len(r.handle.rejected) != 1 || r.handle.rejected[0] != b.UID {
+		t.Fatalf("the rest of the gang is rejected: %v", r.handle.rejected)
 	}
 }

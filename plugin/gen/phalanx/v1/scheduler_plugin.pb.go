@@ -787,11 +787,15 @@ func (x *UnreserveReply) GetRejectUids() []string {
 }
 
 type PermitRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       ContractVersion        `protobuf:"varint,1,opt,name=version,proto3,enum=phalanx.v1.ContractVersion" json:"version,omitempty"`
-	PodUid        string                 `protobuf:"bytes,2,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
-	Group         string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version ContractVersion        `protobuf:"varint,1,opt,name=version,proto3,enum=phalanx.v1.ContractVersion" json:"version,omitempty"`
+	PodUid  string                 `protobuf:"bytes,2,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	Group   string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Node    string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// Members the plugin has reserved (assumed) on their planned nodes, this one included: they
+	// count as reserved as if each had called Reserve. The plugin tracks reservations of a plan it
+	// mirrors itself and calls Permit once, for the member that completes the gang.
+	ReservedUids  []string `protobuf:"bytes,5,rep,name=reserved_uids,json=reservedUids,proto3" json:"reserved_uids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -852,6 +856,13 @@ func (x *PermitRequest) GetNode() string {
 		return x.Node
 	}
 	return ""
+}
+
+func (x *PermitRequest) GetReservedUids() []string {
+	if x != nil {
+		return x.ReservedUids
+	}
+	return nil
 }
 
 type PermitReply struct {
@@ -1138,12 +1149,13 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"1\n" +
 	"\x0eUnreserveReply\x12\x1f\n" +
 	"\vreject_uids\x18\x01 \x03(\tR\n" +
-	"rejectUids\"\x89\x01\n" +
+	"rejectUids\"\xae\x01\n" +
 	"\rPermitRequest\x125\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1b.phalanx.v1.ContractVersionR\aversion\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x12\n" +
-	"\x04node\x18\x04 \x01(\tR\x04node\"\xec\x01\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12#\n" +
+	"\rreserved_uids\x18\x05 \x03(\tR\freservedUids\"\xec\x01\n" +
 	"\vPermitReply\x12<\n" +
 	"\bdecision\x18\x01 \x01(\x0e2 .phalanx.v1.PermitReply.DecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1d\n" +
