@@ -590,25 +590,20 @@ func (p *Plugin) watchOnce(ctx context.Context) error {
 }
 
 // activate moves the pending members of the groups (but “except“) back to the active queue.
+// (The scheduler's pod informer has no namespace index: one pass over its pods.)
 func (p *Plugin) activate(groups []string, except types.UID) {
 	if p.pods == nil {
 		return
 	}
 	want := sets.New(groups...)
-	namespaces := sets.New[string]()
-	for _, g := range groups {
-		namespaces.Insert(strings.SplitN(g, "/", 2)[0])
+	list, err := p.pods.List(labels.Everything())
+	if err != nil {
+		return
 	}
 	pods := map[string]*v1.Pod{}
-	for ns := range namespaces {
-		list, err := p.pods.Pods(ns).List(labels.Everything())
-		if err != nil {
-			continue
-		}
-		for _, pod := range list {
-			if pod.Spec.NodeName == "" && pod.UID != except && want.Has(GroupOf(pod)) {
-				pods[pod.Namespace+"/"+pod.Name] = pod
-			}
+	for _, pod := range list {
+		if pod.Spec.NodeName == "" && pod.UID != except && want.Has(GroupOf(pod)) {
+			pods[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}
 	if len(pods) > 0 {
