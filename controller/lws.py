@@ -246,6 +246,7 @@ class LwsResolution:
     """What a sync found: the LWS's PodGroups by name (created or existing), its pods, or why not."""
 
     groups: dict = field(default_factory=dict)
+    created: set = field(default_factory=set)  # names of the PodGroups this sync created
     pods: list = field(default_factory=list)
     why: str = ""
     sched: LwsScheduling | None = None
@@ -301,6 +302,7 @@ class LwsReconciler(Reconciler):
                     continue
                 body = compile_podgroup(lws, workload, want, sched.level, self.flavor)
                 group = self._create(lws, "podgroups", body, names.EVENT_PODGROUP_CREATED)
+                found.created.add(want.name)
             elif write and objects.is_managed(group) and objects.gang_min_count(group.get("spec") or {}) is not None:
                 group = self._sync_min_count(group, "/spec", group["spec"], want.min_count, "podgroups")
             found.groups[want.name] = group
@@ -347,22 +349,24 @@ class LwsReconciler(Reconciler):
             if err.status not in (404, 409):
                 raise CreationFailed(f"deleting PodGroup {meta['name']}: {err}") from err
 
-    def reconcile_lws(self, namespace: str, name: str) -> bool:
+    def reconcile_lws(self, namespace: str, name: str) -> tuple[bool, bool]:
         """One reconcile of the LWS ``namespace/name``: sync, then lift the gate of pods whose
-        PodGroup is in sync. False when the LWS is gone."""
+        PodGroup is in sync. Returns (the LWS exists, reconcile again shortly): a PodGroup created
+        by this sync has its pods released by the next one, so that every watcher (phalanx serve's
+        cache above all) has seen the PodGroup before kube-scheduler sees its pods."""
         lws = self.kube.get_or_none(lws_path(namespace, name))
         if lws is None:
-            return False
+            return False, False
         if lws["metadata"].get("deletionTimestamp"):
-            return True
+            return True, False
         try:
             found = self.sync_lws(lws)
         except StatefulSetGone:
-            return True
-        for group in found.groups.values():
-            if complete(group, found.pods, self.flavor):
+            return True, False
+        for group_name, group in found.groups.items():
+            if group_name not in found.created and complete(group, found.pods, self.flavor):
                 self.release_pods(lws, group, found.pods)
-        return True
+        return True, bool(found.created)
 
 
 def complete(group: Mapping[str, Any], pods: list[dict], flavor: objects.Flavor) -> bool:

@@ -42,6 +42,7 @@ log = logging.getLogger(__name__)
 
 REPAIR_BASE_DELAY = 5.0  # seconds before a StatefulSet's unstamped pods are deleted a second time
 REPAIR_MAX_DELAY = 300.0
+LWS_RELEASE_DELAY = 0.3  # seconds between creating an LWS's PodGroup and releasing its pods
 
 
 def discover_flavor(kube: Any) -> Flavor:
@@ -407,9 +408,12 @@ class Controller:
             return
         if key.startswith(lws.KEY_PREFIX):
             ns, name = key.removeprefix(lws.KEY_PREFIX).split("/", 1)
-            if not self.lws.reconcile_lws(ns, name):
+            alive, again = self.lws.reconcile_lws(ns, name)
+            if not alive:
                 with self._state_lock:
                     self._known_lws.discard(key)
+            elif again:
+                self.queue.add(key, LWS_RELEASE_DELAY)
             return
         ns, name = key.split("/", 1)
         with self._state_lock:

@@ -205,6 +205,27 @@ def test_a_recreated_leader_gets_new_podgroups_and_binds_whole(rest, namespace, 
     wait_for(lambda: first not in podgroups(rest, namespace), 60, "the predecessor's PodGroup deleted")
 
 
+def test_replica_level_size_change_rollout_gives_each_replaced_replica_podgroups_of_its_new_size(
+        rest, namespace, nodes, phalanx_lws):
+    nodes.add_many(6, prefix="roll", gpu=1, cpu="4")
+    make_lws(rest, namespace, leaderworkerset("roll", size=2, replicas=2, resources=GPU1, scheduling={}))
+    wait_all_bound(rest, namespace, count=4, timeout=60, label_selector=f"{LWS_NAME}=roll")
+    before = set(podgroups(rest, namespace))
+    rest.patch(lws_path(namespace, "roll"), {"spec": {"leaderWorkerTemplate": {"size": 3}}})
+
+    def rolled():
+        items = live(members(rest, namespace, "roll"))
+        done = len(items) == 6 and len(bound(items)) == 6 and len({group_of(p) for p in items}) == 2
+        return items if done else None
+    items = wait_for(rolled, 120, "both replicas rolled to size 3 and bound")
+    groups = podgroups(rest, namespace)
+    for p in items:
+        name = group_of(p)
+        assert name not in before and min_count(groups[name]) == 3
+        assert name.endswith(p["metadata"]["labels"][names.LABEL_LWS_REVISION])
+    wait_for(lambda: not before & set(podgroups(rest, namespace)), 60, "the previous revision's PodGroups deleted")
+
+
 def test_whole_lws_level_all_or_nothing_then_a_size_change_rollout(rest, namespace, nodes, phalanx_lws):
     nodes.add_many(3, prefix="whole", gpu=1, cpu="4")
     make_lws(rest, namespace, leaderworkerset("whole", size=2, replicas=2, resources=GPU1,

@@ -132,7 +132,10 @@ class Cluster:
                                   wait=0.2, poll=0.01)
 
     def sync(self):
-        self.reconciler.reconcile_lws(NS, self.lws["metadata"]["name"])
+        """One reconcile, and the follow-up the controller queues after creating PodGroups."""
+        _, again = self.reconciler.reconcile_lws(NS, self.lws["metadata"]["name"])
+        if again:
+            self.reconciler.reconcile_lws(NS, self.lws["metadata"]["name"])
 
     def admit(self, pod):
         answer = self.mutator.review({"uid": "u", "namespace": NS, "operation": "CREATE", "object": pod}, pod)
@@ -356,3 +359,13 @@ def test_the_controller_queues_leaderworkersets_and_forgets_deleted_ones():
     controller._on_leaderworkerset("ADDED", c.lws)
     controller._on_leaderworkerset("DELETED", c.lws)
     assert controller.state_sizes()["known_lws"] == 0
+
+
+def test_pods_of_a_new_podgroup_are_released_by_the_next_reconcile():
+    c = Cluster(make_lws(scheduling={}, size=2, replicas=1))
+    c.reconciler.reconcile_lws(NS, "llm")
+    c.replica(0)
+    alive, again = c.reconciler.reconcile_lws(NS, "llm")
+    assert alive and again and len(c.podgroups()) == 1 and gated(c.live("llm-0"))
+    assert c.reconciler.reconcile_lws(NS, "llm") == (True, False)
+    assert not gated(c.live("llm-0")) and not gated(c.live("llm-0-1"))
