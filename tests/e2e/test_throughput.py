@@ -3,8 +3,8 @@ gangs: phalanx's plugin mode (phalanx-scheduler: kube-scheduler v1.37.2 with pha
 plugin, gRPC to phalanx serve), phalanx's extender mode (kube-scheduler + the HTTP extender) and
 kube-scheduler with upstream's in-tree gang scheduling (GenericWorkload +
 TopologyAwareWorkloadScheduling); and plain pods (no group) under phalanx-scheduler, the extender
-and a stock kube-scheduler. Each round runs every mode once, in turn, on an emptied cluster; the
-numbers are medians over the rounds. It prints them (a measurement, not a timed assertion); the
+and a stock kube-scheduler. Each round runs every mode once, in an order rotated per round, on an
+emptied cluster; the numbers are medians over the rounds. It prints them (a measurement, not a timed assertion); the
 behaviour checked is that every gang lands whole and inside one rack (and on distinct nodes with
 anti-affinity) under every scheduler, and every plain pod binds.
 
@@ -35,6 +35,7 @@ PLAIN_MODES = ("phalanx-plugin", "phalanx-extender", "stock")
 # "gangs" or "plain" runs only that half (the printed table then has only its rows)
 ONLY = os.environ.get("PHALANX_THROUGHPUT_ONLY", "")
 POLL = 0.05  # seconds between checks of the bound count (the resolution of a measurement)
+SETTLE = 3.0  # seconds of quiet before each mode's run
 
 
 def gang_pod(run, gang, g, i, anti, scheduler_name):
@@ -134,19 +135,27 @@ def run_plain(rest, namespace, run, scheduler_name):
 def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_cluster, phalanx, control_plane):
     samples: dict[tuple, list[float]] = {}
     for r in range(ROUNDS):
-        modes = (GANG_MODES if ONLY != "plain" else ()) + (PLAIN_MODES if ONLY != "gangs" else ())
-        for mode in dict.fromkeys(modes):
-            sched = start(control_plane, phalanx, mode)
-            try:
-                if mode in GANG_MODES and ONLY != "plain":
-                    for gang, count, anti in CASES:
-                        run = f"{mode}-r{r}-g{gang}{'a' if anti else ''}"
-                        samples.setdefault((mode, gang, anti), []).append(
-                            run_gangs(rest, namespace, big_cluster, run, mode, gang, count, anti))
-                if mode in PLAIN_MODES and ONLY != "gangs":
-                    samples.setdefault((mode, "plain"), []).append(run_plain(rest, namespace, f"{mode}-r{r}-p", mode))
-            finally:
-                sched.stop()
+        # gang modes, then plain modes, each pass in an order rotated per round (a mode is not
+        # always measured right after the same other mode's clean-up); a pause lets the previous
+        # run's deletions settle in phalanx serve, which shares this process with the pod creators
+        passes = ((GANG_MODES, "gangs"), (PLAIN_MODES, "plain"))
+        for modes, kind in passes:
+            if ONLY and ONLY != kind:
+                continue
+            for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                time.sleep(SETTLE)
+                sched = start(control_plane, phalanx, mode)
+                try:
+                    if kind == "gangs":
+                        for gang, count, anti in CASES:
+                            run = f"{mode}-r{r}-g{gang}{'a' if anti else ''}"
+                            samples.setdefault((mode, gang, anti), []).append(
+                                run_gangs(rest, namespace, big_cluster, run, mode, gang, count, anti))
+                    else:
+                        samples.setdefault((mode, "plain"), []).append(
+                            run_plain(rest, namespace, f"{mode}-r{r}-p", mode))
+                finally:
+                    sched.stop()
     med = {k: statistics.median(v) for k, v in samples.items()}
     print(f"\nthroughput on the real control plane, {NODES} nodes in racks of {RACK_SIZE}, rack constraint, "
           f"median of {ROUNDS} round(s), pods/s:")
