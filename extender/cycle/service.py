@@ -263,6 +263,7 @@ class WorkloadCycle:
         self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
         self._deleted: set[str] = set()  # PodGroups deleted, pruned by the requeue thread
         self._arrived: set[str] = set()  # groups waiting for members that got a schedulable one
+        self._preempt_incomplete: set[str] = set()  # of those, answered at a preemption call
         self.recorded = RecordedHolds(cache)  # partly bound gangs' records hold their nodes
         self.heap = Heap()  # settled (frozen) once the caches are synced: see heap.py
         self.replans = ReplanBudget()  # group -> plans released since it last bound
@@ -850,9 +851,10 @@ class WorkloadCycle:
                 return
             group = self._group_view(key, pod)
             if isinstance(group, str):
-                # kube-scheduler parks the pod; touched once the cache has the group's members
+                # kube-scheduler parks the pod, and retries it only on events its own filters
+                # care about (a touch is not one): phalanx runs the cycle once the group is complete
                 self.explanations[key] = group
-                self._park_incomplete(key, pod)
+                self._park_incomplete(key, pod, preempting=True)
                 return
             self._cycle(group)
 
@@ -1160,18 +1162,23 @@ class WorkloadCycle:
             except Exception:  # noqa: BLE001 - the loop must survive a bad group
                 log.exception("requeue pass failed")
 
-    def _park_incomplete(self, key: str, pod: Pod) -> None:
+    def _park_incomplete(self, key: str, pod: Pod, preempting: bool = False) -> None:
         """Park a member answered while its group looked incomplete, and have the requeue thread
-        check the group once more: an event that completed it may have landed meanwhile."""
+        check the group once more: an event that completed it may have landed meanwhile.
+        ``preempting``: answered at kube-scheduler's preemption call (its own filters left no node)."""
         self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True)
         with self._changed_lock:
             self._arrived.add(key)
+            if preempting:
+                self._preempt_incomplete.add(key)
         self._wake.set()
 
     def _members_arrived(self) -> None:
         """Members parked "waiting for members" while the cache lagged (a sibling's creation or
         ungating not yet seen): once the group has minCount schedulable members, touch them all,
-        so kube-scheduler retries them and the group's cycle runs (off the cycle's lock)."""
+        so kube-scheduler retries them. A group answered so at kube-scheduler's preemption call
+        gets its cycle (and group preemption) run here: kube-scheduler retries a pod its own
+        filters rejected only when they may pass now (victims gone), never for a touch."""
         with self._changed_lock:
             arrived, self._arrived = self._arrived, set()
         for key in arrived:
@@ -1179,11 +1186,18 @@ class WorkloadCycle:
                 group = self.cache.podgroup(key)
             except InvalidInput:
                 continue  # the group's own explanation says why
-            if group is not None and len(group.members) >= group.min_count:
-                parked = self.parked.complete(key)
-                if parked:
-                    with self._changed_lock:
-                        self._nudges.extend(parked)
+            if group is None or len(group.members) < group.min_count:
+                continue
+            parked = self.parked.complete(key)
+            with self._changed_lock:
+                self._nudges.extend(parked)
+                preempting = key in self._preempt_incomplete
+                self._preempt_incomplete.discard(key)
+            if preempting and group.pending:
+                with self._lock:
+                    self._expire()
+                    if key not in self.plans and not self.preemption.waiting(key):
+                        self._cycle(group)
 
     def _touch_parked(self) -> None:
         """Touch the parked members of groups that were just planned (off the cycle's lock)."""
@@ -1228,6 +1242,8 @@ class WorkloadCycle:
                 self.replans.forget(key)
                 self.parked.forget_group(key)
             self.parked.prune(live)
+            with self._changed_lock:
+                self._preempt_incomplete &= set(live)
             self.recorded.prune(live)
             self._refresh_records()
 

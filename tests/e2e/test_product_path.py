@@ -211,7 +211,10 @@ def wait_bound(product: Product, ns: str, app: str, count: int, group: dict, tim
         events = [f"{e.get('reason')}: {e.get('note') or e.get('message')}"
                   for e in product.rest.list(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
                   if (e.get("regarding") or {}).get("name") == group["metadata"]["name"]]
-        said = product.phalanx.cycle.explanations.get(f"{ns}/{group['metadata']['name']}")
+        key = f"{ns}/{group['metadata']['name']}"
+        cycle = product.phalanx.cycle
+        said = (cycle.explanations.get(key), [(r.pod.name, "gated" if r.gated else "", r.pod.node)
+                                              for r in cycle.cache.members(key)])
         raise TimeoutError(f"{err}; pods now: {seen.get('pods')}; podgroup status: "
                            f"{group_status(product, ns, group)}; its events: {events}; "
                            f"phalanx's explanation: {said}") from None

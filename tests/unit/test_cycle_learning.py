@@ -279,7 +279,8 @@ def test_a_member_answered_while_the_cache_lagged_is_touched_once_the_group_is_c
     """The last member's call can arrive before the cache has seen its sibling's gate lifted: the
     group looks incomplete, the member is parked, and no later call would come. Once the cache
     shows minCount schedulable members, the parked member is touched so kube-scheduler retries it
-    (at filter, or at its preemption call when its own filters left no node)."""
+    (at filter), or the group's cycle is run (at its preemption call, when its own filters left no
+    node)."""
     sim.create(podgroup("g", 2))
     sibling = pod("g-1", "g")
     sibling["spec"]["schedulingGates"] = [{"name": names.GATE_PODGROUP_SYNC}]
@@ -302,3 +303,6 @@ def test_a_member_answered_while_the_cache_lagged_is_touched_once_the_group_is_c
     touched = {p["metadata"]["name"] for p in sim.list("Pod")
                if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})}
     assert touched == {"g-0"}
+    # kube-scheduler retries a pod its own filters rejected only when they may pass now, never for
+    # a touch: after a preemption call phalanx runs the group's cycle itself
+    assert ("default/g" in cycle.plans) == (verb == "preempt")
