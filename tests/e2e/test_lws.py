@@ -185,7 +185,7 @@ def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(res
                           if not g["metadata"].get("deletionTimestamp")]) == 3, 60, "3 PodGroups after scale-down")
 
 
-def test_a_recreated_leader_gets_new_podgroups_and_binds_whole(rest, namespace, nodes, phalanx_lws):
+def test_a_recreated_leader_gets_new_podgroups_and_binds_whole_and_all_goes_with_the_lws(rest, namespace, nodes, phalanx_lws):
     nodes.add_many(3, prefix="rec", gpu=1, cpu="4")
     make_lws(rest, namespace, leaderworkerset("rec", size=3, resources=GPU1, scheduling={}))
     replica_bound(rest, namespace, "rec", 0, 3)
@@ -203,6 +203,11 @@ def test_a_recreated_leader_gets_new_podgroups_and_binds_whole(rest, namespace, 
     replica_bound(rest, namespace, "rec", 0, 3)
     assert {group_of(p) for p in members(rest, namespace, "rec")} == {group_of(new_leader)}
     wait_for(lambda: first not in podgroups(rest, namespace), 60, "the predecessor's PodGroup deleted")
+    # deleting the LWS takes its Workload, PodGroups and pods with it (owner references)
+    rest.delete(lws_path(namespace, "rec"))
+    wait_for(lambda: not podgroups(rest, namespace) and not members(rest, namespace, "rec")
+             and not rest.list(f"{SCHED_API}/namespaces/{namespace}/workloads"), 60,
+             "Workload, PodGroups and pods collected with the LWS")
 
 
 def test_replica_level_size_change_rollout_gives_each_replaced_replica_podgroups_of_its_new_size(
