@@ -6,6 +6,7 @@ LWS gang-scheduling guide's Workload and PodGroups, and kube-scheduler + phalanx
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -308,3 +309,50 @@ def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws):
         rest.patch(lws_path(namespace, "fixed"), {"metadata": {"annotations": {names.ANNOTATION_SCHEDULING: None}}})
     assert MSG_ADDED in str(err.value)
     rest.patch(lws_path(namespace, "fixed"), {"spec": {"replicas": 2}})  # replicas and size stay free
+
+
+def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_control_plane):
+    """The CRD flavor (a cluster without scheduling.k8s.io Workloads): LWS, phalanx serve, its
+    kube-scheduler and controller on the CRD-flavor control plane; a replica's pods carry
+    ``scheduling.phalanx.dev/pod-group`` and bind whole."""
+    from extender.server import ServeOptions, build
+
+    from .conftest import NodePool
+
+    plane = crd_control_plane
+    rest = plane.rest
+    manager = LwsManager(plane).start()
+    serve = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, barrier_timeout=8.0,
+                               plan_ttl=30.0), kubeconfig=str(plane.admin_kubeconfig)).start()
+    config = yaml.safe_load(EXTENDER_CONFIG.read_text())
+    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{serve.port}/scheduler"
+    scheduler = plane.start_scheduler(config, name="lws-crd")
+    controller = PhalanxController(plane)
+    pool = NodePool(rest)
+    namespace = f"lws-crd-{uuid.uuid4().hex[:5]}"
+    try:
+        assert not controller.flavor.builtin
+        controller.start()
+        controller.register()
+        rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        for i in range(2):
+            pool.add(f"lws-crd-{i}", gpu=2, cpu="4")
+        make_lws(rest, namespace, leaderworkerset("crd", size=4, replicas=2, resources=GPU1, scheduling={}))
+        wait_for(lambda: len(bound(members(rest, namespace, "crd"))) == 4, 60, "one replica bound whole")
+        crd_groups = {g["metadata"]["name"]: g for g in rest.list(
+            f"/apis/{names.CRD_GROUP}/{names.SCHEDULING_VERSION}/namespaces/{namespace}/podgroups")}
+        assert len(crd_groups) == 2
+        by_replica: dict[str, set] = {}
+        for p in members(rest, namespace, "crd"):
+            labels = p["metadata"]["labels"]
+            assert labels[names.LABEL_POD_GROUP] in crd_groups and "schedulingGroup" not in p["spec"]
+            by_replica.setdefault(labels[names.LABEL_LWS_GROUP_INDEX], set()).add(bool(p["spec"].get("nodeName")))
+        assert sorted(map(sorted, by_replica.values())) == [[False], [True]]  # one whole, one wholly waiting
+    finally:
+        rest.delete(f"/api/v1/namespaces/{namespace}")
+        rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": 0})
+        pool.cleanup()
+        controller.close()
+        scheduler.stop()
+        serve.stop()
+        manager.stop()
