@@ -259,6 +259,7 @@ class WorkloadCycle:
         self.queue = PodGroupQueue(clock)
         self.queue_policies = QueuePolicies(self, queue_policy)  # starvation holds, fragmentation, lost work
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
+        self._nodes_seen: set[str] = set(cache.nodes)  # to tell a node added from a re-list's replay
         self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
         self._nudges: list[tuple[str, str]] = []  # (namespace, name) to touch, by the requeue thread
         self._deleted: set[str] = set()  # PodGroups deleted, pruned by the requeue thread
@@ -1113,6 +1114,12 @@ class WorkloadCycle:
             self.domains.pop(record.pod.group, None)  # evicted or preempted: free to land anywhere
             self.recorded.abandon(record.pod.group)  # and its record holds no room for it any more
         if kind == "Node":
+            name = record if isinstance(record, str) else record.name
+            if event_type == "DELETED":
+                self._nodes_seen.discard(name)
+            elif name not in self._nodes_seen:  # new to phalanx (a re-list replays known ones)
+                self._nodes_seen.add(name)
+                self.verdicts.node_added(name)
             with self._changed_lock:
                 self._changed_nodes.add(record if isinstance(record, str) else record.name)
             self._wake.set()

@@ -17,6 +17,11 @@ Life cycle of a verdict (one per pending pod uid)::
     pod unknown to the cache for VERDICT_TTL (a re-list dropped it unseen) --> swept
     more than MAX_VERDICTS pods --> the oldest forgotten first
 
+A node phalanx saw added less than :data:`NEW_NODE_GRACE` seconds ago is never taken as excluded:
+kube-scheduler's informer may not have it yet (its candidate list then leaves the node out
+without judging it), and learning that as a verdict would keep a gang off the very room that
+was just added — two nodes added back to back left a gang Unschedulable that way.
+
 Identical excluded sets are stored once (interned): 1,000 members of a gang usually share one.
 
 Its own lock is a leaf (nothing is called while it is held), so the cache's listeners may forget
@@ -41,6 +46,9 @@ MAX_VERDICTS = 50_000
 VERDICT_TTL = 600.0
 #: seconds between sweeps (on the requeue thread, off the cycle's lock)
 SWEEP_INTERVAL = 60.0
+#: seconds after phalanx sees a node added during which kube-scheduler leaving it out of a
+#: candidate list is not learned (its informer may lag phalanx's watch)
+NEW_NODE_GRACE = 10.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +65,7 @@ class Verdicts:
         self._lock = threading.Lock()
         self._by_uid: OrderedDict[str, Verdict] = OrderedDict()
         self._sets: dict[frozenset[str], list] = {}  # interned excluded set -> [the set, references]
+        self._new_nodes: dict[str, float] = {}  # node -> when phalanx saw it added (within the grace)
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -65,10 +74,22 @@ class Verdicts:
     def distinct_sets(self) -> int:
         return len(self._sets)
 
+    def node_added(self, name: str) -> None:
+        """phalanx's cache just saw ``name`` added (the cache's listener)."""
+        with self._lock:
+            self._new_nodes[name] = self.clock()
+
     def learn(self, pod: Pod, excluded: frozenset[str]) -> None:
-        """kube-scheduler's filters left ``excluded`` out for ``pod`` (filter phase)."""
+        """kube-scheduler's filters left ``excluded`` out for ``pod`` (filter phase); nodes added
+        within the grace are not counted (kube-scheduler may not know them yet)."""
         at = self.clock()
         with self._lock:
+            if self._new_nodes:
+                for name, seen in list(self._new_nodes.items()):
+                    if at - seen >= NEW_NODE_GRACE:
+                        del self._new_nodes[name]
+                if self._new_nodes and not excluded.isdisjoint(self._new_nodes):
+                    excluded = excluded.difference(self._new_nodes)
             self._drop(pod.uid)
             entry = self._sets.get(excluded)
             if entry is None:

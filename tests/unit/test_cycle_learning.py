@@ -95,6 +95,28 @@ def test_a_verdict_says_nothing_about_nodes_added_after_it(sim, cycle, solves):
     assert len(cycle.filter(pods[1], all_nodes(sim)).nodes) == 1
 
 
+def test_a_node_kube_scheduler_did_not_know_yet_is_not_learned_as_excluded(sim, cycle, clock, solves):
+    """Two nodes added back to back: kube-scheduler's informer has the first when a member is
+    filtered, phalanx's cache both. Leaving the second out is not kube-scheduler's verdict."""
+    from .k8s_objects import node as k8s_node
+    pods = make_gang(sim, "big", 6, gpu=4)  # 24 GPUs: the 16 there plus both new nodes
+    assert cycle.filter(pods[0], all_nodes(sim)).nodes == []
+    sim.create(k8s_node("n-8", rack="r0", gpus=4))
+    sim.create(k8s_node("n-9", rack="r0", gpus=4))
+    lagging = [n for n in all_nodes(sim) if n != "n-9"]  # kube-scheduler has not seen n-9 yet
+    cycle.filter(pods[1], lagging)
+    assert "n-9" not in cycle.verdicts.get(uid(pods[1])).excluded
+    assert solves[-1][2].get(uid(pods[1])) is None or "n-9" in solves[-1][2][uid(pods[1])]
+    clock.now += verdicts.NEW_NODE_GRACE  # past the grace a node left out is a verdict again
+    cycle.filter(pods[2], lagging)
+    assert "n-9" in cycle.verdicts.get(uid(pods[2])).excluded
+    relisted = Verdicts(clock)
+    cycle.verdicts = relisted  # a re-list replays known nodes as ADDED: they are not new
+    sim.cache.replace("Node", sim.list("Node"))
+    cycle.filter(pods[3], lagging)
+    assert "n-9" in relisted.get(uid(pods[3])).excluded
+
+
 def test_verdicts_are_forgotten_when_pods_go_and_when_the_group_binds(sim, cycle):
     baseline = len(cycle.verdicts)
     for round_ in range(20):
