@@ -73,9 +73,6 @@ type Plugin struct {
 	logger  klog.Logger
 	closeFn func()
 	wg      sync.WaitGroup
-
-	mu       sync.Mutex
-	reserved map[string]map[types.UID]string // group -> member -> node, reserved here (kube-scheduler assumed them)
 }
 
 var (
@@ -114,7 +111,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 // (until ctx ends).
 func NewWithClient(ctx context.Context, args Args, h Handle, pods corelisters.PodLister,
 	client pb.SchedulerPluginClient) *Plugin {
-	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(), reserved: map[string]map[types.UID]string{},
+	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(),
 		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx)}
 	p.wg.Add(1)
 	go func() {
@@ -404,23 +401,10 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // -- Reserve / Unreserve ------------------------------------------------------------------------
 
-// Reserve records that kube-scheduler assumed the member on its node: locally for a plan the
-// mirror holds (the reservations travel with the gang's one Permit call), else by an RPC.
+// Reserve tells the service kube-scheduler assumed the member on its node.
 func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
 	group := GroupOf(pod)
 	if group == "" {
-		return nil
-	}
-	if planned, ok := p.mirror.PlannedNode(pod.UID); ok {
-		if planned != node {
-			return fwk.NewStatus(fwk.Unschedulable, fmt.Sprintf("phalanx: pod is planned on %s, not %s", planned, node))
-		}
-		p.mu.Lock()
-		if p.reserved[group] == nil {
-			p.reserved[group] = map[types.UID]string{}
-		}
-		p.reserved[group][pod.UID] = node
-		p.mu.Unlock()
 		return nil
 	}
 	var reply *pb.ReserveReply
@@ -451,19 +435,6 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 	if wp := p.handle.GetWaitingPod(uid); wp == nil {
 		reason = "rejected"
 	}
-	p.mu.Lock()
-	delete(p.reserved[group], uid)
-	var others []types.UID
-	if reason == "rejected" { // its Permit wait ended without allow: the gang goes with it
-		for other := range p.reserved[group] {
-			others = append(others, other)
-		}
-		delete(p.reserved, group)
-	}
-	p.mu.Unlock()
-	for _, other := range others {
-		p.handle.RejectWaitingPod(other)
-	}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -485,36 +456,16 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 
 // -- Permit -------------------------------------------------------------------------------------
 
-// Permit is the gang barrier. For a mirrored gang plan the members wait locally, without an RPC,
-// until every planned member is reserved here; the member that completes it makes the one Permit
-// call (the service writes the placement record) and allows every waiting member.
+// Permit is the gang barrier: Wait until the service says the whole plan is reserved; the member
+// that completes it allows every waiting member.
 func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
 	group := GroupOf(pod)
 	if group == "" {
 		return nil, 0
 	}
-	var reservedUIDs []string
-	if plan := p.mirror.Plan(group); plan != nil && plan.GetGang() && plan.GetState() == "planned" {
-		p.mu.Lock()
-		mine := p.reserved[group]
-		have := 0
-		for uid, planned := range plan.GetAssignments() {
-			if mine[types.UID(uid)] == planned {
-				have++
-				reservedUIDs = append(reservedUIDs, uid) // only where this plan put them
-			}
-		}
-		if mine[pod.UID] != "" && have < len(plan.GetAssignments()) {
-			p.mu.Unlock()
-			return fwk.NewStatus(fwk.Wait, fmt.Sprintf("phalanx: podgroup %s: %d of %d members reserved", group,
-				have, len(plan.GetAssignments()))), p.args.PermitTimeout.Duration
-		}
-		p.mu.Unlock()
-	}
 	var reply *pb.PermitReply
 	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group,
-			Node: node, ReservedUids: reservedUIDs})
+		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
 		return err
 	})
 	if err != nil {
@@ -522,9 +473,6 @@ func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node
 	}
 	switch reply.GetDecision() {
 	case pb.PermitReply_ALLOW:
-		p.mu.Lock()
-		delete(p.reserved, group)
-		p.mu.Unlock()
 		for _, uid := range reply.GetAllowUids() {
 			if types.UID(uid) == pod.UID {
 				continue

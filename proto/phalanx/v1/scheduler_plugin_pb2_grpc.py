@@ -87,8 +87,7 @@ class SchedulerPluginServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Reserve(self, request, context):
-        """Reserve: kube-scheduler assumed the member on its planned node (the plugin calls it only for a
-        plan it does not mirror; otherwise Permit's reserved_uids carry the reservations).
+        """Reserve: kube-scheduler assumed the member on its planned node.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

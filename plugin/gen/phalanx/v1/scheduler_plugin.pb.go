@@ -792,9 +792,9 @@ type PermitRequest struct {
 	PodUid  string                 `protobuf:"bytes,2,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
 	Group   string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
 	Node    string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
-	// Members the plugin has reserved (assumed) on their planned nodes, this one included: they
-	// count as reserved as if each had called Reserve. The plugin tracks reservations of a plan it
-	// mirrors itself and calls Permit once, for the member that completes the gang.
+	// Optional: members the client has reserved (assumed) on their planned nodes, this one
+	// included; they count as reserved as if each had called Reserve (a client that tracks its
+	// reservations itself may call Permit once per gang, for the member that completes it).
 	ReservedUids  []string `protobuf:"bytes,5,rep,name=reserved_uids,json=reservedUids,proto3" json:"reserved_uids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache

@@ -52,8 +52,7 @@ type SchedulerPluginClient interface {
 	// PostFilter: kube-scheduler's filters rejected the planned node; which plugin and why. The
 	// service re-slots the member or releases the plan so the next cycle avoids that node.
 	ReportRejection(ctx context.Context, in *ReportRejectionRequest, opts ...grpc.CallOption) (*ReportRejectionReply, error)
-	// Reserve: kube-scheduler assumed the member on its planned node (the plugin calls it only for a
-	// plan it does not mirror; otherwise Permit's reserved_uids carry the reservations).
+	// Reserve: kube-scheduler assumed the member on its planned node.
 	Reserve(ctx context.Context, in *ReserveRequest, opts ...grpc.CallOption) (*ReserveReply, error)
 	// Unreserve: a reserved member was rejected later (Permit timeout, a failed bind, ...).
 	Unreserve(ctx context.Context, in *UnreserveRequest, opts ...grpc.CallOption) (*UnreserveReply, error)
@@ -154,8 +153,7 @@ type SchedulerPluginServer interface {
 	// PostFilter: kube-scheduler's filters rejected the planned node; which plugin and why. The
 	// service re-slots the member or releases the plan so the next cycle avoids that node.
 	ReportRejection(context.Context, *ReportRejectionRequest) (*ReportRejectionReply, error)
-	// Reserve: kube-scheduler assumed the member on its planned node (the plugin calls it only for a
-	// plan it does not mirror; otherwise Permit's reserved_uids carry the reservations).
+	// Reserve: kube-scheduler assumed the member on its planned node.
 	Reserve(context.Context, *ReserveRequest) (*ReserveReply, error)
 	// Unreserve: a reserved member was rejected later (Permit timeout, a failed bind, ...).
 	Unreserve(context.Context, *UnreserveRequest) (*UnreserveReply, error)
