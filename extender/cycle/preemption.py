@@ -83,6 +83,7 @@ class GroupPreemption:
         # these can newly break a unit
         self._intact: set[str] = set()
         self.retries: dict[str, UnitRetry] = {}  # broken unit -> next attempt
+        self._cleared: set[str] = set()  # nominated groups whose last victim the cache saw go
         # guards the maps above; the cache's thread and the cycle's both use them, and nothing
         # slow (no API write, no cycle lock) is done while holding it
         self._lock = threading.Lock()
@@ -223,6 +224,8 @@ class GroupPreemption:
 
     # -- the event stream (the cache's thread: note the work, never write or take the cycle's lock)
     def _on_cache_event(self, kind: str, event_type: str, record: Any) -> None:
+        if kind == "Pod" and (isinstance(record, str) or not record.active):
+            self._victim_gone(record if isinstance(record, str) else record.pod.uid)
         if kind == "PodGroup" and event_type == "DELETED":
             key = record if isinstance(record, str) else record.key
             with self._lock:
@@ -236,6 +239,25 @@ class GroupPreemption:
         elif kind == "Pod" and isinstance(record, PodRecord) and record.pod.group:
             if self._newly_disrupted(record):
                 self._broken.put(record.pod.group)
+
+    def _victim_gone(self, uid: str) -> None:
+        """A pod was deleted or finished: a nomination left without live victims is noted for
+        :meth:`take_cleared`. Its members were answered "waiting for preempted pods" and
+        kube-scheduler retries them on a pod event, which may reach it before the cache saw the last
+        victim go: that retry waited again and no event follows, so the cycle touches them."""
+        pods = self.cycle.cache.pods
+        with self._lock:
+            for key, nomination in self.nominations.items():
+                if uid in nomination.victims and not any(
+                        u != uid and u in pods and pods[u].active for u in nomination.victims):
+                    self._cleared.add(key)
+                    self.cycle._wake.set()
+
+    def take_cleared(self) -> set[str]:
+        """The nominated groups whose victims are all gone since the last call."""
+        with self._lock:
+            cleared, self._cleared = self._cleared, set()
+        return cleared
 
     def _newly_disrupted(self, record: PodRecord) -> bool:
         """Remember whether the pod is an intact member; True when this record is the transition

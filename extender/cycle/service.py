@@ -1161,6 +1161,7 @@ class WorkloadCycle:
                 if not woken:
                     continue
                 self._members_arrived()
+                self._victims_cleared()
                 self._touch_parked()
                 time.sleep(0.2)  # let a burst of events land first
                 self._invalidate_plans()
@@ -1205,6 +1206,14 @@ class WorkloadCycle:
                     self._expire()
                     if key not in self.plans and not self.preemption.waiting(key):
                         self._cycle(group)
+
+    def _victims_cleared(self) -> None:
+        """A nominated group's victims are all gone: touch its parked members, so kube-scheduler
+        retries them now that the freed room is known here (see GroupPreemption._victim_gone)."""
+        for key in self.preemption.take_cleared():
+            parked = self.parked.take_group(key)
+            with self._changed_lock:
+                self._nudges.extend(parked)
 
     def _touch_parked(self) -> None:
         """Touch the parked members of groups that were just planned (off the cycle's lock)."""

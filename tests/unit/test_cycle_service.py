@@ -271,6 +271,20 @@ def test_group_preemption_evicts_a_whole_all_group_and_holds_the_room(sim, cycle
     assert any(e["reason"] == "Preempted" and "podgroup default/high" in e["note"] for e in sim.events)
 
 
+def test_a_member_waiting_for_its_victims_is_touched_once_the_cache_saw_them_go(sim, cycle):
+    # kube-scheduler retries the member on the victims' deletion events; when that retry comes
+    # before phalanx's cache saw the last one go it is answered "waiting" again and no event
+    # follows: phalanx touches it once its victims are gone
+    sim.create(podgroup("low", 4, mode="all", priority=10))
+    bind_all(cycle, sim, [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)])
+    sim.create(podgroup("high", 1, priority=1000))
+    high = sim.create(pod("high-0", "high", gpu=4))
+    assert "preempting 4 pods" in next(iter(cycle.filter(high, all_nodes(sim)).unresolvable.values()))
+    wait_until(lambda: not any(p["metadata"]["name"].startswith("low") for p in sim.list("Pod")))
+    wait_until(lambda: names.ANNOTATION_RETRY in (sim.get("Pod", "default/high-0")["metadata"].get("annotations") or {}))
+    assert len(cycle.filter(sim.get("Pod", "default/high-0"), all_nodes(sim)).nodes) == 1
+
+
 def test_preemption_policy_never_and_equal_priority_do_not_preempt(sim, cycle):
     sim.create(podgroup("low", 4, priority=10))
     bind_all(cycle, sim, [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)])
