@@ -45,10 +45,14 @@ class Pki:
         return ClientCert(cert=cert, key=key)
 
     def server(self, name: str, sans: list[str]) -> ClientCert:
-        """Issue (once) a serving certificate for e.g. a webhook on 127.0.0.1 (sans: "IP:..", "DNS:..")."""
-        cert, key = self.directory / f"{name}.crt", self.directory / f"{name}.key"
+        """Issue (once) a serving certificate for e.g. a webhook on 127.0.0.1 (sans: "IP:..", "DNS:..").
+        Its files carry a ``-serving`` suffix: a component's client certificate may have the same
+        name (a kube-scheduler started as "phalanx-extender"), and one must never stand in for
+        the other."""
+        stem = f"{name}-serving"
+        cert, key = self.directory / f"{stem}.crt", self.directory / f"{stem}.key"
         if not cert.exists():
-            _issue(self.directory, name, f"/CN={name}", self.ca_cert, self.ca_key,
+            _issue(self.directory, stem, f"/CN={name}", self.ca_cert, self.ca_key,
                    [f"subjectAltName={','.join(sans)}", "extendedKeyUsage=serverAuth",
                     "keyUsage=critical,digitalSignature,keyEncipherment"])
         return ClientCert(cert=cert, key=key)
