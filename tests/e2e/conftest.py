@@ -13,7 +13,6 @@ Logs and configs live in one work directory, printed at the start; it is kept wh
 from __future__ import annotations
 
 import os
-import shutil
 import sys
 import tempfile
 import uuid
@@ -33,6 +32,7 @@ from harness import (  # noqa: E402
     create_node,
     delete_node,
     locate,
+    release_workdir,
     wait_for,
 )
 
@@ -75,11 +75,7 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     finally:
         kubelet.stop()
         plane.stop()
-        keep = request.session.testsfailed or os.environ.get("PHALANX_E2E_KEEP") == "1"
-        if keep:
-            sys.stderr.write(f"\nphalanx e2e: logs kept in {workdir}/logs\n")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        release_workdir(workdir, bool(request.session.testsfailed))
 
 
 CRDS = Path(__file__).resolve().parents[2] / "scheduler-config" / "crds"
@@ -114,10 +110,7 @@ def crd_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     finally:
         plane.fake_kubelet.stop()
         plane.stop()
-        if request.session.testsfailed or os.environ.get("PHALANX_E2E_KEEP") == "1":
-            sys.stderr.write(f"\nphalanx e2e: CRD-flavor control-plane logs kept in {workdir}/logs\n")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        release_workdir(workdir, bool(request.session.testsfailed), "phalanx e2e: CRD-flavor control plane")
 
 
 @pytest.fixture(scope="session")

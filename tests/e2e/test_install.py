@@ -18,8 +18,6 @@ from __future__ import annotations
 
 import base64
 import copy
-import os
-import shutil
 import ssl
 import sys
 import tempfile
@@ -40,6 +38,7 @@ from harness import (
     create_node,
     locate,
     podgroup_conditions,
+    release_workdir,
     statefulset,
     wait_all_bound,
     wait_for,
@@ -84,10 +83,7 @@ def plane(request):
     finally:
         kubelet.stop()
         control_plane.stop()
-        if request.session.testsfailed or os.environ.get("PHALANX_E2E_KEEP") == "1":
-            sys.stderr.write(f"\nphalanx e2e install: logs kept in {workdir}/logs\n")
-        else:
-            shutil.rmtree(workdir, ignore_errors=True)
+        release_workdir(workdir, bool(request.session.testsfailed), "phalanx e2e install")
 
 
 @pytest.fixture(scope="module")

@@ -12,7 +12,7 @@ Public surface (the conftest wires these into pytest fixtures):
 """
 
 from .binaries import Binaries, MissingBinaries, locate, read_versions
-from .controlplane import ControlPlane, Scheduler, scheduler_config
+from .controlplane import ControlPlane, Scheduler, release_workdir, scheduler_config
 from .kubelet import GPU, RACK, ZONE, FakeKubelet, create_node, delete_node, node
 from .objects import (
                       SCHEDULING_API,
@@ -33,6 +33,7 @@ from .waits import assert_none_bound, bound, placement, podgroup_conditions, pod
 __all__ = [
     "Binaries", "MissingBinaries", "locate", "read_versions", "ControlPlane", "Scheduler",
     "scheduler_config",
+    "release_workdir",
     "GPU", "RACK", "ZONE", "FakeKubelet", "create_node", "delete_node", "node",
     "SCHEDULING_API", "STATEFULSET_SCHEDULING_ANNOTATION", "create", "path", "path_of", "pod",
     "podgroup", "podgroup_template", "priority_class", "statefulset", "workload",

@@ -9,7 +9,10 @@ every port is an ephemeral free port. There are no kubelets: tests create Node o
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import ssl
+import sys
 import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
@@ -49,6 +52,15 @@ def gates_arg(gates: FeatureGates) -> str | None:
     if gates is None or isinstance(gates, str):
         return gates or None
     return ",".join(f"{k}={'true' if v else 'false'}" for k, v in sorted(gates.items())) or None
+
+
+def release_workdir(workdir: Path, failed: bool, label: str = "phalanx e2e") -> None:
+    """A finished run's work directory: kept (and said where) when tests failed or
+    ``PHALANX_E2E_KEEP=1``, else removed."""
+    if failed or os.environ.get("PHALANX_E2E_KEEP") == "1":
+        sys.stderr.write(f"\n{label}: logs kept in {workdir}/logs\n")
+    else:
+        shutil.rmtree(workdir, ignore_errors=True)
 
 
 def _insecure_get(url: str, timeout: float = 2.0) -> tuple[int, str]:
