@@ -253,6 +253,19 @@ class GroupPreemption:
                     self._cleared.add(key)
                     self.cycle._wake.set()
 
+    def clear_if_gone(self, key: str) -> None:
+        """A member of ``key`` was just parked: when the group's victims are all gone already
+        (the cache saw the last one go before the member was parked, so :meth:`_victim_gone`
+        found nobody to touch), note the group for :meth:`take_cleared` now."""
+        if key not in self.nominations:  # fast path, read without the lock
+            return
+        pods = self.cycle.cache.pods
+        with self._lock:
+            nomination = self.nominations.get(key)
+            if nomination is not None and not any(u in pods and pods[u].active for u in nomination.victims):
+                self._cleared.add(key)
+                self.cycle._wake.set()
+
     def take_cleared(self) -> set[str]:
         """The nominated groups whose victims are all gone since the last call."""
         with self._lock:

@@ -524,6 +524,7 @@ class WorkloadCycle:
     def _filter_member(self, pod: Pod, key: str, candidates: frozenset[str]) -> FilterAnswer:
         def no(reason: str) -> FilterAnswer:
             self.parked.park(key, pod.uid, pod.namespace, pod.name)
+            self.preemption.clear_if_gone(key)  # parked after its last victim went: touch it
             return FilterAnswer([], unresolvable={n: reason for n in candidates})
 
         self.parked.here(pod.uid)

@@ -285,6 +285,26 @@ def test_a_member_waiting_for_its_victims_is_touched_once_the_cache_saw_them_go(
     assert len(cycle.filter(sim.get("Pod", "default/high-0"), all_nodes(sim)).nodes) == 1
 
 
+def test_a_member_parked_after_its_last_victim_went_is_still_touched(sim, cycle):
+    # the order the test above leaves to chance, forced: the victims are gone and a requeue pass
+    # has found nobody parked to touch before the preemptor's filter call parks it
+    sim.create(podgroup("low", 4, mode="all", priority=10))
+    bind_all(cycle, sim, [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)])
+    sim.create(podgroup("high", 1, priority=1000))
+    high = sim.create(pod("high-0", "high", gpu=4))
+    park = cycle.parked.park
+
+    def late_park(group, uid, namespace, name, incomplete=False):
+        if name == "high-0":
+            wait_until(lambda: not any(r.active for r in cycle.cache.pods.values() if r.pod.group == "default/low"))
+            cycle._victims_cleared()  # the requeue thread's pass (the cycle's lock is held here)
+        park(group, uid, namespace, name, incomplete)
+
+    cycle.parked.park = late_park
+    assert "preempting 4 pods" in next(iter(cycle.filter(high, all_nodes(sim)).unresolvable.values()))
+    wait_until(lambda: names.ANNOTATION_RETRY in (sim.get("Pod", "default/high-0")["metadata"].get("annotations") or {}))
+
+
 def test_preemption_policy_never_and_equal_priority_do_not_preempt(sim, cycle):
     sim.create(podgroup("low", 4, priority=10))
     bind_all(cycle, sim, [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)])
