@@ -7,51 +7,25 @@
 # module proxy for a cold build. Build logs go to the cache dir, never into the repository.
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
-source "$HERE/versions.env"
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/k8s"
-OUT="$CACHE_ROOT/$K8S_VERSION"
+OUT="$CACHE/k8s/$K8S_VERSION"
 STAMP="$OUT/.built"
 WANT="k8s=$K8S_VERSION etcd=$ETCD_VERSION"
-BINS=(kube-apiserver kube-controller-manager kube-scheduler etcd)
 
-have_all() {
-  [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" ]] || return 1
-  local b
-  for b in "${BINS[@]}"; do [[ -x "$OUT/$b" ]] || return 1; done
-}
-
-if have_all; then
+if built "$STAMP" "$WANT" "$OUT"/{kube-apiserver,kube-controller-manager,kube-scheduler,etcd}; then
   echo "build-k8s: $WANT already built in $OUT"
   exit 0
 fi
 
-command -v go >/dev/null || { echo "build-k8s: go is not on PATH" >&2; exit 1; }
-export GOTOOLCHAIN="${GOTOOLCHAIN:-$K8S_GOTOOLCHAIN}"
-export GOFLAGS="-buildvcs=false"
-export CGO_ENABLED=0
-
-mkdir -p "$OUT"
-WORK="$OUT/.build"
-LOG="$OUT/build.log"
-rm -rf "$WORK"
+go_env
+start_build "$OUT" "$WANT"
 mkdir -p "$WORK/k8s" "$WORK/etcd"
-: >"$LOG"
-echo "build-k8s: building $WANT into $OUT (log: $LOG)"
-START=$(date +%s)
-
-fail() {
-  echo "build-k8s: FAILED: $*" >&2
-  echo "---- last 40 lines of $LOG ----" >&2
-  tail -n 40 "$LOG" >&2 || true
-  exit 1
-}
 
 # ---- Kubernetes ---------------------------------------------------------------------------
 # shellcheck source=k8s-module.sh
-source "$HERE/k8s-module.sh"
+source "$HACK/k8s-module.sh"
 k8s_module "$WORK/k8s" k8s.io/kubernetes/cmd/kube-apiserver k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kube-scheduler
 LDFLAGS="$(k8s_ldflags)"

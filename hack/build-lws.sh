@@ -10,39 +10,20 @@
 # build log goes to the cache dir, never into the repository.
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
-source "$HERE/versions.env"
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 
-OUT="${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/lws/$LWS_VERSION"
+OUT="$CACHE/lws/$LWS_VERSION"
 STAMP="$OUT/.built"
 WANT="lws=$LWS_VERSION"
 
-if [[ -f "$STAMP" && "$(cat "$STAMP")" == "$WANT" && -x "$OUT/lws-manager" ]]; then
+if built "$STAMP" "$WANT" "$OUT/lws-manager"; then
   echo "build-lws: $WANT already built in $OUT"
   exit 0
 fi
 
-command -v go >/dev/null || { echo "build-lws: go is not on PATH" >&2; exit 1; }
-export GOTOOLCHAIN="${GOTOOLCHAIN:-$K8S_GOTOOLCHAIN}"
-export GOFLAGS="-buildvcs=false"
-export CGO_ENABLED=0
-
-mkdir -p "$OUT"
-WORK="$OUT/.build"
-LOG="$OUT/build.log"
-rm -rf "$WORK"
-mkdir -p "$WORK"
-: >"$LOG"
-echo "build-lws: building $WANT into $OUT (log: $LOG)"
-START=$(date +%s)
-
-fail() {
-  echo "build-lws: FAILED: $*" >&2
-  echo "---- last 40 lines of $LOG ----" >&2
-  tail -n 40 "$LOG" >&2 || true
-  exit 1
-}
+go_env
+start_build "$OUT" "$WANT"
 
 # The manager's main package is sigs.k8s.io/lws/cmd; the module has no replace directives, but a
 # throwaway module keeps the build independent of the module's own test dependencies.

@@ -8,35 +8,12 @@
 # build. Build logs go to the cache dir, never into the repository.
 set -euo pipefail
 
-HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
-# shellcheck source=versions.env
-source "$HERE/versions.env"
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 # shellcheck source=k8s-module.sh
-source "$HERE/k8s-module.sh"
+source "$HACK/k8s-module.sh"
 
-CACHE_ROOT="${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/tools"
-
-built() {  # built DIR NAME WANT
-  [[ -f "$1/.built" && "$(cat "$1/.built")" == "$3" && -x "$1/$2" ]]
-}
-
-fail() {
-  echo "build-tools: FAILED: $*" >&2
-  echo "---- last 40 lines of $LOG ----" >&2
-  tail -n 40 "$LOG" >&2 || true
-  exit 1
-}
-
-start_build() {  # start_build DIR WANT: prepare DIR, set WORK, LOG and START
-  mkdir -p "$1"
-  WORK="$1/.build"
-  LOG="$1/build.log"
-  rm -rf "$WORK"
-  mkdir -p "$WORK"
-  : >"$LOG"
-  echo "build-tools: building $2 into $1 (log: $LOG)"
-  START=$(date +%s)
-}
+CACHE_ROOT="$CACHE/tools"
 
 finish_build() {  # finish_build DIR NAME WANT
   mv -f "$WORK/$2" "$1/$2"
@@ -45,14 +22,11 @@ finish_build() {  # finish_build DIR NAME WANT
   echo "build-tools: $3 done in $(($(date +%s) - START))s"
 }
 
-command -v go >/dev/null || { echo "build-tools: go is not on PATH" >&2; exit 1; }
-export GOTOOLCHAIN="${GOTOOLCHAIN:-$K8S_GOTOOLCHAIN}"
-export GOFLAGS="-buildvcs=false"
-export CGO_ENABLED=0
+go_env
 
 # ---- kubectl: the same throwaway module as the control plane ----------------------------------
 KUBECTL_DIR="$CACHE_ROOT/kubectl-$K8S_VERSION"
-if built "$KUBECTL_DIR" kubectl "kubectl=$K8S_VERSION"; then
+if built "$KUBECTL_DIR/.built" "kubectl=$K8S_VERSION" "$KUBECTL_DIR/kubectl"; then
   echo "build-tools: kubectl=$K8S_VERSION already built in $KUBECTL_DIR"
 else
   start_build "$KUBECTL_DIR" "kubectl=$K8S_VERSION"
@@ -67,7 +41,7 @@ fi
 
 # ---- helm: its go.mod has no replace directives, so `go install pkg@version` builds it ----------
 HELM_DIR="$CACHE_ROOT/helm-$HELM_VERSION"
-if built "$HELM_DIR" helm "helm=$HELM_VERSION"; then
+if built "$HELM_DIR/.built" "helm=$HELM_VERSION" "$HELM_DIR/helm"; then
   echo "build-tools: helm=$HELM_VERSION already built in $HELM_DIR"
 else
   start_build "$HELM_DIR" "helm=$HELM_VERSION"

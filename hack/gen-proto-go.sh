@@ -8,18 +8,16 @@
 # tests/unit/test_proto_generated.py runs this into a temporary directory and fails when the
 # committed files differ.
 set -euo pipefail
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-# shellcheck source=versions.env
-source "$ROOT/hack/versions.env"
+# shellcheck source=lib.sh
+source "$(dirname "${BASH_SOURCE[0]}")/lib.sh"
 PYTHON="${PYTHON:-$ROOT/.venv/bin/python}"
 OUT="$(mkdir -p "${1:-$ROOT/plugin}" && cd "${1:-$ROOT/plugin}" && pwd)"
-TOOLS="${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/tools"
-export GOTOOLCHAIN="${GOTOOLCHAIN:-$K8S_GOTOOLCHAIN}" GOFLAGS="-buildvcs=false"
+TOOLS="$CACHE/tools"
 
 tool() {  # tool NAME PACKAGE VERSION -> path of the built binary
   local dir="$TOOLS/$1-$3"
   if [[ ! -x "$dir/$1" ]]; then
-    command -v go >/dev/null || { echo "gen-proto-go: go is not on PATH" >&2; exit 1; }
+    go_env
     mkdir -p "$dir"
     GOBIN="$dir" go install "$2@$3" >&2
   fi

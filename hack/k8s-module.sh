@@ -1,9 +1,10 @@
-# Sourced by hack/build-k8s.sh and hack/build-tools.sh: a throwaway Go module that builds
-# commands of k8s.io/kubernetes at $K8S_VERSION.
+# Sourced after hack/lib.sh by hack/build-k8s.sh and hack/build-tools.sh: a throwaway Go module
+# that builds commands of k8s.io/kubernetes at $K8S_VERSION; and by hack/build-plugin.sh for the
+# version stamp.
 #
 # k8s.io/kubernetes replaces its staging modules with local paths, so it cannot be built with
 # `go install pkg@version`. The module requires k8s.io/kubernetes and points every staging module
-# at its published v0.X.Y release. Callers define fail() and LOG.
+# at its published v0.X.Y release. fail() is lib.sh's; callers set LOG (start_build does).
 
 # k8s_module DIR PKG...: write DIR/go.mod and DIR/tools.go importing PKG... and tidy it.
 k8s_module() {
