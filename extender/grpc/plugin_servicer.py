@@ -107,9 +107,11 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
         return self._snapshots(context)
 
     def _snapshots(self, context: grpc.ServicerContext) -> Iterator[pb.Reservations]:
-        """A full snapshot now, then one after each change (coalesced), unless it is unchanged."""
+        """A full snapshot now, then one after each change (coalesced), unless it is unchanged.
+        The first is sent even when its encoding is empty (nothing held, no change yet): the
+        plugin retries its pending members when it arrives."""
         seen = -1
-        last = b""
+        last: bytes | None = None
         while context.is_active():
             version = self.enforcement.wait_change(seen, timeout=1.0)
             if version == seen:

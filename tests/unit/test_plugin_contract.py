@@ -180,3 +180,11 @@ def test_permit_with_the_reservations_the_plugin_kept_completes_the_gang_in_one_
     assert answer.decision == pb.PermitReply.ALLOW
     assert sorted(answer.allow_uids) == sorted(uid(m) for m in members)
     assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/p")["metadata"]["annotations"]
+
+
+def test_a_new_stream_gets_a_first_snapshot_even_when_nothing_is_held_or_changed(stub):
+    """The plugin retries its pending members on the first snapshot after it (re)connects: a service
+    holding nothing (no plan, no waiting group, no change since it started: the snapshot's
+    encoding is empty) still sends it at once."""
+    snap = next(iter(stub.WatchReservations(pb.WatchReservationsRequest(version=V1), timeout=5)))
+    assert not snap.plans and not snap.waiting_groups and not snap.nodes
