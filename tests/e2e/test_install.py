@@ -7,8 +7,11 @@ and ``phalanx controller`` as processes on this host (there is no container runt
 arguments of its container in the installed Deployment and with the credentials its pod would get —
 the token of the pod's ServiceAccount (TokenRequest, as the kubelet's projected volume gets it) or,
 for phalanx beside kube-scheduler, the token Secret its container mounts — never as admin. A gang
-StatefulSet is then placed whole through them. Only what needs a pod network is changed: listen
-addresses become loopback ports, and the webhooks are called by URL instead of through their Service.
+StatefulSet is then placed whole through them, in extender mode (kube-scheduler) and in plugin mode
+(phalanx-scheduler, the locally built binary of the image phalanx-scheduler.Dockerfile builds; the
+kustomize component scheduler-config/plugin/ and ``helm upgrade --set integration=plugin``). Only
+what needs a pod network is changed: listen addresses become loopback ports, and the webhooks are
+called by URL instead of through their Service.
 
 This module starts its own control plane: the installs create cluster-wide RBAC and webhooks that
 must not leak into other modules.
@@ -18,6 +21,7 @@ from __future__ import annotations
 
 import base64
 import copy
+import os
 import ssl
 import sys
 import tempfile
@@ -52,6 +56,7 @@ from tests.pod_specs import pod_templates, shipped_problems
 
 ROOT = Path(__file__).resolve().parents[2]
 KUSTOMIZE = ROOT / "scheduler-config"
+PLUGIN_PROFILE = KUSTOMIZE / "kube-scheduler-plugin-config.yaml"  # the shipped plugin profile
 CHART = ROOT / "charts" / "phalanx"
 SA_MOUNT = "/var/run/secrets/kubernetes.io/serviceaccount"
 CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding", "CustomResourceDefinition",
@@ -63,7 +68,10 @@ SHAPES = {
     "main-tls": ["--set", "mode=main", "--set", "tls.enabled=true"],
     "crds": ["--set", "flavor=crds", "--set", "controller.replicas=3"],
     "no-controller": ["--set", "controller.enabled=false"],
+    "main-plugin": ["--set", "mode=main", "--set", "integration=plugin"],
 }
+# installed for real by the plugin-mode test (helm upgrade of the default release), rendered here
+PLUGIN = ["--set", "integration=plugin"]
 
 
 # -- fixtures ------------------------------------------------------------------------------------
@@ -121,6 +129,7 @@ class Install:
 
     objects: list[dict]
     processes: list[Component] = field(default_factory=list)
+    notes: str = ""  # what helm printed
 
     def deployment(self, container: str) -> dict:
         (dep,) = [o for o in self.objects if o["kind"] == "Deployment"
@@ -212,6 +221,35 @@ def forbidden(kube: Kube, method: str, path: str, body: Any = None) -> bool:
 
 # -- running the installed components ---------------------------------------------------------------
 
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in ``args`` (``--flag=v`` or ``--flag v``), None when absent."""
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name == flag:
+            return value if eq else args[i + 1]
+    return None
+
+
+def phalanx_plugin_args(config: dict) -> dict | None:
+    """The args of the Phalanx plugin in a KubeSchedulerConfiguration (None: no profile configures it)."""
+    for profile in config.get("profiles") or []:
+        for entry in profile.get("pluginConfig") or []:
+            if entry.get("name") == "Phalanx":
+                return entry["args"]
+    return None
+
+
+def scheduler_binary(plane: ControlPlane, scheduler_container: dict) -> str:
+    """What the scheduler container runs, found in the control plane's binary directory:
+    kube-scheduler, or phalanx-scheduler (plugin mode; hack/build-plugin.sh builds it)."""
+    binary = scheduler_container["command"][0]
+    assert binary in ("kube-scheduler", "phalanx-scheduler"), binary
+    if not os.access(plane.binaries.path(binary), os.X_OK):
+        pytest.fail(f"{binary} not built in {plane.binaries.directory}: run `bash hack/build-plugin.sh`",
+                    pytrace=False)
+    return binary
+
+
 def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
     """Start kube-scheduler, phalanx serve and phalanx controller from the installed Deployments with
     their pods' credentials; point the installed webhooks at the controller. Returns what a test checks."""
@@ -224,35 +262,46 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
     controller_sa = controller_dep["spec"]["template"]["spec"]["serviceAccountName"]
 
     check_token_mounts(rest, scheduler_dep)
+    # the scheduler's configuration: the installed ConfigMap its container mounts
+    spec = scheduler_dep["spec"]["template"]["spec"]
+    scheduler_container, serve_container = container(scheduler_dep, "kube-scheduler"), container(scheduler_dep, "phalanx")
+    binary = scheduler_binary(plane, scheduler_container)
+    config_file = next(a.split("=", 1)[1] for a in scheduler_container["command"] if a.startswith("--config="))
+    config_mount = next(m for m in scheduler_container["volumeMounts"] if config_file.startswith(m["mountPath"] + "/"))
+    config_map = next(v for v in spec["volumes"] if v["name"] == config_mount["name"])["configMap"]["name"]
+    data = rest.get(f"/api/v1/namespaces/{scheduler_ns}/configmaps/{config_map}")["data"]
+    config = yaml.safe_load(data[config_file.rsplit("/", 1)[1]])
+    http_port, health_port, grpc_port = free_port(), free_port(), free_port()
+    plugin_args = phalanx_plugin_args(config)
+    if plugin_args is None:  # extender mode: kube-scheduler calls the extender beside it on loopback
+        assert binary == "kube-scheduler"
+        extender = config["extenders"][0]
+        assert extender["urlPrefix"].startswith("http://127.0.0.1:")  # the sidecar shape: loopback
+        extender["urlPrefix"] = f"http://127.0.0.1:{http_port}/scheduler"
+        grpc_addr = "off"
+    else:  # plugin mode: phalanx-scheduler dials the gRPC endpoint of phalanx serve beside it
+        assert binary == "phalanx-scheduler" and "extenders" not in config
+        assert plugin_args["address"] == flag_value(serve_container["args"], "--grpc-addr")
+        assert plugin_args["address"].startswith("127.0.0.1:")  # no TLS: loopback only
+        grpc_addr = plugin_args["address"] = f"127.0.0.1:{grpc_port}"
+
     # phalanx serve: the token Secret its container mounts over the pod's token
     serve_token, serve_sa = mounted_token(rest, scheduler_dep, "phalanx")
     assert serve_sa != scheduler_sa  # two identities in one pod
-    http_port, health_port = free_port(), free_port()
-    serve_args = override(container(scheduler_dep, "phalanx")["args"],
+    serve_args = override(serve_container["args"],
                           kubeconfig=str(plane.token_kubeconfig(f"sa-{serve_sa}", serve_token)),
                           http_addr=f"127.0.0.1:{http_port}", health_addr=f"127.0.0.1:{health_port}",
-                          grpc_addr="off")
+                          grpc_addr=grpc_addr)
     serve = Component("phalanx-serve", [phalanx_bin, *serve_args], plane.workdir / "logs" / "phalanx-serve.log",
                       cwd=plane.workdir)
     install.processes.append(serve)
     serve.wait_ready(lambda: insecure_get(f"http://127.0.0.1:{health_port}/readyz") == 200, timeout=120)
 
-    # kube-scheduler: the installed ConfigMap, the pod's ServiceAccount token, leader election on
-    spec = scheduler_dep["spec"]["template"]["spec"]
-    config_file = next(a.split("=", 1)[1] for a in container(scheduler_dep, "kube-scheduler")["command"]
-                       if a.startswith("--config="))
-    config_mount = next(m for m in container(scheduler_dep, "kube-scheduler")["volumeMounts"]
-                        if config_file.startswith(m["mountPath"] + "/"))
-    config_map = next(v for v in spec["volumes"] if v["name"] == config_mount["name"])["configMap"]["name"]
-    data = rest.get(f"/api/v1/namespaces/{scheduler_ns}/configmaps/{config_map}")["data"]
-    config = yaml.safe_load(data[config_file.rsplit("/", 1)[1]])
-    extender = config["extenders"][0]
-    assert extender["urlPrefix"].startswith("http://127.0.0.1:")  # the sidecar shape: loopback
-    extender["urlPrefix"] = f"http://127.0.0.1:{http_port}/scheduler"
+    # kube-scheduler (or phalanx-scheduler): the pod's ServiceAccount token, leader election on
     scheduler_kubeconfig = plane.token_kubeconfig(f"sa-{scheduler_sa}",
                                                   token_request(rest, scheduler_ns, scheduler_sa))
     scheduler = plane.start_scheduler(config, kubeconfig=scheduler_kubeconfig, leader_elect=True,
-                                      name=f"kube-scheduler-{scheduler_ns}")
+                                      name=f"{binary}-{scheduler_ns}", binary=binary)
     install.processes.append(scheduler.component)
 
     # phalanx controller: the pod's ServiceAccount token, a serving certificate from the test CA
@@ -277,12 +326,22 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
         rest.put(object_path(rendered), live)
     wait_for(lambda: validation_active(rest), 30, "the installed webhooks are called by the API server")
-    return {"scheduler_name": config["profiles"][0]["schedulerName"],
+    return {"scheduler_name": config["profiles"][0]["schedulerName"], "binary": binary,
             "lease": config["leaderElection"], "controller_ns": controller_ns,
             "logs": {"phalanx serve": serve.log, "phalanx controller": controller.log,
-                     "kube-scheduler": scheduler.log},
+                     binary: scheduler.log},
             "tokens": {"phalanx serve": plane.token_kubeconfig(f"sa-{serve_sa}", serve_token),
-                       "kube-scheduler": scheduler_kubeconfig}}
+                       binary: scheduler_kubeconfig}}
+
+
+def restore_webhooks(rest, install: Install) -> None:
+    """Undo run_components' URLs in the webhooks (a test's stand-in for the pod network), so that
+    applying the manifests again merges as it would on a cluster."""
+    for rendered in install.webhook_configurations():
+        live = rest.get(object_path(rendered))
+        for hook, shipped in zip(live["webhooks"], rendered["webhooks"], strict=True):
+            hook["clientConfig"] = shipped["clientConfig"]
+        rest.put(object_path(rendered), live)
 
 
 def validation_active(rest) -> bool:
@@ -406,6 +465,70 @@ def test_kubectl_install_runs_under_its_serviceaccounts_and_places_a_gang(plane,
     check_identities(plane, running)
 
 
+def plugin_kustomization(workdir: Path) -> Path:
+    """A kustomization of a user's own, as the README shows: scheduler-config/ with the component plugin/."""
+    where = workdir / "kustomize-plugin"
+    where.mkdir(exist_ok=True)
+    relative = os.path.relpath(KUSTOMIZE, where)
+    (where / "kustomization.yaml").write_text(yaml.safe_dump({
+        "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
+        "resources": [relative], "components": [f"{relative}/plugin"]}))
+    return where
+
+
+def check_plugin_profile(config: dict, scheduler_name: str, permit_timeout: str) -> None:
+    """A plugin-mode configuration enables the shipped profile's plugins with its args, for the
+    profile ``scheduler_name``, and nothing of the extender."""
+    shipped = yaml.safe_load(PLUGIN_PROFILE.read_text())
+    (profile,), (shipped_profile,) = config["profiles"], shipped["profiles"]
+    assert profile["schedulerName"] == scheduler_name and "extenders" not in config
+    assert profile["plugins"] == shipped_profile["plugins"]
+    assert config["clientConnection"] == shipped["clientConnection"]
+    args, shipped_args = phalanx_plugin_args(config), phalanx_plugin_args(shipped)
+    assert args["permitTimeout"] == permit_timeout
+    assert {k: v for k, v in args.items() if k != "permitTimeout"} == {
+        k: v for k, v in shipped_args.items() if k != "permitTimeout"}  # address: serve's default, loopback
+
+
+def check_plugin_deployment(objects: list[dict], image: str) -> dict:
+    """The second scheduler's Deployment in plugin mode: phalanx-scheduler from ``image``, phalanx serve
+    beside it serving gRPC on loopback. Returns its configuration."""
+    (dep,) = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-scheduler")]
+    scheduler = container(dep, "kube-scheduler")
+    assert scheduler["image"] == image and scheduler["command"][0] == "phalanx-scheduler"
+    config_file = next(a.split("=", 1)[1] for a in scheduler["command"] if a.startswith("--config="))
+    volume = next(v for v in dep["spec"]["template"]["spec"]["volumes"] if "configMap" in v)
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap"
+                     and o["metadata"]["name"] == volume["configMap"]["name"]]
+    config = yaml.safe_load(config_map["data"][config_file.rsplit("/", 1)[1]])
+    assert phalanx_plugin_args(config)["address"] == flag_value(container(dep, "phalanx")["args"], "--grpc-addr")
+    return config
+
+
+@pytest.fixture
+def kustomize_plugin_install(plane, tools, kustomize_install):
+    """The kubectl install switched to plugin mode: ``kubectl apply -k`` of the kustomization with
+    the component over it."""
+    kustomize_install.stop()
+    restore_webhooks(plane.rest, kustomize_install)
+    where = plugin_kustomization(plane.workdir)
+    tools.run("kubectl", "apply", "-k", str(where))
+    install = Install(documents(tools.run("kubectl", "kustomize", str(where)).stdout))
+    yield install
+    install.stop()
+
+
+def test_kubectl_plugin_component_runs_phalanx_scheduler_and_places_a_gang(plane, kustomize_plugin_install):
+    objects = kustomize_plugin_install.objects
+    assert missing_on_server(plane.rest, objects) == []
+    assert shipped_problems(objects) == {}
+    check_plugin_profile(check_plugin_deployment(objects, "phalanx-scheduler:0.1.0"), "phalanx", "30s")
+    running = run_components(plane, kustomize_plugin_install)
+    assert running["binary"] == "phalanx-scheduler"
+    place_a_gang_through(plane, running)
+    check_identities(plane, running)
+
+
 def test_kubectl_delete_k_removes_it(plane, tools, kustomize_install):
     kustomize_install.stop()
     # the token controller deletes the token Secret with its ServiceAccount, hence --ignore-not-found
@@ -425,7 +548,7 @@ def helm_template(tools: Tools, *values: str, release: str = "phalanx", namespac
 
 
 def test_helm_lint_and_every_rendering(tools):
-    for values in [[], *SHAPES.values()]:
+    for values in [[], *SHAPES.values(), PLUGIN]:
         tools.run("helm", "lint", "--strict", str(CHART), *values)
         rendered = helm_template(tools, *values)
         assert shipped_problems(rendered) == {}, values
@@ -445,6 +568,33 @@ def test_helm_lint_and_every_rendering(tools):
     assert sorted(crds, key=lambda o: o["metadata"]["name"]) == sorted(shipped, key=lambda o: o["metadata"]["name"])
     bad = tools.run("helm", "template", "x", str(CHART), "--set", "mode=sidecar", check=False)
     assert bad.returncode != 0 and "mode" in bad.stderr
+
+
+def test_helm_plugin_mode_renderings(tools):
+    """integration=plugin: phalanx-scheduler with the shipped plugin profile beside phalanx serve
+    (mode second), or the profile for the control plane's phalanx-scheduler (mode main); plugin.args
+    and serve.barrierTimeout reach the plugin; no extender; refused with TLS (the plugin dials
+    without it) and for an unknown integration."""
+    second = helm_template(tools, *PLUGIN, "--set", "serve.barrierTimeout=20")
+    check_plugin_profile(check_plugin_deployment(second, "phalanx-scheduler:0.1.0"), "phalanx", "20s")
+    # gRPC stays on the pod's loopback: the only Service is the controller's webhooks'
+    assert [o["metadata"]["name"] for o in second if o["kind"] == "Service"] == ["phalanx-controller"]
+    main = helm_template(tools, *SHAPES["main-plugin"])
+    (config_map,) = [o for o in main if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-main-scheduler-config")]
+    main_config = yaml.safe_load(config_map["data"]["kube-scheduler-config.yaml"])
+    check_plugin_profile(main_config, "default-scheduler", "30s")
+    (daemonset,) = [o for o in main if o["kind"] == "DaemonSet"]
+    assert daemonset["spec"]["template"]["spec"]["hostNetwork"]  # the node's loopback, where phalanx-scheduler dials
+    assert phalanx_plugin_args(main_config)["address"] == flag_value(container(daemonset, "phalanx")["args"],
+                                                                     "--grpc-addr")
+    tuned = helm_template(tools, *PLUGIN, "--set", "plugin.args.rpcTimeout=3s", "--set", "plugin.image=reg/ps:1")
+    assert phalanx_plugin_args(check_plugin_deployment(tuned, "reg/ps:1"))["rpcTimeout"] == "3s"
+    tls = tools.run("helm", "template", "x", str(CHART), *PLUGIN, "--set", "tls.enabled=true", check=False)
+    assert tls.returncode != 0 and "without TLS" in tls.stderr
+    for bad, where in ((["--set", "integration=sidecar"], "/integration"),
+                       ([*PLUGIN, "--set", "plugin.args.address=127.0.0.2:1"], "/plugin/args")):
+        refused = tools.run("helm", "template", "x", str(CHART), *bad, check=False)
+        assert refused.returncode != 0 and where in refused.stderr, refused.stderr
 
 
 @pytest.fixture(scope="module")
@@ -468,17 +618,42 @@ def test_helm_install_runs_under_its_serviceaccounts_and_places_a_gang(plane, he
     check_identities(plane, running)
 
 
+@pytest.fixture
+def helm_plugin_install(plane, tools, helm_install):
+    """The Helm release switched to plugin mode: ``helm upgrade --set integration=plugin``."""
+    helm_install.stop()
+    restore_webhooks(plane.rest, helm_install)
+    upgrade = tools.run("helm", "upgrade", "phalanx", str(CHART), "-n", "phalanx", *PLUGIN)
+    install = Install(documents(tools.run("helm", "get", "manifest", "phalanx", "-n", "phalanx").stdout))
+    install.notes = upgrade.stdout
+    yield install
+    install.stop()
+
+
+def test_helm_plugin_mode_runs_phalanx_scheduler_and_places_a_gang(plane, helm_plugin_install):
+    objects = helm_plugin_install.objects
+    assert missing_on_server(plane.rest, objects) == []
+    assert "plugin mode" in helm_plugin_install.notes and "phalanx-scheduler:0.1.0" in helm_plugin_install.notes
+    check_plugin_profile(check_plugin_deployment(objects, "phalanx-scheduler:0.1.0"), "phalanx", "30s")
+    running = run_components(plane, helm_plugin_install)
+    assert running["binary"] == "phalanx-scheduler"
+    place_a_gang_through(plane, running)
+    check_identities(plane, running)
+
+
 def check_scheduler_configs(plane: ControlPlane, objects: list[dict]) -> None:
     """kube-scheduler (strict decoding) starts from every KubeSchedulerConfiguration the chart
-    renders, its client-certificate files swapped for the test CA's."""
+    renders, its client-certificate files swapped for the test CA's; phalanx-scheduler from every
+    plugin-mode one (its plugin decodes its args at start)."""
     client = plane.pki.client("chart-scheduler-client", "kube-scheduler")
     files = {"caFile": str(plane.pki.ca_cert), "certFile": str(client.cert), "keyFile": str(client.key)}
     for config_map in (o for o in objects if o["kind"] == "ConfigMap"):
         config = yaml.safe_load(config_map["data"]["kube-scheduler-config.yaml"])
-        for extender in config["extenders"]:
+        for extender in config.get("extenders", []):
             if "tlsConfig" in extender:
                 extender["tlsConfig"].update(files)
-        plane.start_scheduler(config, name=f"check-{config_map['metadata']['name']}").stop()
+        binary = "kube-scheduler" if phalanx_plugin_args(config) is None else "phalanx-scheduler"
+        plane.start_scheduler(config, name=f"check-{config_map['metadata']['name']}", binary=binary).stop()
 
 
 @pytest.mark.parametrize("shape", sorted(SHAPES))

@@ -46,6 +46,7 @@ app.kubernetes.io/component: {{ index . 1 }}
   {{- else }}
   - --http-addr=127.0.0.1:{{ .Values.serve.port }}
   {{- end }}
+  - --grpc-addr=127.0.0.1:{{ .Values.serve.grpcPort }}
   - --health-addr=0.0.0.0:{{ .Values.serve.healthPort }}
   - --barrier-timeout={{ .Values.serve.barrierTimeout }}
   - --plan-ttl={{ .Values.serve.planTTL }}
@@ -99,6 +100,76 @@ extenders:
   nodeCacheCapable: true
   ignorable: false
   managedResources: []
+{{- end -}}
+
+{{/* Plugin mode's KubeSchedulerConfiguration fields: scheduler-config/kube-scheduler-plugin-config.yaml
+(read from it, so the chart and the manifests enable the plugin at the same extension points) with
+the profile's schedulerName, and the plugin's args: address = phalanx serve's gRPC on loopback (the
+plugin dials it without TLS), permitTimeout = serve.barrierTimeout, then plugin.args over them.
+include "phalanx.pluginProfile" (list . "default-scheduler") */}}
+{{- define "phalanx.pluginProfile" -}}
+{{- $root := index . 0 }}
+{{- $file := "files/scheduler-config/kube-scheduler-plugin-config.yaml" }}
+{{- $cfg := $root.Files.Get $file | fromYaml }}
+{{- if not $cfg.profiles }}{{ fail (printf "no profiles in %s" $file) }}{{ end }}
+{{- $profile := index $cfg.profiles 0 }}
+{{- $_ := set $profile "schedulerName" (index . 1 | default "default-scheduler") }}
+{{- $found := false }}
+{{- range $profile.pluginConfig }}
+{{- if eq .name "Phalanx" }}
+{{- $found = true }}
+{{- $_ := set .args "address" (printf "127.0.0.1:%v" $root.Values.serve.grpcPort) }}
+{{- $_ := set .args "permitTimeout" (printf "%vs" $root.Values.serve.barrierTimeout) }}
+{{- $_ := mergeOverwrite .args (deepCopy $root.Values.plugin.args) }}
+{{- end }}
+{{- end }}
+{{- if not $found }}{{ fail (printf "no pluginConfig of Phalanx in %s" $file) }}{{ end }}
+{{- toYaml (pick $cfg "clientConnection" "profiles") }}
+{{- end -}}
+
+{{/* What kube-scheduler is given after apiVersion and kind: the extender or the plugin, for the
+profile named by the second argument ("": the default profile, as kube-scheduler defaults it);
+include "phalanx.schedulingConfig" (list . "phalanx") */}}
+{{- define "phalanx.schedulingConfig" -}}
+{{- $root := index . 0 }}
+{{- if eq $root.Values.integration "plugin" }}
+{{- include "phalanx.pluginProfile" . }}
+{{- else -}}
+# phalanx must see every feasible node to plan a whole group (no node sampling)
+percentageOfNodesToScore: 100
+{{- with index . 1 }}
+profiles:
+- schedulerName: {{ . }}
+{{- end }}
+{{ include "phalanx.extender" $root }}
+{{- end }}
+{{- end -}}
+
+{{/* The configuration of the second scheduler (mode "second"): leader-elected on its own Lease. */}}
+{{- define "phalanx.secondConfig" -}}
+apiVersion: kubescheduler.config.k8s.io/v1
+kind: KubeSchedulerConfiguration
+leaderElection:
+  leaderElect: true
+  resourceName: {{ include "phalanx.fullname" . }}-scheduler
+  resourceNamespace: {{ .Release.Namespace }}
+{{ include "phalanx.schedulingConfig" (list . .Values.scheduler.name) }}
+{{- end -}}
+
+{{/* The binary and image of the scheduler container: kube-scheduler, or phalanx-scheduler in plugin mode. */}}
+{{- define "phalanx.schedulerBinary" -}}
+{{ ternary "phalanx-scheduler" "kube-scheduler" (eq .Values.integration "plugin") }}
+{{- end -}}
+
+{{- define "phalanx.schedulerImage" -}}
+{{ ternary .Values.plugin.image .Values.scheduler.image (eq .Values.integration "plugin") }}
+{{- end -}}
+
+{{/* Value combinations the schema cannot say. */}}
+{{- define "phalanx.validate" -}}
+{{- if and (eq .Values.integration "plugin") .Values.tls.enabled }}
+{{- fail "integration=plugin with tls.enabled: the plugin dials phalanx serve's gRPC without TLS, so plugin mode runs phalanx beside the scheduler on loopback (tls.enabled is for integration=extender)" }}
+{{- end }}
 {{- end -}}
 
 {{/* The rules of a ClusterRole in one of scheduler-config/'s files, so the chart and the kustomize
