@@ -483,7 +483,8 @@ def check_plugin_profile(config: dict, scheduler_name: str, permit_timeout: str)
     (profile,), (shipped_profile,) = config["profiles"], shipped["profiles"]
     assert profile["schedulerName"] == scheduler_name and "extenders" not in config
     assert profile["plugins"] == shipped_profile["plugins"]
-    assert config["clientConnection"] == shipped["clientConnection"]
+    # mode main also names the control plane's kubeconfig there (checked where it is rendered)
+    assert {k: v for k, v in config["clientConnection"].items() if k != "kubeconfig"} == shipped["clientConnection"]
     args, shipped_args = phalanx_plugin_args(config), phalanx_plugin_args(shipped)
     assert args["permitTimeout"] == permit_timeout
     assert {k: v for k, v in args.items() if k != "permitTimeout"} == {
@@ -583,6 +584,13 @@ def test_helm_plugin_mode_renderings(tools):
     (config_map,) = [o for o in main if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-main-scheduler-config")]
     main_config = yaml.safe_load(config_map["data"]["kube-scheduler-config.yaml"])
     check_plugin_profile(main_config, "default-scheduler", "30s")
+    # kube-scheduler ignores --kubeconfig with --config: the rendered file names it, in both integrations
+    for shape in ("main", "main-plugin"):
+        (cm,) = [o for o in helm_template(tools, *SHAPES[shape], "--set", "main.kubeconfig=/etc/k/s.conf")
+                 if o["kind"] == "ConfigMap" and o["metadata"]["name"].endswith("-main-scheduler-config")]
+        rendered = yaml.safe_load(cm["data"]["kube-scheduler-config.yaml"])
+        assert rendered["clientConnection"]["kubeconfig"] == "/etc/k/s.conf", shape
+    assert main_config["clientConnection"] == {"kubeconfig": "/etc/kubernetes/scheduler.conf", "qps": 500, "burst": 1000}
     (daemonset,) = [o for o in main if o["kind"] == "DaemonSet"]
     assert daemonset["spec"]["template"]["spec"]["hostNetwork"]  # the node's loopback, where phalanx-scheduler dials
     assert phalanx_plugin_args(main_config)["address"] == flag_value(container(daemonset, "phalanx")["args"],
