@@ -17,7 +17,10 @@ maps the plugin's extension points onto it, keeping the cycle's plan state machi
 - **permit**: the barrier. Once every planned member is reserved (or bound), the placement record
   is written on the PodGroup (synchronously, before any member binds), the plan goes ``binding``
   then ``bound`` (kube-scheduler binds; the plan keeps its capacity until the cache shows the
-  bindings) and every reserved member is allowed. A Basic group's member is allowed at once.
+  bindings) and every reserved member is allowed. The plugin makes these calls beside its
+  scheduling loop, so they may overlap: a member asking while the record is being written is
+  answered "wait" (the completing call's reply allows it). A Basic group's member is allowed at
+  once.
 - **snapshot** (the reservations stream): every held plan, the capacity held per node for members
   neither reserved (kube-scheduler's cache counts those as assumed) nor bound, preemption
   nominations, and the gang groups still waiting for members.
@@ -173,7 +176,8 @@ class PluginEnforcement:
             plan.arrived.add(uid)
             # no expiry while members wait at Permit (they are rejected at the barrier timeout)
             plan.deadline = max(plan.deadline, cycle.clock() + cycle.barrier_timeout + 5.0)
-            cycle._generation += 1
+            # no generation bump: what a solve of another group sees (the plan's capacity for its
+            # members not bound) does not change when one arrives, so solves in flight stay valid
         self.changed()
         return True, ""
 
@@ -184,8 +188,7 @@ class PluginEnforcement:
             plan = cycle.plans.get(group)
             if plan is None or uid not in plan.assignments:
                 return []
-            plan.arrived.discard(uid)
-            cycle._generation += 1
+            plan.arrived.discard(uid)  # the plan's capacity is unchanged (see reserve)
             if not plan.gang or plan.state is not PlanState.PLANNED or reason != "rejected":
                 self.changed()
                 return []
@@ -207,7 +210,6 @@ class PluginEnforcement:
                 return PermitAnswer("reject", f"phalanx: podgroup {group} holds no plan for pod {uid}; re-planning")
             if reserved and plan.state is PlanState.PLANNED:
                 plan.arrived.update(u for u in reserved if u in plan.assignments)
-                cycle._generation += 1
             if not plan.gang:
                 if plan.state is PlanState.PLANNED:
                     cycle._transition(plan, PlanState.BINDING)
@@ -215,8 +217,11 @@ class PluginEnforcement:
                 if all(u in plan.bound or cycle._bound_node(u) for u in plan.assignments):
                     cycle._transition(plan, PlanState.BOUND)
                 return PermitAnswer("allow", allow=(uid,))
-            if plan.state in (PlanState.BINDING, PlanState.BOUND):
+            if plan.state is PlanState.BOUND:
                 return PermitAnswer("allow", allow=(uid,))
+            if plan.state is PlanState.BINDING:  # the completing member's call is writing the record
+                return PermitAnswer("wait", f"phalanx: podgroup {group}: writing the placement record",
+                                    wait_seconds=cycle.barrier_timeout)
             if not cycle._complete(plan):
                 have = sum(1 for u in plan.assignments if u in plan.arrived or cycle._bound_node(u))
                 return PermitAnswer("wait", f"phalanx: podgroup {group}: {have} of {len(plan.assignments)} "

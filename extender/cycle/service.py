@@ -312,7 +312,10 @@ class WorkloadCycle:
             return False
         key = plan.group
         plan.state = to
-        self._generation += 1
+        if came not in HOLDING or to not in HOLDING:
+            # a plan made or dropped changes what other groups' solves see; planned -> binding ->
+            # bound holds the same capacity on the same nodes, so a solve in flight stays valid
+            self._generation += 1
         self.metrics.transitions.labels(to=to.value).inc()
         if to is PlanState.PLANNED:
             self.plans[key] = plan
@@ -348,11 +351,15 @@ class WorkloadCycle:
         self._arrival.notify_all()
         return True
 
-    def _forget(self, plan: Plan) -> None:
-        """A plan whose bindings the cache shows holds nothing: drop it (no state change)."""
+    def _forget(self, plan: Plan, all_bound: bool = False) -> None:
+        """A plan whose bindings the cache shows holds nothing: drop it (no state change).
+        ``all_bound``: the cache shows every member bound, so the plan held nothing any more and
+        what other groups' solves see is unchanged (no generation bump: a solve in flight stays
+        valid)."""
         if self.plans.get(plan.group) is plan:
             del self.plans[plan.group]
-            self._generation += 1
+            if not all_bound:
+                self._generation += 1
             self.metrics.plans.set(len(self.plans))
 
     def check_timers(self) -> None:
@@ -373,7 +380,7 @@ class WorkloadCycle:
                     plan.state is PlanState.BOUND and plan.deadline < now):
                 # a plan is kept until the cache shows its bindings (a Basic group's member by
                 # member), so its capacity is never counted free twice
-                self._forget(plan)
+                self._forget(plan, all_bound=done)
             elif plan.deadline < now and (plan.state is PlanState.PLANNED or (
                     plan.state is PlanState.BINDING and not plan.gang)):
                 self._transition(plan, PlanState.EXPIRED, replans.EXPIRED,

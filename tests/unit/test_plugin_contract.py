@@ -4,6 +4,8 @@ plugin calls it (PreFilter -> PlanForPod, Reserve, Permit, Unreserve, PostFilter
 ReportRejection, the reservations stream)."""
 
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import grpc
 import pytest
@@ -188,3 +190,53 @@ def test_a_new_stream_gets_a_first_snapshot_even_when_nothing_is_held_or_changed
     encoding is empty) still sends it at once."""
     snap = next(iter(stub.WatchReservations(pb.WatchReservationsRequest(version=V1), timeout=5)))
     assert not snap.plans and not snap.waiting_groups and not snap.nodes
+
+
+def test_a_permit_call_overlapping_the_record_write_waits_and_the_completing_reply_allows_it(sim, cycle, stub):
+    """The plugin makes Permit calls beside its scheduling loop, so a member's call may arrive while
+    the completing member's call is writing the placement record: it is answered WAIT (never
+    ALLOW before the record exists), and the completing reply allows it."""
+    members = gang(sim, "o", 2)
+    reply = plan_for(stub, members[0])
+    for m in members:
+        assert stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(m), group="default/o",
+                                              node=reply.plan.assignments[uid(m)])).ok
+    writing, release = threading.Event(), threading.Event()
+    annotate = cycle.writer.annotate_podgroup
+
+    def slow_annotate(*args, **kwargs):
+        writing.set()
+        assert release.wait(SAFETY_NET)
+        return annotate(*args, **kwargs)
+
+    cycle.writer.annotate_podgroup = slow_annotate
+    with ThreadPoolExecutor(1) as pool:
+        completing = pool.submit(stub.Permit, pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/o"))
+        assert writing.wait(SAFETY_NET)
+        overlapping = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[1]), group="default/o"))
+        assert overlapping.decision == pb.PermitReply.WAIT and "placement record" in overlapping.reason
+        release.set()
+        answer = completing.result(SAFETY_NET)
+    assert answer.decision == pb.PermitReply.ALLOW
+    assert sorted(answer.allow_uids) == sorted(uid(m) for m in members)
+    assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/o")["metadata"]["annotations"]
+
+
+def test_members_arriving_and_a_gang_binding_leave_other_groups_solves_valid(sim, cycle, stub):
+    """A solve runs off the cycle's lock and is redone when the plan generation moved meanwhile.
+    A member reserved, a gang going binding then bound, and a bound plan forgotten once the cache
+    shows every binding change nothing another group's solve sees: no generation bump (each
+    would make a solve in flight start over)."""
+    members = gang(sim, "s", 2)
+    reply = plan_for(stub, members[0])
+    before = cycle._generation
+    for m in members:
+        node = reply.plan.assignments[uid(m)]
+        assert stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(m), group="default/s", node=node)).ok
+        stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(m), group="default/s", node=node))
+    assert cycle.plan_of("default/s").state.value == "bound"
+    for m in members:
+        sim.bind(m["metadata"]["namespace"], m["metadata"]["name"], uid(m), reply.plan.assignments[uid(m)])
+    cycle.check_timers()
+    assert cycle.plan_of("default/s") is None
+    assert cycle._generation == before

@@ -18,6 +18,11 @@ type Args struct {
 	// Deadline of PlanForPod (it may run a workload cycle). Past it the member is answered
 	// "plan pending" and retried when the plan appears on the reservations stream. Default 5s.
 	PlanTimeout metav1.Duration `json:"planTimeout,omitempty"`
+	// How long PreFilter waits for a PlanForPod reply before it answers the member "being
+	// planned" (the scheduling loop goes on; the group's members are moved back to the active
+	// queue when the reply lands). Quick answers (a plan already held, "waiting for members")
+	// come inside it; a solve usually does not. Default 100ms.
+	PlanWait metav1.Duration `json:"planWait,omitempty"`
 	// Longest a gang member waits at Permit for the rest of its gang; then the whole gang is
 	// rejected (phalanx serve's --barrier-timeout, 30s by default, should match). Default 30s.
 	PermitTimeout metav1.Duration `json:"permitTimeout,omitempty"`
@@ -39,13 +44,14 @@ func (a Args) Defaulted() (Args, error) {
 	}
 	def(&a.RPCTimeout, 2*time.Second)
 	def(&a.PlanTimeout, 5*time.Second)
+	def(&a.PlanWait, 100*time.Millisecond)
 	def(&a.PermitTimeout, 30*time.Second)
 	def(&a.BreakerCooldown, 5*time.Second)
 	if a.BreakerFailures == 0 {
 		a.BreakerFailures = 3
 	}
 	for name, d := range map[string]time.Duration{"rpcTimeout": a.RPCTimeout.Duration,
-		"planTimeout": a.PlanTimeout.Duration, "permitTimeout": a.PermitTimeout.Duration,
+		"planTimeout": a.PlanTimeout.Duration, "planWait": a.PlanWait.Duration, "permitTimeout": a.PermitTimeout.Duration,
 		"breakerCooldown": a.BreakerCooldown.Duration} {
 		if d < 0 {
 			return a, fmt.Errorf("phalanx plugin args: %s must not be negative, got %s", name, d)

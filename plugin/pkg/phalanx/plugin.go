@@ -5,7 +5,10 @@
 //   - PreEnqueue: a gang member whose group is missing members stays out of the active queue.
 //   - PreFilter: a member's planned node, from the local mirror of the service's plans or one
 //     PlanForPod call per group cycle, as the PreFilterResult: kube-scheduler's own filters check
-//     exactly that node. Plain pods: nothing to do unless some node holds reserved capacity.
+//     exactly that node. The call runs beside the scheduling loop: a reply later than planWait
+//     (a solve) answers the member "being planned", and the group's members are moved back to
+//     the active queue when it lands. Plain pods: nothing to do unless some node holds reserved
+//     capacity.
 //   - Filter: plain pods are kept off capacity reserved for plans (from the mirror, no RPC).
 //   - PostFilter: the planned node was rejected: which plugin, and why, goes to the service,
 //     which re-slots or re-plans with that knowledge. Gang members get no per-pod preemption.
@@ -13,8 +16,10 @@
 //   - Reserve / Unreserve: the service's plan follows kube-scheduler's assumed pods.
 //   - Permit: the gang barrier in process. A member waits (the framework's waiting pods; no
 //     thread, no connection held) until the service says every planned member is reserved and the
-//     placement record is written; then every waiting member is allowed. When one member's wait
-//     times out or fails, the rest are rejected with it: a gang never binds partially.
+//     placement record is written; then every waiting member is allowed. The Permit call runs
+//     beside the scheduling loop (the member that completes the gang waits for the record
+//     write, the loop does not). When one member's wait times out or fails, the rest are
+//     rejected with it: a gang never binds partially.
 //
 // Failure modes: every RPC has a deadline and goes through a circuit breaker, so an unreachable
 // service costs the scheduling loop at most one deadline per cooldown; members then wait
@@ -71,8 +76,23 @@ type Plugin struct {
 	breaker *Breaker
 	mirror  *Mirror
 	logger  klog.Logger
+	ctx     context.Context // the plugin's lifetime: calls made beside the scheduling loop
 	closeFn func()
 	wg      sync.WaitGroup
+
+	mu       sync.Mutex
+	planning map[string]*planCall // group -> its PlanForPod call in flight
+}
+
+// planCall is one PlanForPod call for a group, shared by the members that reach PreFilter while
+// it runs. late: the members answered "being planned" (moved back to the active queue when the
+// reply lands); done is closed once reply/err are set.
+type planCall struct {
+	done    chan struct{}
+	reply   *pb.PlanForPodReply
+	err     error
+	late    map[types.UID]*v1.Pod
+	waiting map[types.UID]bool // members in PreFilter waiting for the reply (they take it)
 }
 
 var (
@@ -112,7 +132,8 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 func NewWithClient(ctx context.Context, args Args, h Handle, pods corelisters.PodLister,
 	client pb.SchedulerPluginClient) *Plugin {
 	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(),
-		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx)}
+		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx),
+		ctx: ctx, planning: map[string]*planCall{}}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -242,36 +263,104 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	if err != nil {
 		return nil, fwk.AsStatus(fmt.Errorf("phalanx: encoding pod: %w", err))
 	}
-	var reply *pb.PlanForPodReply
-	err = p.unary(ctx, p.args.PlanTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.PlanForPod(ctx, &pb.PlanForPodRequest{Version: version, PodJson: podJSON})
-		return err
-	})
-	if err != nil {
-		return nil, unreachable(group, err)
+	call := p.planFor(group, pod.UID, podJSON)
+	timer := time.NewTimer(p.args.PlanWait.Duration)
+	defer timer.Stop()
+	select {
+	case <-call.done:
+	case <-timer.C:
+		p.mu.Lock()
+		select {
+		case <-call.done: // landed meanwhile
+		default:
+			delete(call.waiting, pod.UID)
+			call.late[pod.UID] = pod
+			p.mu.Unlock()
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("phalanx: podgroup %s is being planned by phalanx serve", group))
+		}
+		p.mu.Unlock()
 	}
+	if call.err != nil {
+		return nil, unreachable(group, call.err)
+	}
+	reply := call.reply
 	switch reply.GetVerdict() {
 	case pb.PlanForPodReply_PLANNED:
-		p.mirror.PutPlan(reply.GetPlan())
-		// the other members were answered "wait" before this plan existed: move them to the active
-		// queue now (off the scheduling loop), not after their backoff or the next snapshot
-		p.wg.Add(1)
-		go func() {
-			defer p.wg.Done()
-			p.activate([]string{group}, pod.UID)
-		}()
-		state.Write(stateKey, &podState{group: group, node: reply.GetNode()})
-		return &fwk.PreFilterResult{NodeNames: sets.New(reply.GetNode())}, nil
+		node, ok := p.mirror.PlannedNode(pod.UID)
+		if !ok { // a call another member made planned without this one (or the plan is gone)
+			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+				fmt.Sprintf("phalanx: podgroup %s holds no plan for this pod; re-planning", group))
+		}
+		state.Write(stateKey, &podState{group: group, node: node})
+		return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
 	case pb.PlanForPodReply_NOT_A_MEMBER:
 		return nil, fwk.NewStatus(fwk.Skip)
 	default:
-		if reply.GetMembersMissing() {
-			p.mirror.MembersMissing(group)
-		}
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reply.GetReason())
 	}
 }
 
+// planFor is the group's PlanForPod call in flight, or a new one for pod. The call runs beside
+// the scheduling loop under planTimeout; when it lands, a plan goes into the mirror and the
+// group's pending members that did not take the reply (answered "being planned", or answered
+// "wait for members" before the plan existed) are moved back to the active queue; a late "wait"
+// moves back only the members it left answered "being planned", so they show the real reason.
+// An open breaker makes no call: the result is its error at once.
+func (p *Plugin) planFor(group string, uid types.UID, podJSON []byte) *planCall {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if call := p.planning[group]; call != nil {
+		call.waiting[uid] = true
+		return call
+	}
+	call := &planCall{done: make(chan struct{}), late: map[types.UID]*v1.Pod{}, waiting: map[types.UID]bool{uid: true}}
+	if err := p.breaker.Allow(); err != nil {
+		call.err = err
+		close(call.done)
+		return call
+	}
+	p.planning[group] = call
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		ctx, cancel := context.WithTimeout(p.ctx, p.args.PlanTimeout.Duration)
+		reply, err := p.client.PlanForPod(ctx, &pb.PlanForPodRequest{Version: version, PodJson: podJSON})
+		cancel()
+		p.breaker.Record(err)
+		planned := err == nil && reply.GetVerdict() == pb.PlanForPodReply_PLANNED
+		if planned {
+			p.mirror.PutPlan(reply.GetPlan())
+		} else if err == nil && reply.GetMembersMissing() {
+			p.mirror.MembersMissing(group)
+		}
+		p.mu.Lock()
+		call.reply, call.err = reply, err
+		close(call.done)
+		delete(p.planning, group)
+		late := make(map[string]*v1.Pod, len(call.late))
+		for _, m := range call.late {
+			late[m.Namespace+"/"+m.Name] = m
+		}
+		taken := call.waiting // they take the reply themselves: not moved
+		p.mu.Unlock()
+		if planned {
+			p.activate([]string{group}, func(uid types.UID) bool { return taken[uid] })
+		} else if len(late) > 0 {
+			p.handle.Activate(p.logger, late)
+		}
+		if len(late) > 0 {
+			// a member answered "being planned" may still be on its way into the queue (its
+			// activation would then wait out its backoff): once more, after a moment
+			select {
+			case <-p.ctx.Done():
+			case <-time.After(p.args.PlanWait.Duration):
+				p.activatePending(late)
+			}
+		}
+	}()
+	return call
+}
 func unreachable(group string, err error) *fwk.Status {
 	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 		fmt.Sprintf("phalanx: podgroup %s waits: phalanx serve did not answer: %v", group, err))
@@ -456,41 +545,76 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 
 // -- Permit -------------------------------------------------------------------------------------
 
-// Permit is the gang barrier: Wait until the service says the whole plan is reserved; the member
-// that completes it allows every waiting member.
-func (p *Plugin) Permit(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
+// Permit is the gang barrier: every member Waits; its Permit call runs beside the scheduling loop,
+// and the reply of the member that completes the gang (after the service wrote the placement
+// record) allows every waiting member.
+func (p *Plugin) Permit(_ context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
 	group := GroupOf(pod)
 	if group == "" {
 		return nil, 0
 	}
+	if p.breaker.Open() {
+		return unreachable(group, ErrOpen), 0
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.permit(pod, group, node)
+	}()
+	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("phalanx: podgroup %s: waiting for its gang", group)),
+		p.args.PermitTimeout.Duration
+}
+
+// permit makes the member's Permit call and applies the decision to the waiting pods.
+func (p *Plugin) permit(pod *v1.Pod, group, node string) {
 	var reply *pb.PermitReply
-	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+	err := p.unary(p.ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
 		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
 		return err
 	})
 	if err != nil {
-		return unreachable(group, err), 0
+		if wp := p.waitingPod(pod.UID); wp != nil {
+			wp.Reject(Name, unreachable(group, err).Message())
+		}
+		return
 	}
 	switch reply.GetDecision() {
 	case pb.PermitReply_ALLOW:
-		for _, uid := range reply.GetAllowUids() {
-			if types.UID(uid) == pod.UID {
-				continue
-			}
+		var late []types.UID // not registered yet (this member's own, usually): looked for below
+		for uid := range sets.New(reply.GetAllowUids()...).Insert(string(pod.UID)) {
 			if wp := p.handle.GetWaitingPod(types.UID(uid)); wp != nil {
+				wp.Allow(Name)
+			} else {
+				late = append(late, types.UID(uid))
+			}
+		}
+		for _, uid := range late {
+			if wp := p.waitingPod(uid); wp != nil {
 				wp.Allow(Name)
 			}
 		}
-		return nil, 0
-	case pb.PermitReply_WAIT:
-		wait := p.args.PermitTimeout.Duration
-		if s := time.Duration(reply.GetWaitSeconds() * float64(time.Second)); s > 0 && s < wait {
-			wait = s
-		}
-		return fwk.NewStatus(fwk.Wait, reply.GetReason()), wait
+	case pb.PermitReply_WAIT: // the member that completes the gang allows this one
 	default:
 		p.mirror.DropPlan(group)
-		return fwk.NewStatus(fwk.Unschedulable, reply.GetReason()), 0
+		if wp := p.waitingPod(pod.UID); wp != nil {
+			wp.Reject(Name, reply.GetReason())
+		}
+	}
+}
+
+// waitingPod is the member's waiting pod. The framework registers it right after Permit returned,
+// which a reply can beat: it is looked for a little while (rpcTimeout); nil when it never shows
+// (the member is gone, or was rejected meanwhile).
+func (p *Plugin) waitingPod(uid types.UID) fwk.WaitingPod {
+	deadline := time.Now().Add(p.args.RPCTimeout.Duration)
+	for {
+		if wp := p.handle.GetWaitingPod(uid); wp != nil {
+			return wp
+		}
+		if time.Now().After(deadline) || p.ctx.Err() != nil {
+			return nil
+		}
+		time.Sleep(time.Millisecond)
 	}
 }
 
@@ -532,14 +656,14 @@ func (p *Plugin) watchOnce(ctx context.Context) error {
 			p.activateAll()
 			first = false
 		} else if len(progress) > 0 {
-			p.activate(progress, "")
+			p.activate(progress, nil)
 		}
 	}
 }
 
-// activate moves the pending members of the groups (but “except“) back to the active queue.
-// (The scheduler's pod informer has no namespace index: one pass over its pods.)
-func (p *Plugin) activate(groups []string, except types.UID) {
+// activate moves the pending members of the groups (but those “skip“ names) back to the active
+// queue. (The scheduler's pod informer has no namespace index: one pass over its pods.)
+func (p *Plugin) activate(groups []string, skip func(types.UID) bool) {
 	if p.pods == nil {
 		return
 	}
@@ -550,12 +674,29 @@ func (p *Plugin) activate(groups []string, except types.UID) {
 	}
 	pods := map[string]*v1.Pod{}
 	for _, pod := range list {
-		if pod.Spec.NodeName == "" && pod.UID != except && want.Has(GroupOf(pod)) {
+		if pod.Spec.NodeName == "" && want.Has(GroupOf(pod)) && (skip == nil || !skip(pod.UID)) {
 			pods[pod.Namespace+"/"+pod.Name] = pod
 		}
 	}
 	if len(pods) > 0 {
 		p.handle.Activate(p.logger, pods)
+	}
+}
+
+// activatePending moves those of the pods still pending (per the scheduler's informer) back to
+// the active queue.
+func (p *Plugin) activatePending(pods map[string]*v1.Pod) {
+	if p.pods == nil {
+		return
+	}
+	still := map[string]*v1.Pod{}
+	for key, pod := range pods {
+		if cur, err := p.pods.Pods(pod.Namespace).Get(pod.Name); err == nil && cur.UID == pod.UID && cur.Spec.NodeName == "" {
+			still[key] = cur
+		}
+	}
+	if len(still) > 0 {
+		p.handle.Activate(p.logger, still)
 	}
 }
 

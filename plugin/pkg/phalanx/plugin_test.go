@@ -37,6 +37,7 @@ type fakeService struct {
 	rejection *pb.ReportRejectionRequest
 	snapshots chan *pb.Reservations
 	lastPod   map[string]any
+	planGate  chan struct{} // when set, PlanForPod answers once it is closed (a solve)
 }
 
 func newFakeService() *fakeService {
@@ -57,6 +58,9 @@ func (f *fakeService) Calls(name string) int {
 
 func (f *fakeService) PlanForPod(_ context.Context, r *pb.PlanForPodRequest) (*pb.PlanForPodReply, error) {
 	f.count("PlanForPod")
+	if f.planGate != nil {
+		<-f.planGate
+	}
 	var pod map[string]any
 	_ = json.Unmarshal(r.GetPodJson(), &pod)
 	f.mu.Lock()
@@ -86,8 +90,8 @@ func (f *fakeService) Unreserve(context.Context, *pb.UnreserveRequest) (*pb.Unre
 func (f *fakeService) Permit(_ context.Context, r *pb.PermitRequest) (*pb.PermitReply, error) {
 	f.count("Permit")
 	f.mu.Lock()
+	defer f.mu.Unlock()
 	f.permitReq = r
-	f.mu.Unlock()
 	return f.permit, nil
 }
 
@@ -113,14 +117,30 @@ type fakeHandle struct {
 }
 
 type fakeWaitingPod struct {
-	pod     *v1.Pod
-	allowed []string
+	mu       sync.Mutex
+	pod      *v1.Pod
+	allowed  []string
+	rejected string
 }
 
 func (w *fakeWaitingPod) GetPod() *v1.Pod             { return w.pod }
 func (w *fakeWaitingPod) GetPendingPlugins() []string { return []string{Name} }
-func (w *fakeWaitingPod) Allow(plugin string)         { w.allowed = append(w.allowed, plugin) }
-func (w *fakeWaitingPod) Reject(string, string) bool  { return true }
+func (w *fakeWaitingPod) Allow(plugin string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.allowed = append(w.allowed, plugin)
+}
+func (w *fakeWaitingPod) Allowed() []string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return append([]string(nil), w.allowed...)
+}
+func (w *fakeWaitingPod) Reject(_ string, msg string) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.rejected = msg
+	return true
+}
 func (w *fakeWaitingPod) Preempt(string, string) bool { return true }
 func (h *fakeHandle) GetWaitingPod(uid types.UID) fwk.WaitingPod {
 	h.mu.Lock()
@@ -129,6 +149,18 @@ func (h *fakeHandle) GetWaitingPod(uid types.UID) fwk.WaitingPod {
 		return w
 	}
 	return nil
+}
+func (h *fakeHandle) wait(pod *v1.Pod) *fakeWaitingPod {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	w := &fakeWaitingPod{pod: pod}
+	h.waiting[pod.UID] = w
+	return w
+}
+func (h *fakeHandle) Activated() []string {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return append([]string(nil), h.activated...)
 }
 func (h *fakeHandle) RejectWaitingPod(uid types.UID) bool {
 	h.mu.Lock()
@@ -152,7 +184,15 @@ type rig struct {
 	server *grpc.Server
 }
 
+// rigPlanWait is the rig's planWait: past planTimeout, so PreFilter takes every reply itself
+// unless a test sets a shorter one.
+const rigPlanWait = time.Second
+
 func newRig(t testing.TB, serve bool, pods ...*v1.Pod) *rig {
+	return newRigWait(t, serve, rigPlanWait, pods...)
+}
+
+func newRigWait(t testing.TB, serve bool, planWait time.Duration, pods ...*v1.Pod) *rig {
 	t.Helper()
 	listener := bufconn.Listen(1 << 20)
 	svc := newFakeService()
@@ -167,7 +207,8 @@ func newRig(t testing.TB, serve bool, pods ...*v1.Pod) *rig {
 		t.Fatal(err)
 	}
 	args, _ := Args{RPCTimeout: metav1.Duration{Duration: 200 * time.Millisecond},
-		PlanTimeout: metav1.Duration{Duration: 200 * time.Millisecond}, BreakerCooldown: metav1.Duration{Duration: time.Hour}}.Defaulted()
+		PlanTimeout: metav1.Duration{Duration: 200 * time.Millisecond}, BreakerCooldown: metav1.Duration{Duration: time.Hour},
+		PlanWait: metav1.Duration{Duration: planWait}}.Defaulted()
 	ctx, cancel := context.WithCancel(context.Background())
 	h := &fakeHandle{waiting: map[types.UID]*fakeWaitingPod{}}
 	indexer := cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc})
@@ -309,26 +350,76 @@ func TestPlainPodsSkipThePluginUntilCapacityIsReservedThenKeepOffIt(t *testing.T
 	}
 }
 
-func TestPermitWaitsThenTheCompletingMemberAllowsEveryWaitingMember(t *testing.T) {
+func TestPermitWaitsThenTheCompletingMembersReplyAllowsEveryWaitingMember(t *testing.T) {
 	r := newRig(t, true)
 	a, b := member("a", "g"), member("b", "g")
 	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
 	st, wait := r.plugin.Permit(context.Background(), nil, a, "n1")
-	if st.Code() != fwk.Wait || wait != 30*time.Second {
+	if st.Code() != fwk.Wait || wait != r.plugin.args.PermitTimeout.Duration {
 		t.Fatalf("first member: %v %v", st, wait)
 	}
-	waiting := &fakeWaitingPod{pod: a}
-	r.handle.waiting[a.UID] = waiting
+	waitingA := r.handle.wait(a)
+	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+	if got := waitingA.Allowed(); len(got) != 0 {
+		t.Fatalf("a was allowed on a wait reply: %v", got)
+	}
+	r.svc.mu.Lock()
 	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_ALLOW, AllowUids: []string{"uid-a", "uid-b"}}
-	if st, _ := r.plugin.Permit(context.Background(), nil, b, "n2"); !st.IsSuccess() {
+	r.svc.mu.Unlock()
+	// the completing member waits too (the scheduling loop does not wait for the record write);
+	// its waiting pod is registered after Permit returned, as the framework does
+	if st, _ := r.plugin.Permit(context.Background(), nil, b, "n2"); st.Code() != fwk.Wait {
 		t.Fatalf("completing member: %v", st)
 	}
-	if len(waiting.allowed) != 1 || waiting.allowed[0] != Name {
-		t.Fatalf("waiting member allowed by %v", waiting.allowed)
+	waitingB := r.handle.wait(b)
+	waitFor(t, "both allowed", func() bool { return len(waitingA.Allowed()) == 1 && len(waitingB.Allowed()) == 1 })
+	if waitingA.Allowed()[0] != Name || waitingB.Allowed()[0] != Name {
+		t.Fatalf("allowed by %v, %v", waitingA.Allowed(), waitingB.Allowed())
 	}
 	st, _ = r.plugin.Permit(context.Background(), nil, plain("p"), "n1")
 	if !st.IsSuccess() || r.svc.Calls("Permit") != 2 {
 		t.Fatalf("plain pods are permitted without a call: %v, %d calls", st, r.svc.Calls("Permit"))
+	}
+}
+
+func TestPermitRejectedByTheServiceRejectsTheWaitingMember(t *testing.T) {
+	r := newRig(t, true)
+	a := member("a", "g")
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_REJECT, Reason: "phalanx: podgroup ns/g holds no plan"}
+	if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
+		t.Fatalf("got %v", st)
+	}
+	waiting := r.handle.wait(a)
+	waitFor(t, "the rejection", func() bool {
+		waiting.mu.Lock()
+		defer waiting.mu.Unlock()
+		return strings.Contains(waiting.rejected, "holds no plan")
+	})
+}
+
+func TestPreFilterPastPlanWaitAnswersBeingPlannedAndActivatesTheGroupWhenThePlanLands(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRigWait(t, true, 20*time.Millisecond, a, b)
+	r.svc.planGate = make(chan struct{})
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	for _, m := range []*v1.Pod{a, b} {
+		_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), m, nil)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "being planned") {
+			t.Fatalf("member %s while the solve runs: %v", m.Name, st)
+		}
+	}
+	if n := r.svc.Calls("PlanForPod"); n != 1 {
+		t.Fatalf("PlanForPod calls while one is in flight: %d, want 1", n)
+	}
+	if got := r.handle.Activated(); len(got) != 0 {
+		t.Fatalf("activated before the plan: %v", got)
+	}
+	close(r.svc.planGate)
+	waitFor(t, "both members activated", func() bool { return len(r.handle.Activated()) >= 2 })
+	res, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), b, nil)
+	if !st.IsSuccess() || !res.NodeNames.Has("n2") || r.svc.Calls("PlanForPod") != 1 {
+		t.Fatalf("after the plan landed: %v %v, %d calls", res, st, r.svc.Calls("PlanForPod"))
 	}
 }
 
