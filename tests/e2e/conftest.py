@@ -24,6 +24,8 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import (  # noqa: E402
+    MODE_BINARY,
+    PHALANX_MODES,
     ControlPlane,
     FakeKubelet,
     MissingBinaries,
@@ -35,13 +37,25 @@ from harness import (  # noqa: E402
     release_workdir,
     wait_for,
 )
+from harness import phalanx_scheduler_config as harness_phalanx_config  # noqa: E402
 
 _WORKDIR: dict[str, Path] = {}
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line("markers", "plugin_full: in plugin mode only with PHALANX_E2E_PLUGIN_FULL=1 (make e2e "
+                            "runs a representative subset of a long suite there)")
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    full = os.environ.get(PLUGIN_FULL_ENV) == "1"
     for item in items:
         item.add_marker(pytest.mark.e2e)
+        callspec = getattr(item, "callspec", None)
+        if not full and item.get_closest_marker("plugin_full") and callspec is not None \
+                and callspec.params.get("scheduler_mode") == "plugin":
+            item.add_marker(pytest.mark.skip(reason=f"plugin mode runs a representative subset of this suite in "
+                                                    f"make e2e; {PLUGIN_FULL_ENV}=1 runs the rest"))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -206,43 +220,44 @@ def phalanx(control_plane: ControlPlane) -> Iterator[Any]:
     service.stop()
 
 
-PHALANX_PLUGIN_CONFIG = PHALANX_SCHEDULER_CONFIG.parent / "kube-scheduler-plugin-config.yaml"
-PHALANX_SCHEDULER_MODES = ("extender", "plugin")
+PHALANX_SCHEDULER_MODES = PHALANX_MODES
+PLUGIN_FULL_ENV = "PHALANX_E2E_PLUGIN_FULL"
 
 
-def phalanx_scheduler_config(mode: str, phalanx: Any) -> dict:
-    """The shipped configuration of ``mode`` pointed at ``phalanx``: the HTTP extender's URL, or
-    the plugin's gRPC address (``permitTimeout`` = phalanx's barrier timeout plus a margin)."""
-    import yaml
-
-    if mode == "extender":
-        config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
-        config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-        return config
-    config = yaml.safe_load(PHALANX_PLUGIN_CONFIG.read_text())
-    args = config["profiles"][0]["pluginConfig"][0]["args"]
-    args["address"] = f"127.0.0.1:{phalanx.grpc.port}"
-    args["permitTimeout"] = f"{PHALANX_BARRIER_SECONDS + 2:.0f}s"
-    return config
+def phalanx_scheduler_config(mode: str, phalanx: Any, scheduler_name: str | None = None) -> dict:
+    """The shipped configuration of ``mode`` pointed at ``phalanx`` (harness.phalanx_scheduler_config)."""
+    grpc = getattr(phalanx, "grpc", None)
+    return harness_phalanx_config(mode, phalanx.port, grpc.port if grpc is not None else None,
+                                  PHALANX_BARRIER_SECONDS, scheduler_name)
 
 
-def start_phalanx_scheduler(control_plane: ControlPlane, mode: str, phalanx: Any, **kwargs: Any) -> Scheduler:
+def start_phalanx_scheduler(control_plane: ControlPlane, mode: str, phalanx: Any, scheduler_name: str | None = None,
+                            **kwargs: Any) -> Scheduler:
     """kube-scheduler with phalanx in ``mode``: extender (kube-scheduler + the HTTP extender) or
     plugin (phalanx-scheduler, the framework plugin talking gRPC). A missing phalanx-scheduler
     fails with the command that builds it."""
-    binary = "kube-scheduler" if mode == "extender" else "phalanx-scheduler"
+    binary = MODE_BINARY[mode]
     if not os.access(control_plane.binaries.path(binary), os.X_OK):
         pytest.fail(f"{binary} not built in {control_plane.binaries.directory}: run `bash hack/build-plugin.sh` "
                     "(or `make e2e`)", pytrace=False)
-    return control_plane.start_scheduler(phalanx_scheduler_config(mode, phalanx), binary=binary, **kwargs)
+    return control_plane.start_scheduler(phalanx_scheduler_config(mode, phalanx, scheduler_name), binary=binary,
+                                         **kwargs)
 
 
 @pytest.fixture(scope="module", params=PHALANX_SCHEDULER_MODES)
-def phalanx_scheduler(request: pytest.FixtureRequest, phalanx: Any, control_plane: ControlPlane) -> Iterator[Scheduler]:
+def scheduler_mode(request: pytest.FixtureRequest) -> str:
+    """extender, then plugin: a module whose fixtures depend on this runs its tests once per mode
+    (grouped by mode). Tests marked ``plugin_full`` run in plugin mode only with
+    PHALANX_E2E_PLUGIN_FULL=1."""
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def phalanx_scheduler(scheduler_mode: str, phalanx: Any, control_plane: ControlPlane) -> Iterator[Scheduler]:
     """kube-scheduler with phalanx, once per mode: the shipped extender configuration, then
     phalanx-scheduler with the shipped plugin profile, both pointed at this module's phalanx
     (GenericWorkload stays off in the scheduler: phalanx owns the group logic). One mode's
     scheduler is stopped before the other's starts (both are the default scheduler)."""
-    scheduler = start_phalanx_scheduler(control_plane, request.param, phalanx)
+    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, phalanx)
     yield scheduler
     scheduler.stop()

@@ -4,7 +4,9 @@ path, side by side with upstream's in-tree gang scheduling, on one control plane
 
 - **phalanx**: the StatefulSet carries ``scheduling.phalanx.dev/scheduling`` (gang) → phalanx's
   controller and webhooks (as ``test_controller.py`` runs them) make the Workload and PodGroup and
-  stamp and release the pods → kube-scheduler with phalanx as extender and binder places them.
+  stamp and release the pods → kube-scheduler with phalanx places them, in each mode
+  (``scheduler_mode``: kube-scheduler with phalanx as extender and binder, then phalanx-scheduler
+  with the framework plugin); the in-tree side runs once.
 - **in-tree**: the same StatefulSet without the annotation, its pod template naming a Workload and
   PodGroup the user created (no released StatefulSet controller makes them), placed by a
   kube-scheduler with ``GenericWorkload`` and ``TopologyAwareWorkloadScheduling``.
@@ -14,7 +16,7 @@ fake kubelet runs bound pods. Each case runs on its own fresh nodes and namespac
 come first (so ``-x`` still leaves every in-tree row), then phalanx's. Per case: the gang is bound
 whole or not at all (at rest), every hard constraint holds on the result, phalanx binds whatever
 in-tree binds, and phalanx's soft-constraint result (distinct nodes, ScheduleAnyway skew) is at
-least in-tree's. A table row per case is printed and written to ``corpus.md`` in the module's tmp
+least in-tree's. A table row per case and phalanx mode is printed and written to ``corpus.md`` in the module's tmp
 dir. Times are measurements (StatefulSet created → all pods bound), never asserted.
 
 Run alone:  .venv/bin/python -m pytest tests/e2e/test_corpus.py -q -p no:cacheprovider -s
@@ -29,7 +31,6 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import pytest
-import yaml
 from harness import ApiError, create, node, path, pods, scheduler_config, wait_for
 from harness.corpus import (
     CASES,
@@ -42,7 +43,7 @@ from harness.corpus import (
     storage_class,
 )
 
-from .conftest import PHALANX_SCHEDULER_CONFIG
+from .conftest import PHALANX_SCHEDULER_MODES, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "corpus-in-tree", PHALANX: "corpus-phalanx"}
@@ -65,6 +66,7 @@ class Outcome:
     why: str = ""             # when not bound: the PodGroup condition and the pods' PodScheduled messages
     plans: int | None = None  # phalanx: Planned events on the PodGroup (1 = right the first time)
     events: list[str] = field(default_factory=list)  # phalanx's other events on it (timeouts, failures)
+    mode: str = ""            # phalanx: the scheduler mode (extender, plugin)
 
     def cells(self) -> str:
         """bound | distinct nodes (and ScheduleAnyway skew) | time, as table cells."""
@@ -75,16 +77,20 @@ class Outcome:
 
 
 @pytest.fixture(scope="module")
-def schedulers(phalanx, start_scheduler):
-    """Two kube-schedulers side by side: in-tree gang scheduling, and phalanx as extender+binder."""
-    config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-    config["profiles"] = [{"schedulerName": SCHEDULER[PHALANX]}]
-    return {
-        PHALANX: start_scheduler(config, name="corpus-phalanx"),
-        IN_TREE: start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="corpus-in-tree", feature_gates={
-            "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}),
-    }
+def in_tree(start_scheduler):
+    """kube-scheduler with in-tree gang scheduling (its own scheduler name), for the whole module."""
+    return start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="corpus-in-tree", feature_gates={
+        "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True})
+
+
+@pytest.fixture(scope="module")
+def schedulers(in_tree, scheduler_mode, phalanx, control_plane):
+    """Side by side: in-tree gang scheduling, and phalanx in ``scheduler_mode`` (its scheduler
+    stopped before the other mode's starts: both serve the one scheduler name)."""
+    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, phalanx, scheduler_name=SCHEDULER[PHALANX],
+                                        name=f"corpus-phalanx-{scheduler_mode}")
+    yield {PHALANX: scheduler, IN_TREE: in_tree}
+    scheduler.stop()
 
 
 @pytest.fixture(scope="module")
@@ -100,18 +106,21 @@ def controller(control_plane):
 
 @pytest.fixture(scope="module")
 def table(tmp_path_factory):
-    """Outcomes by (case, side); the markdown table is printed and written at the module's end."""
+    """Outcomes by (case, side) (side: in-tree, or phalanx's mode); the markdown table is printed
+    and written at the module's end."""
     outcomes: dict[tuple[str, str], Outcome] = {}
     yield outcomes
-    header = ("| case | in-tree bound | in-tree distinct nodes | in-tree time | phalanx bound | "
-              "phalanx distinct nodes | phalanx time | phalanx plans |\n|---|---|---|---|---|---|---|---|\n")
+    header = ("| case | in-tree bound | in-tree distinct nodes | in-tree time | phalanx mode | phalanx bound | "
+              "phalanx distinct nodes | phalanx time | phalanx plans |\n|---|---|---|---|---|---|---|---|---|\n")
     rows = []
     for c in CASES:
-        ours, theirs = outcomes.get((c.name, PHALANX)), outcomes.get((c.name, IN_TREE))
-        if ours or theirs:
-            rows.append(f"| {c.title} | {theirs.cells() if theirs else 'not run | - | -'} | "
-                        f"{ours.cells() if ours else 'not run | - | -'} | "
-                        f"{ours.plans if ours and ours.plans is not None else '-'} |")
+        theirs = outcomes.get((c.name, IN_TREE))
+        for mode in PHALANX_SCHEDULER_MODES:
+            ours = outcomes.get((c.name, mode))
+            if ours or (theirs and mode == PHALANX_SCHEDULER_MODES[0]):
+                rows.append(f"| {c.title} | {theirs.cells() if theirs else 'not run | - | -'} | {mode} | "
+                            f"{ours.cells() if ours else 'not run | - | -'} | "
+                            f"{ours.plans if ours and ours.plans is not None else '-'} |")
     text = header + "\n".join(rows) + "\n"
     out = tmp_path_factory.mktemp("corpus") / "corpus.md"
     out.write_text(text)
@@ -284,9 +293,10 @@ def scratch_namespace(rest, name: str) -> Iterator[str]:
 
 
 def record(table, outcome: Outcome) -> None:
-    table[(outcome.case.name, outcome.side)] = outcome
+    table[(outcome.case.name, outcome.mode or outcome.side)] = outcome
     plans = f" | plans {outcome.plans}" if outcome.plans is not None else ""
-    print(f"\n  {outcome.side:8} {outcome.case.name:14} {outcome.cells()}{plans}", flush=True)
+    side = f"{outcome.side} ({outcome.mode})" if outcome.mode else outcome.side
+    print(f"\n  {side:18} {outcome.case.name:14} {outcome.cells()}{plans}", flush=True)
     for line in outcome.events:
         print(f"    {line}", flush=True)
 
@@ -301,7 +311,7 @@ def check_common(outcome: Outcome) -> None:
 # --- the tests: every in-tree row first, then phalanx's --------------------------------------
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_in_tree(case, rest, namespace, nodes, schedulers, table):
+def test_in_tree(case, rest, namespace, nodes, in_tree, table):
     outcome = run_case(rest, namespace, nodes, case, IN_TREE)
     record(table, outcome)
     check_common(outcome)
@@ -309,13 +319,14 @@ def test_in_tree(case, rest, namespace, nodes, schedulers, table):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_phalanx(case, rest, namespace, nodes, schedulers, controller, table):
+def test_phalanx(case, rest, namespace, nodes, schedulers, scheduler_mode, controller, table):
     if (case.name, IN_TREE) not in table:  # run alone (-k): measure in-tree first, in its own namespace
         with scratch_namespace(rest, f"{namespace[:50]}-it") as other:
             record(table, run_case(rest, other, nodes, case, IN_TREE))
         for name in list(nodes.names):
             nodes.delete(name)
     outcome = run_case(rest, namespace, nodes, case, PHALANX)
+    outcome.mode = scheduler_mode
     record(table, outcome)
     check_common(outcome)
     theirs = table[(case.name, IN_TREE)]

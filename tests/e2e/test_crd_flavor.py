@@ -1,21 +1,22 @@
 """The CRD fallback on a cluster that does not serve scheduling.k8s.io Workload/PodGroup: a second
 real control plane with GenericWorkload off, phalanx's CRDs from scheduler-config/crds applied,
 pods linked by the label scheduling.phalanx.dev/pod-group, and kube-scheduler + phalanx placing a
-gang all-or-nothing through them. (The controller's StatefulSet path on this control plane is in
-test_product_path.py.)"""
+gang all-or-nothing through them, in both scheduler modes (extender, plugin). (The controller's
+StatefulSet path on this control plane is in test_product_path.py.)"""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import pytest
-import yaml
 from harness import GPU, ApiError, assert_none_bound, create_node, delete_node, pod, wait_for
 
 from cluster.apiserver import detect_flavor
 from cluster.kube import Kube
 from cluster.names import LABEL_POD_GROUP
 from extender.server import ServeOptions, build
+
+from .conftest import PHALANX_BARRIER_SECONDS, PHALANX_SCHEDULER_MODES, start_phalanx_scheduler
 
 ROOT = Path(__file__).resolve().parents[2]
 CRDS = ROOT / "scheduler-config" / "crds"
@@ -45,13 +46,13 @@ def test_builtin_api_absent_and_crds_accept_the_upstream_shape(old_cluster):
     assert got["status"]["conditions"][0]["reason"] == "Unschedulable"
 
 
-def test_gang_all_or_nothing_through_the_crd_flavor(old_cluster):
+@pytest.mark.parametrize("scheduler_mode", PHALANX_SCHEDULER_MODES)
+def test_gang_all_or_nothing_through_the_crd_flavor(old_cluster, scheduler_mode):
     rest = old_cluster.rest
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, barrier_timeout=8),
+    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=64,
+                                 barrier_timeout=PHALANX_BARRIER_SECONDS),
                     kubeconfig=str(old_cluster.admin_kubeconfig)).start()
-    config = yaml.safe_load((ROOT / "scheduler-config" / "kube-scheduler-config.yaml").read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-    scheduler = old_cluster.start_scheduler(config)
+    scheduler = start_phalanx_scheduler(old_cluster, scheduler_mode, phalanx, name=f"crd-gang-{scheduler_mode}")
     try:
         assert phalanx.cycle.writer.flavor == "crd"
         for i in range(2):

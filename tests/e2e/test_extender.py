@@ -1,14 +1,16 @@
-"""phalanx as the extender of the real kube-scheduler v1.37, against the real API server.
+"""phalanx with the real kube-scheduler v1.37 (as its extender, and in plugin mode), against the
+real API server.
 
-The fixtures ``phalanx`` and ``phalanx_scheduler`` (conftest.py) run phalanx in this process and
-kube-scheduler with the shipped scheduler-config/kube-scheduler-config.yaml.
+The fixtures ``phalanx`` and ``phalanx_scheduler`` (conftest.py) run phalanx in this process and,
+once per mode, kube-scheduler with the shipped scheduler-config/kube-scheduler-config.yaml and
+phalanx-scheduler with scheduler-config/kube-scheduler-plugin-config.yaml.
 """
 
 from __future__ import annotations
 
 import time
 
-from harness import GPU, RACK, assert_none_bound, create, pod, podgroup, wait_all_bound, wait_for
+from harness import GPU, RACK, assert_none_bound, create, job, pod, podgroup, pods, wait_all_bound, wait_for
 
 
 def gang_pods(rest, namespace, name, count, gpu=1, cpu="1"):
@@ -107,3 +109,22 @@ def test_basic_group_with_a_topology_key_stays_in_one_rack(rest, namespace, node
     gang_pods(rest, namespace, "web", 3)
     placement = wait_all_bound(rest, namespace, count=3, timeout=60, podgroup="web")
     assert {rest.get(f"/api/v1/nodes/{n}")["metadata"]["labels"][RACK] for n in placement.values()} == {"rbb"}
+
+
+def test_indexed_job_in_a_gang_podgroup_waits_whole_then_binds_whole_in_one_rack(rest, namespace, nodes,
+                                                                                  phalanx_scheduler):
+    """A Job as gang (WorkloadWithJob is off, so no controller makes its Workload: the user creates
+    the PodGroup and the pod template names it; the real Job controller creates the pods)."""
+    for rack in ("ja", "jb"):
+        for i in range(3):
+            nodes.add(f"job-{rack}-{i}", gpu=1, rack=rack)  # 3 GPUs per rack, the gang needs 4 in one
+    create(rest, podgroup("train", min_count=4, topology_key=RACK), namespace)
+    create(rest, job("train", 4, "train", {"cpu": "1", GPU: 1}), namespace)
+    created = wait_for(lambda: (items := pods(rest, namespace, podgroup="train")) and len(items) == 4 and items, 60,
+                       "the Job controller created 4 pods in the PodGroup")
+    indexes = {p["metadata"]["annotations"]["batch.kubernetes.io/job-completion-index"] for p in created}
+    assert indexes == {"0", "1", "2", "3"}
+    assert_none_bound(rest, namespace, seconds=8, podgroup="train")
+    nodes.add("job-jb-3", gpu=1, rack="jb")
+    placement = wait_all_bound(rest, namespace, count=4, timeout=60, podgroup="train")
+    assert {rest.get(f"/api/v1/nodes/{n}")["metadata"]["labels"][RACK] for n in placement.values()} == {"jb"}

@@ -2,7 +2,10 @@
 /readyz turns false once the watches are stale, and after the restart it recovers (re-list or
 watch resume) and sees objects created while it was cut off. And the quick fault run: phalanx
 serve, kube-scheduler, kube-apiserver and the controller leader killed at moments read from the
-API, the at-rest invariants checked after each (the driver: harness/faults.py)."""
+API, the at-rest invariants checked after each (the driver: harness/faults.py), in extender mode
+and in plugin mode (phalanx-scheduler killed as the scheduler; serve and phalanx-scheduler killed
+while a gang is planned and while it is half bound). And, in plugin mode, ``phalanx serve`` down:
+plain pods still schedule, gang members wait whole, and the gang binds once serve is back."""
 
 from __future__ import annotations
 
@@ -11,8 +14,18 @@ import tempfile
 from pathlib import Path
 
 import pytest
-from harness import ControlPlane, create_node, locate, wait_for
-from harness.faults import FaultConfig, fault_control_plane, run_faults
+from harness import (
+    ControlPlane,
+    assert_none_bound,
+    create,
+    create_node,
+    locate,
+    pod,
+    podgroup,
+    wait_all_bound,
+    wait_for,
+)
+from harness.faults import FaultConfig, Rig, fault_control_plane, run_faults
 
 from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
@@ -60,6 +73,12 @@ def fault_plane():
         yield plane
 
 
+def assert_no_violations(plane, cfg, rows, log):
+    bad = [(r["i"], r["kind"], r["phase"], r["violations"]) for r in rows if r["violations"]]
+    plane.keep_logs = plane.keep_logs or bool(bad)
+    assert not bad, f"seed {cfg.seed}, {cfg.mode} mode: " + "\n".join(log) + f"\nlogs: {plane.workdir}/logs"
+
+
 def test_kills_leave_no_partial_gang(fault_plane):
     """The quick fault run (the full one is ``phalanx bench faults``): one kill of each kind, then a
     few drawn, each followed by rest and the invariants (tests/e2e/harness/faults.py)."""
@@ -69,6 +88,72 @@ def test_kills_leave_no_partial_gang(fault_plane):
                       log=log.append)
     summary, rows = run_faults(fault_plane, cfg)
     assert len(rows) == 7 and summary["faults"] == 7
-    bad = [(r["i"], r["kind"], r["phase"], r["violations"]) for r in rows if r["violations"]]
-    fault_plane.keep_logs = fault_plane.keep_logs or bool(bad)
-    assert not bad, "seed 7: " + "\n".join(log) + f"\nlogs: {fault_plane.workdir}/logs"
+    assert_no_violations(fault_plane, cfg, rows, log)
+
+
+STREAM_ENDED = "phalanx: reservations stream ended; reconnecting"  # plugin/pkg/phalanx/plugin.go, at -v=2
+
+
+def test_plugin_mode_kills_leave_no_partial_gang_and_half_bound_gangs_finish_whole(fault_plane):
+    """The quick fault run in plugin mode: ``phalanx serve`` and phalanx-scheduler each SIGKILLed
+    while a gang is half bound and while it is planned (members at the Permit barrier), then the
+    API server mid-barrier (the controller leader's crash stays in the extender run: nothing of
+    it differs by mode). At rest after each: the invariants (no partial gang, nothing bound off
+    the placement record, ...); a gang caught with members bound has finished whole (from its
+    record, after a serve restart); the plugin's reservations stream was seen ending (its log),
+    and the later shots' gangs were planned and bound through the restarted serve."""
+    log: list[str] = []
+    cfg = FaultConfig(seed=11, faults=5, mode="plugin", sizes={4: 0.2, 16: 0.5, 64: 0.3},
+                      sequence=("serve", "serve", "scheduler", "scheduler", "apiserver"),
+                      phases=("binding", "planned", "binding", "planned", "binding"), log=log.append)
+    summary, rows = run_faults(fault_plane, cfg)
+    assert len(rows) == 5 and summary["faults"] == 5
+    assert_no_violations(fault_plane, cfg, rows, log)
+    assert summary["serve_starts"] == 3  # started once, restarted after each of its two kills
+    half_bound = [r for r in rows if r["kind"] in ("serve", "scheduler") and 0 < r["bound_at_kill"] < r["min_count"]]
+    unfinished = [r for r in half_bound if r["victim_bound_at_rest"] < r["min_count"]]
+    assert not unfinished, "half-bound gangs not finished at rest:\n" + "\n".join(log)
+    assert any(r["victim_bound_at_rest"] >= r["min_count"] for r in rows[1:]), "nothing placed after a restart"
+    scheduler_log = next(c.log for c in fault_plane.components if c.name.startswith("phalanx-scheduler-"))
+    assert STREAM_ENDED in scheduler_log.read_text(errors="replace")
+    print("\n" + "\n".join(log))
+
+
+def test_plugin_mode_serve_down_plain_pods_schedule_and_gang_members_wait_whole(fault_plane):
+    """phalanx-scheduler while ``phalanx serve`` is down: a plain pod schedules as under stock
+    kube-scheduler, a gang's members wait (none bound, though the gang has room);
+    serve back on the same port, the gang binds whole without any other change in the cluster (the
+    plugin's stream reconnected and retried the waiting members)."""
+    rest = fault_plane.rest
+    rig = Rig(fault_plane, "phalanx-serve-down", barrier_timeout=8.0, mode="plugin")
+    ns = "serve-down"
+    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    for i in range(3):
+        create_node(rest, f"down-{i}", cpu=2)
+    try:
+        rig.start_serve()
+        rig.start_scheduler()
+        # while serve is up, a gang binds whole (the plugin is connected)
+        create(rest, podgroup("before", min_count=2), ns)
+        for i in range(2):
+            create(rest, pod(f"before-{i}", "before", {"cpu": "1"}, scheduler_name=rig.scheduler_name), ns)
+        wait_all_bound(rest, ns, count=2, timeout=60, podgroup="before")
+
+        rig.kill_serve()
+        create(rest, pod("plain", None, {"cpu": "1"}, scheduler_name=rig.scheduler_name), ns)
+        create(rest, podgroup("during", min_count=3), ns)
+        for i in range(3):  # 3 CPUs free after the plain pod: room for the gang
+            create(rest, pod(f"during-{i}", "during", {"cpu": "1"}, scheduler_name=rig.scheduler_name), ns)
+        wait_for(lambda: rest.get(f"/api/v1/namespaces/{ns}/pods/plain")["spec"].get("nodeName"), 60,
+                 "the plain pod bound while phalanx serve is down")
+        assert_none_bound(rest, ns, seconds=8, podgroup="during")  # past the breaker's cooldown
+
+        rig.start_serve()
+        placed = wait_all_bound(rest, ns, count=3, timeout=90, podgroup="during")
+        assert len(placed) == 3
+        assert STREAM_ENDED in rig.scheduler.component.log.read_text(errors="replace")
+    except BaseException:
+        fault_plane.keep_logs = True
+        raise
+    finally:
+        rig.stop()

@@ -7,10 +7,8 @@ LWS gang-scheduling guide's Workload and PodGroups, and kube-scheduler + phalanx
 from __future__ import annotations
 
 import uuid
-from pathlib import Path
 
 import pytest
-import yaml
 from harness import (
     GPU,
     RACK,
@@ -30,6 +28,8 @@ from phalanx_controller import PhalanxController
 
 from cluster import names
 from controller.lws_config import MSG_ADDED, MSG_LEADER_READY
+
+from .conftest import PHALANX_BARRIER_SECONDS, PHALANX_SCHEDULER_MODES, NodePool, start_phalanx_scheduler
 
 PLAIN = "lws-e2e-plain"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
@@ -63,26 +63,18 @@ def test_lws_without_annotation_runs_as_lws_runs_it(rest, namespace, nodes, lws,
         assert labels["leaderworkerset.sigs.k8s.io/worker-index"] == (name.split("-") + ["0"])[2]
         assert "schedulingGroup" not in p["spec"] and not p["spec"].get("schedulingGates")
 
-# -- with phalanx: controller + webhooks, kube-scheduler with phalanx as extender --------------------
+# -- with phalanx: controller + webhooks, kube-scheduler with phalanx in each mode -------------------
 
 SCHED_API = "/apis/scheduling.k8s.io/v1beta1"
 RACKED = {"schedulingConstraints": {"topology": [{"key": RACK}]}}
 GPU1 = {"cpu": "1", GPU: 1}
 HIGH, LOW = "phalanx-e2e-lws-high", "phalanx-e2e-lws-low"
-EXTENDER_CONFIG = Path(__file__).resolve().parents[2] / "scheduler-config" / "kube-scheduler-config.yaml"
 
 
 @pytest.fixture(scope="module")
-def extender_scheduler(phalanx, start_scheduler):
-    """kube-scheduler with the shipped extender configuration pointed at this module's phalanx (this
-    suite runs in the extender mode only, to keep its time in budget)."""
-    config = yaml.safe_load(EXTENDER_CONFIG.read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-    return start_scheduler(config, name="lws-extender")
-
-
-@pytest.fixture(scope="module")
-def phalanx_lws(control_plane, lws, extender_scheduler):
+def phalanx_lws(control_plane, lws, phalanx_scheduler):
+    """phalanx's controller and webhooks beside LWS, and kube-scheduler with phalanx in each mode
+    (``phalanx_scheduler``: extender, then plugin)."""
     running = PhalanxController(control_plane)  # after LWS: the controller watches LeaderWorkerSets
     running.start()
     running.register()
@@ -134,6 +126,7 @@ def replica_bound(rest, namespace, name, index, size, timeout=60):
         raise TimeoutError(f"{err}\nPodGroups: {groups}\npods: {states}") from None
 
 
+@pytest.mark.plugin_full
 def test_lws_without_annotation_runs_as_without_phalanx(rest, namespace, nodes, phalanx_lws):
     nodes.add_many(3, prefix="none", cpu="4")
     make_lws(rest, namespace, leaderworkerset("none", size=3, replicas=2))
@@ -186,6 +179,7 @@ def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(res
                           if not g["metadata"].get("deletionTimestamp")]) == 3, 60, "3 PodGroups after scale-down")
 
 
+@pytest.mark.plugin_full
 def test_a_recreated_leader_gets_new_podgroups_and_binds_whole_and_all_goes_with_the_lws(rest, namespace, nodes, phalanx_lws):
     nodes.add_many(3, prefix="rec", gpu=1, cpu="4")
     make_lws(rest, namespace, leaderworkerset("rec", size=3, resources=GPU1, scheduling={}))
@@ -211,6 +205,7 @@ def test_a_recreated_leader_gets_new_podgroups_and_binds_whole_and_all_goes_with
              "Workload, PodGroups and pods collected with the LWS")
 
 
+@pytest.mark.plugin_full
 def test_replica_level_size_change_rollout_gives_each_replaced_replica_podgroups_of_its_new_size(
         rest, namespace, nodes, phalanx_lws):
     nodes.add_many(6, prefix="roll", gpu=1, cpu="4")
@@ -295,7 +290,9 @@ def test_a_gang_replica_is_preempted_as_one_unit_with_disruption_mode_all(rest, 
     assert not bound(members(rest, namespace, "low"))
 
 
-def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws):
+def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws, scheduler_mode):
+    if scheduler_mode == "plugin":
+        pytest.skip("admission only (the webhooks and the API server; no pod is scheduled): the same in both modes")
     path = f"{LWS_API}/namespaces/{namespace}/leaderworkersets"
     with pytest.raises(ApiError) as err:
         rest.post(path, leaderworkerset("ready", size=2, scheduling={}, startupPolicy="LeaderReady"), dryRun="All")
@@ -311,22 +308,21 @@ def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws):
     rest.patch(lws_path(namespace, "fixed"), {"spec": {"replicas": 2}})  # replicas and size stay free
 
 
-def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_control_plane):
+@pytest.mark.plugin_full
+@pytest.mark.parametrize("scheduler_mode", PHALANX_SCHEDULER_MODES)
+def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_control_plane, scheduler_mode):
     """The CRD flavor (a cluster without scheduling.k8s.io Workloads): LWS, phalanx serve, its
-    kube-scheduler and controller on the CRD-flavor control plane; a replica's pods carry
-    ``scheduling.phalanx.dev/pod-group`` and bind whole."""
+    kube-scheduler (in each mode) and controller on the CRD-flavor control plane; a replica's pods
+    carry ``scheduling.phalanx.dev/pod-group`` and bind whole."""
     from extender.server import ServeOptions, build
-
-    from .conftest import NodePool
 
     plane = crd_control_plane
     rest = plane.rest
     manager = LwsManager(plane).start()
-    serve = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, barrier_timeout=8.0,
-                               plan_ttl=30.0), kubeconfig=str(plane.admin_kubeconfig)).start()
-    config = yaml.safe_load(EXTENDER_CONFIG.read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{serve.port}/scheduler"
-    scheduler = plane.start_scheduler(config, name="lws-crd")
+    serve = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=64,
+                               barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
+                  kubeconfig=str(plane.admin_kubeconfig)).start()
+    scheduler = start_phalanx_scheduler(plane, scheduler_mode, serve, name=f"lws-crd-{scheduler_mode}")
     controller = PhalanxController(plane)
     pool = NodePool(rest)
     namespace = f"lws-crd-{uuid.uuid4().hex[:5]}"

@@ -8,8 +8,10 @@ preempting it as one unit (``disruptionMode: all``), a shared ResourceClaim, Bas
 OrderedReady, names up to the 63-character limit — and the same StatefulSet without the annotation
 running as a plain StatefulSet.
 
-Parametrised over the two flavors, one control plane each with everything running for the whole
-module (tests are grouped by flavor):
+Parametrised over the two flavors and the two scheduler modes (``scheduler_mode``: kube-scheduler
+with phalanx as extender and binder, or phalanx-scheduler with the framework plugin), one control
+plane per flavor with everything running for the whole module (tests are grouped by flavor and
+mode):
 
 - ``builtin``: the session's control plane (``scheduling.k8s.io/v1beta1`` served); pods name their
   group in ``spec.schedulingGroup.podGroupName``;
@@ -33,7 +35,6 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pytest
-import yaml
 from harness import (
     RACK,
     ApiError,
@@ -51,7 +52,7 @@ from cluster import names
 from cluster.kube import Kube, KubeError
 from extender.server import Phalanx, ServeOptions, build
 
-from .conftest import PHALANX_BARRIER_SECONDS, PHALANX_SCHEDULER_CONFIG, NodePool
+from .conftest import PHALANX_BARRIER_SECONDS, NodePool, start_phalanx_scheduler
 
 SCHEDULER = "phalanx-product"
 POOL = "e2e.phalanx.dev/pool"  # node label the test's pods select: only the test's own nodes
@@ -100,18 +101,20 @@ class Product:
 
 
 @pytest.fixture(scope="module", params=["builtin", "crd"])
-def product(request: pytest.FixtureRequest) -> Iterator[Product]:
+def flavor(request: pytest.FixtureRequest) -> str:
+    return request.param
+
+
+@pytest.fixture(scope="module")
+def product(flavor: str, scheduler_mode: str, request: pytest.FixtureRequest) -> Iterator[Product]:
     from phalanx_controller import PhalanxController
 
-    flavor = request.param
     plane: ControlPlane = request.getfixturevalue("control_plane" if flavor == "builtin" else "crd_control_plane")
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=128,
+    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=128,
                                  barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
                     kubeconfig=str(plane.admin_kubeconfig)).start()
-    config = yaml.safe_load(PHALANX_SCHEDULER_CONFIG.read_text())
-    config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{phalanx.port}/scheduler"
-    config["profiles"] = [{"schedulerName": SCHEDULER}]
-    scheduler = plane.start_scheduler(config, name=f"product-{flavor}")
+    scheduler = start_phalanx_scheduler(plane, scheduler_mode, phalanx, scheduler_name=SCHEDULER,
+                                        name=f"product-{flavor}-{scheduler_mode}")
     controller = PhalanxController(plane)
     try:
         assert phalanx.cycle.writer.flavor == flavor  # serve and the controller agree on the flavor
@@ -399,7 +402,12 @@ def simulated_device(product: Product) -> Iterator[str]:
 
 
 def test_a_gang_sharing_one_resource_claim_is_bound_whole_with_the_claim_allocated_once(
-        product, ns, pool, simulated_device):
+        product, ns, pool, simulated_device, scheduler_mode):
+    if scheduler_mode == "plugin":
+        pytest.skip("not in plugin mode yet: kube-scheduler writes a shared claim's allocation in the first "
+                    "member's PreBind, which runs after that member's Permit wait; the other members find the "
+                    "claim 'in the process of being allocated' and never reach Permit, so the barrier times out "
+                    "(the extender's barrier is in its bind verb, after PreBind)")
     add_racks(pool, ns, {"a": 3})
     product.rest.post(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "shared-gpu"},

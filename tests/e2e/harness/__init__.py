@@ -2,22 +2,32 @@
 
 Public surface (the conftest wires these into pytest fixtures):
 - ``ControlPlane`` (etcd + kube-apiserver + kube-controller-manager; ``start_scheduler``),
-  ``Scheduler`` handle, ``scheduler_config``, ``locate`` / ``MissingBinaries`` for the pinned binaries;
+  ``Scheduler`` handle, ``scheduler_config``, ``phalanx_scheduler_config`` (extender or plugin
+  mode), ``locate`` / ``MissingBinaries`` for the pinned binaries;
 - ``Rest`` / ``ApiError``: raw-JSON REST with the admin client certificate;
 - nodes without kubelets: ``node``, ``create_node``, ``delete_node``, ``FakeKubelet``;
-- object builders: ``workload``, ``podgroup_template``, ``podgroup``, ``pod``, ``statefulset``,
+- object builders: ``workload``, ``podgroup_template``, ``podgroup``, ``pod``, ``statefulset``, ``job``,
   ``priority_class``, ``create``, ``path``;
 - bounded waits: ``wait_for``, ``wait_all_bound``, ``assert_none_bound``, ``podgroup_conditions``,
   ``wait_gone``.
 """
 
 from .binaries import Binaries, MissingBinaries, locate, read_versions
-from .controlplane import ControlPlane, Scheduler, release_workdir, scheduler_config
+from .controlplane import (
+    MODE_BINARY,
+    PHALANX_MODES,
+    ControlPlane,
+    Scheduler,
+    phalanx_scheduler_config,
+    release_workdir,
+    scheduler_config,
+)
 from .kubelet import GPU, RACK, ZONE, FakeKubelet, create_node, delete_node, node
 from .objects import (
                       SCHEDULING_API,
                       STATEFULSET_SCHEDULING_ANNOTATION,
                       create,
+                      job,
                       path,
                       path_of,
                       pod,
@@ -32,10 +42,10 @@ from .waits import assert_none_bound, bound, placement, podgroup_conditions, pod
 
 __all__ = [
     "Binaries", "MissingBinaries", "locate", "read_versions", "ControlPlane", "Scheduler",
-    "scheduler_config",
+    "scheduler_config", "phalanx_scheduler_config", "PHALANX_MODES", "MODE_BINARY",
     "release_workdir",
     "GPU", "RACK", "ZONE", "FakeKubelet", "create_node", "delete_node", "node",
-    "SCHEDULING_API", "STATEFULSET_SCHEDULING_ANNOTATION", "create", "path", "path_of", "pod",
+    "SCHEDULING_API", "STATEFULSET_SCHEDULING_ANNOTATION", "create", "job", "path", "path_of", "pod",
     "podgroup", "podgroup_template", "priority_class", "statefulset", "workload",
     "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "ApiError", "Rest",
     "assert_none_bound", "bound", "placement", "podgroup_conditions", "pods", "wait_all_bound", "wait_for", "wait_gone",

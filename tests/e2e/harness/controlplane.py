@@ -48,6 +48,32 @@ def scheduler_config(scheduler_name: str = "default-scheduler", **fields: Any) -
     }
 
 
+SCHEDULER_CONFIGS = Path(__file__).resolve().parents[3] / "scheduler-config"
+PHALANX_MODES = ("extender", "plugin")
+MODE_BINARY = {"extender": "kube-scheduler", "plugin": "phalanx-scheduler"}
+
+
+def phalanx_scheduler_config(mode: str, http_port: int, grpc_port: int | None, barrier_seconds: float,
+                             scheduler_name: str | None = None) -> dict:
+    """The shipped KubeSchedulerConfiguration of ``mode`` pointed at a ``phalanx serve``: the
+    extender's URL on ``http_port``, or the plugin's gRPC address on ``grpc_port`` (``permitTimeout``
+    = the barrier timeout plus a margin). ``scheduler_name``: the one profile's name (else the
+    default scheduler's)."""
+    if mode == "extender":
+        config = yaml.safe_load((SCHEDULER_CONFIGS / "kube-scheduler-config.yaml").read_text())
+        config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{http_port}/scheduler"
+        if scheduler_name:
+            config["profiles"] = [{"schedulerName": scheduler_name}]
+        return config
+    config = yaml.safe_load((SCHEDULER_CONFIGS / "kube-scheduler-plugin-config.yaml").read_text())
+    args = config["profiles"][0]["pluginConfig"][0]["args"]
+    args["address"] = f"127.0.0.1:{grpc_port}"
+    args["permitTimeout"] = f"{barrier_seconds + 2:.0f}s"
+    if scheduler_name:
+        config["profiles"][0]["schedulerName"] = scheduler_name
+    return config
+
+
 def gates_arg(gates: FeatureGates) -> str | None:
     if gates is None or isinstance(gates, str):
         return gates or None

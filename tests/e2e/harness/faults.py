@@ -5,8 +5,9 @@ One implementation for both callers: ``tests/e2e/test_faults.py`` (a handful of 
 violations) and ``phalanx bench faults`` (``bench/faults_bench.py``, >= 200 kills).
 
 A run (``run_faults(plane, FaultConfig(...))``, on a control plane that nothing else uses):
-``phalanx serve`` as a subprocess (SIGKILLed and restarted on the same port), a kube-scheduler with
-the shipped extender configuration pointed at it, phalanx's StatefulSet controller and webhooks
+``phalanx serve`` as a subprocess (SIGKILLed and restarted on the same ports), a kube-scheduler with
+the shipped extender configuration pointed at it (``mode="plugin"``: phalanx-scheduler with the
+shipped plugin profile, talking to serve's gRPC port), phalanx's StatefulSet controller and webhooks
 in this process (``tests/e2e/phalanx_controller.py``), racks of one-CPU-per-pod nodes, and watches
 on the namespace's pods, PodGroups (every placement record ever written is kept) and events.
 
@@ -15,7 +16,7 @@ gang (4, 16 or 64 pods, some with a rack constraint, some with minCount below th
 with companion gangs and plain pods racing for the same room, wait for the chosen moment, kill:
 
 - ``serve``: SIGKILL of ``phalanx serve``, restarted after a short random downtime;
-- ``scheduler``: SIGKILL of kube-scheduler, restarted with the same arguments;
+- ``scheduler``: SIGKILL of kube-scheduler (or phalanx-scheduler), restarted with the same arguments;
 - ``apiserver``: SIGKILL of kube-apiserver mid-barrier (the mechanism of the API-server restart
   test: the same argv respawned), then readiness;
 - ``controller``: the controller's leader stopped without releasing its Lease (the harness runs
@@ -25,7 +26,7 @@ with companion gangs and plain pods racing for the same room, wait for the chose
 The moments (phases) are read from the victim gang's state at the kill: ``before`` (pods exist, no
 plan seen), ``planned`` (phalanx's ``Planned`` event seen: members are arriving at the barrier),
 ``recorded`` (the placement record is on the PodGroup, nothing bound yet), ``binding`` (k of N
-bound, k drawn per shot), ``bound`` (all bound). Then the system must come to rest (no binding
+bound, k drawn per shot), ``bound`` (all bound); ``FaultConfig.phases`` fixes those of the first shots. Then the system must come to rest (no binding
 change for ``rest_quiet`` s and no partial gang, within ``rest_timeout``) and the invariants hold:
 
 - ``partial_gang``: a gang with 0 < bound < minCount at rest;
@@ -60,17 +61,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
-import yaml
-
 from .binaries import locate
-from .controlplane import ControlPlane, Scheduler, _insecure_get
+from .controlplane import MODE_BINARY, ControlPlane, Scheduler, _insecure_get, phalanx_scheduler_config
 from .kubelet import RACK, FakeKubelet, create_node, delete_node
 from .objects import SCHEDULING_API, pod, podgroup, statefulset
 from .process import Component, free_port
 from .rest import ApiError
 
 ROOT = Path(__file__).resolve().parents[3]
-SCHEDULER_CONFIG = ROOT / "scheduler-config" / "kube-scheduler-config.yaml"
 PLACEMENT = "scheduling.phalanx.dev/placement"
 UNIT_LABEL = "faults.phalanx.dev/unit"
 KINDS = ("serve", "scheduler", "apiserver", "controller")
@@ -86,6 +84,8 @@ class FaultConfig:
     kinds: dict[str, float] = field(default_factory=lambda: {"serve": 0.5, "scheduler": 0.25, "apiserver": 0.1,
                                                              "controller": 0.15})
     sequence: tuple[str, ...] = ()  # kinds of the first shots, in order (then drawn from ``kinds``)
+    phases: tuple[str, ...] = ()  # the moments of the first shots' kills, in order (then drawn)
+    mode: str = "extender"  # or "plugin": phalanx-scheduler with the framework plugin
     sizes: dict[int, float] = field(default_factory=lambda: {4: 0.45, 16: 0.35, 64: 0.2})
     racks: int = 3
     nodes_per_rack: int = 8
@@ -168,11 +168,13 @@ class Watch(threading.Thread):
 # --- the processes -------------------------------------------------------------------------------
 
 class Rig:
-    """phalanx serve (subprocess) + kube-scheduler with phalanx as its extender, both restartable."""
+    """phalanx serve (subprocess) + kube-scheduler with phalanx in ``mode`` (extender, or
+    phalanx-scheduler with the plugin on serve's gRPC port), both restartable."""
 
-    def __init__(self, plane: ControlPlane, scheduler_name: str, barrier_timeout: float):
-        self.plane, self.scheduler_name, self.barrier_timeout = plane, scheduler_name, barrier_timeout
+    def __init__(self, plane: ControlPlane, scheduler_name: str, barrier_timeout: float, mode: str = "extender"):
+        self.plane, self.scheduler_name, self.barrier_timeout, self.mode = plane, scheduler_name, barrier_timeout, mode
         self.serve_port = free_port()
+        self.grpc_port = free_port() if mode == "plugin" else None
         self.serve: Component | None = None
         self.scheduler: Scheduler | None = None
         self.serve_starts = 0
@@ -180,7 +182,8 @@ class Rig:
     # phalanx serve
     def start_serve(self) -> None:
         argv = [sys.executable, "-m", "phalanx_cli.main", "serve", "--kubeconfig", str(self.plane.admin_kubeconfig),
-                "--http-addr", f"127.0.0.1:{self.serve_port}", "--grpc-addr", "off", "--http-threads", "300",
+                "--http-addr", f"127.0.0.1:{self.serve_port}",
+                "--grpc-addr", f"127.0.0.1:{self.grpc_port}" if self.grpc_port else "off", "--http-threads", "300",
                 "--barrier-timeout", str(self.barrier_timeout), "--plan-ttl", "30"]
         self.serve_starts += 1
         self.serve = Component("phalanx-serve", argv, self.plane.workdir / "logs" / "phalanx-serve.log", cwd=ROOT)
@@ -194,10 +197,12 @@ class Rig:
 
     # kube-scheduler
     def start_scheduler(self) -> None:
-        config = yaml.safe_load(SCHEDULER_CONFIG.read_text())
-        config["extenders"][0]["urlPrefix"] = f"http://127.0.0.1:{self.serve_port}/scheduler"
-        config["profiles"] = [{"schedulerName": self.scheduler_name}]
-        self.scheduler = self.plane.start_scheduler(config, name=f"kube-scheduler-{self.scheduler_name}")
+        config = phalanx_scheduler_config(self.mode, self.serve_port, self.grpc_port, self.barrier_timeout,
+                                          self.scheduler_name)
+        binary = MODE_BINARY[self.mode]
+        # plugin mode at -v=2: the plugin logs its reservations stream ending (and reconnecting)
+        self.scheduler = self.plane.start_scheduler(config, name=f"{binary}-{self.scheduler_name}", binary=binary,
+                                                    extra_args=("--v=2",) if self.mode == "plugin" else ())
 
     def kill_scheduler(self) -> None:
         assert self.scheduler is not None
@@ -274,7 +279,7 @@ class FaultRun:
         self.ns = f"faults-{tag}"
         self.node_prefix = f"fault-{tag}"
         self.scheduler_name = f"phalanx-faults-{tag}"
-        self.rig = Rig(plane, self.scheduler_name, cfg.barrier_timeout)
+        self.rig = Rig(plane, self.scheduler_name, cfg.barrier_timeout, cfg.mode)
         self.changed = threading.Condition()
         self.records: dict[str, dict[str, set[str]]] = {}  # podgroup -> pod -> nodes ever recorded
         self.events: dict[str, list[str]] = {}  # podgroup -> reasons seen, in order
@@ -485,6 +490,8 @@ class FaultRun:
         rack = size <= 16 and rng.random() < 0.4
         min_count = size - size // 4 if size == 16 and rng.random() < 0.3 else size
         want = rng.choice(("planned", "recorded", "binding")) if kind == "apiserver" else rng.choice(PHASES)
+        if index < len(self.cfg.phases):
+            want = self.cfg.phases[index]
         k = rng.randint(1, max(1, size - 1))
         companions = [(rng.choice((4, 16)), rng.random() < 0.4) for _ in range(rng.randint(0, self.cfg.max_companions))]
         plain = rng.randint(0, self.cfg.max_plain)

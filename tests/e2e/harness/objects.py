@@ -17,7 +17,7 @@ PAUSE_IMAGE = "registry.k8s.io/pause:3.10"
 
 _PLURALS = {
     ("v1", "Pod"): "pods", ("v1", "Node"): "nodes", ("v1", "Namespace"): "namespaces",
-    ("apps/v1", "StatefulSet"): "statefulsets",
+    ("apps/v1", "StatefulSet"): "statefulsets", ("batch/v1", "Job"): "jobs",
     ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclasses",
     (SCHEDULING_API, "Workload"): "workloads", (SCHEDULING_API, "PodGroup"): "podgroups",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
@@ -151,6 +151,18 @@ def statefulset(name: str, replicas: int, pod_management_policy: str = "Parallel
             "template": {"metadata": {"labels": {**selector, **(labels or {})}},
                          "spec": pod_spec(requests, **spec_kwargs)},
         },
+    }
+
+
+def job(name: str, parallelism: int, podgroup_name: str | None = None,
+        requests: Mapping[str, str | int] | None = None, namespace: str | None = None, **spec_kwargs: Any) -> dict:
+    """An Indexed Job of ``parallelism`` pause pods (as many completions), its pod template naming
+    ``podgroup_name`` (spec.schedulingGroup: the Job controller copies it into every pod)."""
+    spec = {**pod_spec(requests, podgroup_name, **spec_kwargs), "restartPolicy": "Never"}
+    return {
+        "apiVersion": "batch/v1", "kind": "Job", "metadata": _meta(name, namespace),
+        "spec": {"parallelism": parallelism, "completions": parallelism, "completionMode": "Indexed",
+                 "backoffLimit": 0, "template": {"spec": spec}},
     }
 
 
