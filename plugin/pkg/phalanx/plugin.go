@@ -82,12 +82,16 @@ type Plugin struct {
 
 	mu       sync.Mutex
 	planning map[string]*planCall // group -> its PlanForPod call in flight
+	// one PlanForPod call at a time: concurrent solves of different groups slow each other on the
+	// service's cores and each plan committed makes the others start over
+	calling chan struct{}
 }
 
 // planCall is one PlanForPod call for a group, shared by the members that reach PreFilter while
 // it runs. late: the members answered "being planned" (moved back to the active queue when the
 // reply lands); done is closed once reply/err are set.
 type planCall struct {
+	wait    time.Time // planWait after the call started: members waiting for it wait until then only
 	done    chan struct{}
 	reply   *pb.PlanForPodReply
 	err     error
@@ -133,7 +137,7 @@ func NewWithClient(ctx context.Context, args Args, h Handle, pods corelisters.Po
 	client pb.SchedulerPluginClient) *Plugin {
 	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(),
 		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx),
-		ctx: ctx, planning: map[string]*planCall{}}
+		ctx: ctx, planning: map[string]*planCall{}, calling: make(chan struct{}, 1)}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -222,13 +226,30 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
 
 // EventsToRegister: a new or changed pod (a member arrives, phalanx touches a waiting member),
 // a node or a PodGroup change may let a waiting member go on. Groups whose plan appears on the
-// reservations stream are activated directly.
+// reservations stream are activated directly. No event retries a member whose group's PlanForPod
+// call is in flight (answered "being planned"): the reply activates it, and retrying it before
+// would only spin the scheduling loop (kube-scheduler pops the backoff queue while the active
+// queue is empty), each retry a pod status write.
 func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, error) {
 	return []fwk.ClusterEventWithHint{
-		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.All}},
-		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}},
-		{Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.All}},
+		{Event: fwk.ClusterEvent{Resource: fwk.Pod, ActionType: fwk.All}, QueueingHintFn: p.unlessPlanning},
+		{Event: fwk.ClusterEvent{Resource: fwk.Node, ActionType: fwk.All}, QueueingHintFn: p.unlessPlanning},
+		{Event: fwk.ClusterEvent{Resource: fwk.PodGroup, ActionType: fwk.All}, QueueingHintFn: p.unlessPlanning},
 	}, nil
+}
+
+// unlessPlanning is the queueing hint of every event: QueueSkip for a member whose group is being
+// planned, Queue for everything else.
+func (p *Plugin) unlessPlanning(_ klog.Logger, pod *v1.Pod, _, _ interface{}) (fwk.QueueingHint, error) {
+	if group := GroupOf(pod); group != "" {
+		p.mu.Lock()
+		_, planning := p.planning[group]
+		p.mu.Unlock()
+		if planning {
+			return fwk.QueueSkip, nil
+		}
+	}
+	return fwk.Queue, nil
 }
 
 // SignPod keeps kube-scheduler's opportunistic batching (KEP-5598) for plain pods while no node
@@ -264,7 +285,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		return nil, fwk.AsStatus(fmt.Errorf("phalanx: encoding pod: %w", err))
 	}
 	call := p.planFor(group, pod.UID, podJSON)
-	timer := time.NewTimer(p.args.PlanWait.Duration)
+	timer := time.NewTimer(time.Until(call.wait)) // a member joining a call in flight waits what is left
 	defer timer.Stop()
 	select {
 	case <-call.done:
@@ -302,7 +323,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 }
 
 // planFor is the group's PlanForPod call in flight, or a new one for pod. The call runs beside
-// the scheduling loop under planTimeout; when it lands, a plan goes into the mirror and the
+// the scheduling loop under planTimeout, one group's call at a time; when it lands, a plan goes into the mirror and the
 // group's pending members that did not take the reply (answered "being planned", or answered
 // "wait for members" before the plan existed) are moved back to the active queue; a late "wait"
 // moves back only the members it left answered "being planned", so they show the real reason.
@@ -314,7 +335,8 @@ func (p *Plugin) planFor(group string, uid types.UID, podJSON []byte) *planCall 
 		call.waiting[uid] = true
 		return call
 	}
-	call := &planCall{done: make(chan struct{}), late: map[types.UID]*v1.Pod{}, waiting: map[types.UID]bool{uid: true}}
+	call := &planCall{wait: time.Now().Add(p.args.PlanWait.Duration), done: make(chan struct{}),
+		late: map[types.UID]*v1.Pod{}, waiting: map[types.UID]bool{uid: true}}
 	if err := p.breaker.Allow(); err != nil {
 		call.err = err
 		close(call.done)
@@ -324,9 +346,17 @@ func (p *Plugin) planFor(group string, uid types.UID, podJSON []byte) *planCall 
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
-		ctx, cancel := context.WithTimeout(p.ctx, p.args.PlanTimeout.Duration)
-		reply, err := p.client.PlanForPod(ctx, &pb.PlanForPodRequest{Version: version, PodJson: podJSON})
-		cancel()
+		var reply *pb.PlanForPodReply
+		err := p.ctx.Err()
+		select {
+		case p.calling <- struct{}{}:
+			ctx, cancel := context.WithTimeout(p.ctx, p.args.PlanTimeout.Duration)
+			reply, err = p.client.PlanForPod(ctx, &pb.PlanForPodRequest{Version: version, PodJson: podJSON})
+			cancel()
+			<-p.calling
+		case <-p.ctx.Done():
+			err = p.ctx.Err()
+		}
 		p.breaker.Record(err)
 		planned := err == nil && reply.GetVerdict() == pb.PlanForPodReply_PLANNED
 		if planned {

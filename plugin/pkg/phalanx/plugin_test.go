@@ -409,14 +409,33 @@ func TestPreFilterPastPlanWaitAnswersBeingPlannedAndActivatesTheGroupWhenThePlan
 			t.Fatalf("member %s while the solve runs: %v", m.Name, st)
 		}
 	}
+	// a member joining the call once its planWait is over does not wait another planWait
+	r.plugin.mu.Lock()
+	call := r.plugin.planning["ns/g"]
+	r.plugin.mu.Unlock()
+	if call == nil || time.Now().Before(call.wait) {
+		t.Fatalf("the call's planWait should be over: %v", call)
+	}
 	if n := r.svc.Calls("PlanForPod"); n != 1 {
 		t.Fatalf("PlanForPod calls while one is in flight: %d, want 1", n)
 	}
 	if got := r.handle.Activated(); len(got) != 0 {
 		t.Fatalf("activated before the plan: %v", got)
 	}
+	events, _ := r.plugin.EventsToRegister(context.Background())
+	for _, e := range events {
+		if hint, _ := e.QueueingHintFn(klog.Background(), a, nil, b); hint != fwk.QueueSkip {
+			t.Fatalf("%v retries a member whose group is being planned", e.Event)
+		}
+		if hint, _ := e.QueueingHintFn(klog.Background(), member("c", "other"), nil, b); hint != fwk.Queue {
+			t.Fatalf("%v skips a member of a group not being planned", e.Event)
+		}
+	}
 	close(r.svc.planGate)
 	waitFor(t, "both members activated", func() bool { return len(r.handle.Activated()) >= 2 })
+	if hint, _ := r.plugin.unlessPlanning(klog.Background(), a, nil, b); hint != fwk.Queue {
+		t.Fatal("events retry the group's members again once its plan landed")
+	}
 	res, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), b, nil)
 	if !st.IsSuccess() || !res.NodeNames.Has("n2") || r.svc.Calls("PlanForPod") != 1 {
 		t.Fatalf("after the plan landed: %v %v, %d calls", res, st, r.svc.Calls("PlanForPod"))
@@ -543,4 +562,22 @@ func TestArgsDefaultsAndBadValues(t *testing.T) {
 		!strings.Contains(err.Error(), "rpcTimeout must not be negative") {
 		t.Fatalf("negative timeout: %v", err)
 	}
+}
+
+func TestOnePlanForPodCallAtATimeAcrossGroups(t *testing.T) {
+	r := newRigWait(t, true, 10*time.Millisecond)
+	r.svc.planGate = make(chan struct{})
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_WAIT, Reason: "no placement"}
+	for _, g := range []string{"g", "h"} {
+		if _, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a-"+g, g), nil); st.IsSuccess() {
+			t.Fatalf("group %s: %v", g, st)
+		}
+	}
+	waitFor(t, "the first call", func() bool { return r.svc.Calls("PlanForPod") == 1 })
+	time.Sleep(50 * time.Millisecond) // the second group's call would have reached the service by now
+	if n := r.svc.Calls("PlanForPod"); n != 1 {
+		t.Fatalf("calls in flight at once: %d, want 1", n)
+	}
+	close(r.svc.planGate)
+	waitFor(t, "the second call", func() bool { return r.svc.Calls("PlanForPod") == 2 })
 }
