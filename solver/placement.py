@@ -99,9 +99,10 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     bounds = problem.domain_bounds()
     viable = [b for b in bounds if b.placed_ub >= max(problem.needed, 1)]
     stats["domains_after_precheck"] = len(viable)
-    ranked = sorted(
-        ((problem.objective_lower_bound(b, b.placed_ub), b) for b in viable), key=lambda x: (x[0], x[1].domain)
-    )
+    # tried in the order of the looser bound (which domain wins a tie stays as it was), pruned
+    # with the tighter one: a domain it prunes cannot beat the incumbent
+    order = sorted(viable, key=lambda b: (problem.objective_lower_bound(b, b.placed_ub, tight=False), b.domain))
+    ranked = [(problem.objective_lower_bound(b, b.placed_ub), b) for b in order]
     best: Best | None = None
     greedy_picks: dict[int, Picks] = {}
     greedy_fits: dict[int, int] = {}

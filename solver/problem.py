@@ -270,24 +270,30 @@ class Problem:
                  else np.zeros((2, 0), int))
         return np.bincount(pairs[0], minlength=len(self.domain_values)).astype(np.int64)
 
-    def objective_lower_bound(self, bound: DomainBound, placed: int) -> Objective:
-        """No placement of ``placed`` pods in the domain scores better than this."""
+    def objective_lower_bound(self, bound: DomainBound, placed: int, tight: bool = True) -> Objective:
+        """No placement of ``placed`` pods in the domain scores better than this. ``tight=False``
+        gives the looser bound that orders the domains (the order decides between domains whose
+        best placements score the same, so it stays what it was when only this bound existed)."""
         order, starts, cum = self._by_domain
         lo, hi = starts[bound.domain], starts[bound.domain + 1]
         offset = cum[lo - 1] if lo > 0 else 0
         nodes = int(np.searchsorted(cum[lo:hi] - offset, placed)) + 1 if placed > 0 else 0
         max_main = max(s.main for s in self.shapes)
+        hosts = order[lo:hi]
+        k = min(nodes, len(hosts))
         stranded = 0
-        if self.constrained:
-            # every touched node strands at least what is left on it when it is filled to its bound:
-            # the `nodes` smallest such residues bound the stranded term of any placement with that
-            # many nodes (one with more nodes already scores worse on the nodes term). Rules keep
-            # pods off nodes they would fill, where a bound of 0 prunes nothing; the plain path
-            # keeps its cheaper bound
-            hosts = order[lo:hi]
-            residue = np.maximum(self.free_main[hosts] - self.pods_ub[hosts] * max_main, 0)
-            k = min(nodes, len(residue))
-            stranded = int(np.partition(residue, k - 1)[:k].sum()) if k > 0 else 0
+        if k > 0 and (tight or self.constrained):
+            # a placement on more nodes than `nodes` already scores worse; one on exactly `nodes`
+            # touches `k` hosts, each left with at least its free main resource less what its bound
+            # of pods can take (rules keep pods off nodes they would fill)
+            per_node = self.pods_ub[hosts] if not tight else np.minimum(self.pods_ub[hosts], placed)
+            residue = np.maximum(self.free_main[hosts] - per_node * max_main, 0)
+            stranded = int(np.partition(residue, k - 1)[:k].sum())
+            if tight:
+                # and together they strand their free main resource less what the pods take:
+                # at least the `k` smallest frees less `placed` pods of the largest main request
+                free = self.free_main[hosts]
+                stranded = max(stranded, int(np.partition(free, k - 1)[:k].sum()) - placed * max_main)
         levels = len(self.group.preferred_keys)
         return Objective(
             unplaced=self.pending_total - placed,
