@@ -22,6 +22,14 @@ kube-scheduler phase that calls them (DESIGN section 4):
   until every planned member has arrived (or is already bound). Then the placement record is
   written on the PodGroup (so a restart finishes the gang, never splits it), all members are bound
   in parallel, and every waiter returns. On timeout nothing is bound and the plan is released.
+- **plugin mode** (phalanx's kube-scheduler framework plugin, adapted by :mod:`.plugin_mode`):
+  the same plans through the plugin's extension points, each a public method built on the
+  helpers filter and bind use: :meth:`WorkloadCycle.plan_for_member` (PreFilter, the member's
+  answer on every node), :meth:`~WorkloadCycle.report_rejection` (PostFilter: the verdict, then
+  re-slot or release), :meth:`~WorkloadCycle.reserve` / :meth:`~WorkloadCycle.unreserve` (the
+  barrier's arrivals), :meth:`~WorkloadCycle.permit` (the barrier: the placement record, then
+  kube-scheduler binds) and :meth:`~WorkloadCycle.reservations_snapshot` (what the plugin's
+  cache must count as held).
 
 Plan life cycle: one explicit state machine, :class:`PlanState` (``planned`` --> ``binding`` -->
 ``bound``, or ``released`` / ``expired`` / ``failed``), every transition through
@@ -188,11 +196,21 @@ class FilterAnswer:
     unresolvable: dict[str, str] = field(default_factory=dict)
 
 
+@dataclass(frozen=True)
+class PermitAnswer:
+    """What :meth:`WorkloadCycle.permit` tells phalanx's framework plugin (plugin mode)."""
+
+    decision: str  # allow | wait | reject
+    reason: str = ""
+    allow: tuple[str, ...] = ()  # the members the plugin allows now
+    wait_seconds: float = 0.0
+
+
 class BindError(RuntimeError):
     """Binding refused or failed; kube-scheduler un-reserves the pod and retries it."""
 
 
-def _convert(pod_json: Any) -> tuple[Pod, str] | str:
+def convert_pod(pod_json: Any) -> tuple[Pod, str] | str:
     """The pod and its PodGroup's name ("" for none), or why the JSON is not a pod phalanx can
     read: the border where no bad input gets past as an exception."""
     try:
@@ -206,6 +224,15 @@ def _convert(pod_json: Any) -> tuple[Pod, str] | str:
 def _uid_of(pod_json: Any) -> str:
     meta = pod_json.get("metadata") if isinstance(pod_json, Mapping) else None
     return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+
+
+def _total(usages: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
+    """Per-node usages added up, per node."""
+    total: dict[str, dict[str, int]] = {}
+    for usage in usages:
+        for node, amounts in usage.items():
+            total[node] = add_resources(total.get(node, {}), amounts)
+    return total
 
 
 def _now_rfc3339() -> str:
@@ -415,11 +442,7 @@ class WorkloadCycle:
             held += self.recorded.usage(lambda key: key == exclude_group or (
                 key in self.plans and self.plans[key].state in HOLDING))  # a plan holds it already
             held += self.preemption.reservations(exclude_group)  # under its own lock
-        total: dict[str, dict[str, int]] = {}
-        for usage in held:
-            for node, amounts in usage.items():
-                total[node] = add_resources(total.get(node, {}), amounts)
-        return total
+        return _total(held)
 
     def _refresh_records(self) -> None:
         """Bring the records' holds up to date (lock held); a change is a reservation change."""
@@ -490,7 +513,7 @@ class WorkloadCycle:
     def filter(self, pod_json: Mapping[str, Any], candidates: list[str]) -> FilterAnswer:
         """kube-scheduler's filter phase, after its own filters: which of ``candidates`` may the
         pod go to. Never raises for bad pod content: it answers with reasons instead."""
-        converted = _convert(pod_json)
+        converted = convert_pod(pod_json)
         if isinstance(converted, str):
             return FilterAnswer([], unresolvable={n: converted for n in candidates})
         pod, group = converted
@@ -849,7 +872,7 @@ class WorkloadCycle:
         extender's filter was never asked. Group preemption is phalanx's job, not per-pod: run the
         group's cycle on every node and, when it does not fit, plan and start a group preemption.
         The answer to kube-scheduler is always "no per-pod preemption"."""
-        converted = _convert(pod_json)
+        converted = convert_pod(pod_json)
         if isinstance(converted, str):
             return
         pod, name = converted
@@ -991,14 +1014,10 @@ class WorkloadCycle:
 
     def _bind_gang(self, plan: Plan) -> None:
         """Write the placement record (synchronously: before any binding), then bind everyone."""
-        key = plan.group
-        ns, name = key.split("/", 1)
         self.metrics.barrier.labels(outcome="released").inc()
         pending = {uid: node for uid, node in plan.assignments.items() if not self._bound_node(uid)}
-        self.dispatcher.flush(_podgroup_obj(key), timeout=5.0)  # an older queued record removal lands first
         try:
-            self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: placement_annotation(
-                plan.domain, {self._pod_name(uid): n for uid, n in plan.assignments.items()})})
+            self._write_record(plan)
         except WriteError as err:
             self._finish(plan, False, f"could not write the placement record: {err}")
             return
@@ -1016,6 +1035,14 @@ class WorkloadCycle:
             self._finish(plan, False, "; ".join(failed.values()))
         else:
             self._finish(plan, True, "")
+
+    def _write_record(self, plan: Plan) -> None:
+        """The placement record on the plan's PodGroup, synchronously (before any member binds, so
+        a restart finishes the gang, never splits it); raises what the writer raises."""
+        ns, name = plan.group.split("/", 1)
+        self.dispatcher.flush(_podgroup_obj(plan.group), timeout=5.0)  # an older queued record removal lands first
+        self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: placement_annotation(
+            plan.domain, {self._pod_name(uid): n for uid, n in plan.assignments.items()})})
 
     def _pod_name(self, uid: str) -> str:
         record = self.cache.pods.get(uid)
@@ -1040,6 +1067,133 @@ class WorkloadCycle:
                 return
             self._transition(plan, PlanState.BOUND if ok else PlanState.FAILED,
                              "" if ok else replans.BIND_FAILED, error)
+
+    # -- plugin mode: phalanx's kube-scheduler framework plugin (see plugin_mode.py) ----------
+    # The same plans and state machine as filter and bind; each call takes the lock briefly.
+    def plan_for_member(self, pod: Pod, key: str) -> tuple[FilterAnswer, Plan | None]:
+        """PreFilter: the member's answer as :meth:`filter` gives it, on every node phalanx knows
+        (the plugin runs before kube-scheduler's filters: there is no candidate list), and its
+        group's plan when the answer is a node."""
+        with self._lock:
+            self._expire()
+            answer = self._filter_member(pod, key, frozenset(self.cache.nodes.keys()))
+            return answer, (self.plans.get(key) if answer.nodes else None)
+
+    def report_rejection(self, pod: Pod, key: str, node: str, plugin: str, reason: str) -> tuple[str, str]:
+        """PostFilter: kube-scheduler's filters (``plugin``, for ``reason``) rejected ``node`` for
+        the member: the node joins its verdict, then the member is re-slotted as at filter, or the
+        plan released (a counted re-plan). Returns ("reslotted", its new node), ("released", "")
+        or ("none", "") when the member is not planned on ``node``."""
+        known = self.verdicts.get(pod.uid)
+        excluded = (known.excluded if known else frozenset()) | {node}
+        self.verdicts.learn(pod, frozenset(excluded))
+        with self._lock:
+            plan = self.plans.get(key)
+            if plan is None or plan.assignments.get(pod.uid) != node or plan.state is not PlanState.PLANNED:
+                return "none", ""
+            answer = self._answer_planned(plan, pod, frozenset(self.cache.nodes.keys() - excluded))
+            if answer is not None:
+                return "reslotted", answer.nodes[0]
+            by = f" by {plugin}" if plugin else ""
+            self._release(key, replans.FILTERED_OUT,
+                          f"stale: planned node {node} was rejected{by} for {pod.key}: {reason}", pod.name, node)
+        return "released", ""
+
+    def reserve(self, uid: str, key: str, node: str) -> tuple[bool, str]:
+        """Reserve: a planned member kube-scheduler assumed on ``node`` arrives at the barrier.
+        Returns (False, why) when it is not planned there."""
+        with self._lock:
+            plan = self.plans.get(key)
+            if plan is None or uid not in plan.assignments:
+                return False, f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning"
+            if plan.assignments[uid] != node:
+                return False, f"phalanx: pod {uid} is planned on {plan.assignments[uid]}, not {node}"
+            plan.arrived.add(uid)
+            # no expiry while members wait at Permit (they are rejected at the barrier timeout)
+            plan.deadline = max(plan.deadline, self.clock() + self.barrier_timeout + 5.0)
+            # no generation bump: what a solve of another group sees (the plan's capacity for its
+            # members not bound) does not change when one arrives, so solves in flight stay valid
+        return True, ""
+
+    def unreserve(self, uid: str, key: str, reason: str) -> tuple[str, list[str]]:
+        """Unreserve: the member leaves the barrier. A gang member rejected at Permit (``reason``
+        "rejected": its barrier timed out) while the plan is still planned releases the plan.
+        Returns ("none", []) when the group holds no plan for it, ("unreserved", []), or
+        ("released", the other members reserved: rejected too, a gang never binds partially)."""
+        with self._lock:
+            plan = self.plans.get(key)
+            if plan is None or uid not in plan.assignments:
+                return "none", []
+            plan.arrived.discard(uid)  # the plan's capacity is unchanged (see reserve)
+            if not plan.gang or plan.state is not PlanState.PLANNED or reason != "rejected":
+                return "unreserved", []
+            others = sorted(u for u in plan.arrived if u != uid)
+            why = (f"barrier timed out: {len(plan.arrived)} of {len(plan.assignments)} members reserved "
+                   f"when {self._pod_name(uid)} was rejected at Permit")
+            self.metrics.barrier.labels(outcome="timeout").inc()
+            self._transition(plan, PlanState.RELEASED, replans.BARRIER_TIMEOUT, why)
+            self._event_key(key, names.EVENT_BARRIER_TIMEOUT, why, "Warning")
+        return "released", others
+
+    def permit(self, uid: str, key: str, reserved: tuple[str, ...] = ()) -> PermitAnswer:
+        """Permit, the plugin's barrier (``reserved``: members the plugin reserved itself, each as
+        if reserve had been called). Once every planned member is reserved (or bound) the
+        placement record is written (off the lock, before any member binds), the plan goes
+        ``binding`` then ``bound`` (kube-scheduler binds; the plan holds its capacity until the
+        cache shows the bindings) and every reserved member is allowed. Calls may overlap: one
+        while the record is being written is answered wait. A Basic group's member is allowed at
+        once."""
+        with self._lock:
+            plan = self.plans.get(key)
+            if plan is None or uid not in plan.assignments:
+                return PermitAnswer("reject", f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning")
+            if reserved and plan.state is PlanState.PLANNED:
+                plan.arrived.update(u for u in reserved if u in plan.assignments)
+            if not plan.gang:
+                if plan.state is PlanState.PLANNED:
+                    self._transition(plan, PlanState.BINDING)
+                plan.bound.add(uid)
+                if all(u in plan.bound or self._bound_node(u) for u in plan.assignments):
+                    self._transition(plan, PlanState.BOUND)
+                return PermitAnswer("allow", allow=(uid,))
+            if plan.state is PlanState.BOUND:
+                return PermitAnswer("allow", allow=(uid,))
+            if plan.state is PlanState.BINDING:  # the completing member's call is writing the record
+                return PermitAnswer("wait", f"phalanx: podgroup {key}: writing the placement record",
+                                    wait_seconds=self.barrier_timeout)
+            if not self._complete(plan):
+                have = sum(1 for u in plan.assignments if u in plan.arrived or self._bound_node(u))
+                return PermitAnswer("wait", f"phalanx: podgroup {key}: {have} of {len(plan.assignments)} "
+                                    "members reserved", wait_seconds=self.barrier_timeout)
+            self.metrics.barrier.labels(outcome="released").inc()
+            self._transition(plan, PlanState.BINDING)
+        error = ""
+        try:
+            self._write_record(plan)
+        except WriteError as err:
+            error = f"could not write the placement record: {err}"
+        except Exception as err:  # noqa: BLE001 - any writer failure fails the plan, never hangs it
+            error = f"could not write the placement record: {type(err).__name__}: {err}"
+        with self._lock:
+            if error:
+                self._transition(plan, PlanState.FAILED, replans.BIND_FAILED, error)
+                return PermitAnswer("reject", f"phalanx: podgroup {key}: {error}")
+            allow = tuple(sorted(plan.arrived))
+            self._transition(plan, PlanState.BOUND)  # kube-scheduler binds; held until the cache shows it
+        return PermitAnswer("allow", allow=allow)
+
+    def reservations_snapshot(self) -> tuple[tuple[Plan, ...], dict[str, dict[str, int]]]:
+        """For the plugin's reservations stream: every plan holding capacity, and per node the
+        capacity held for members neither reserved at the plugin (kube-scheduler's cache counts
+        those as assumed) nor bound (a gang's only while it is planned), plus preemption
+        nominations."""
+        with self._lock:
+            self._expire()
+            plans = tuple(p for p in self.plans.values() if p.state in HOLDING)
+            held = [p.reservations({u for u in p.assignments if u in p.arrived or self._bound_node(u)})
+                    for p in plans if p.state is PlanState.PLANNED or not p.gang]
+            held += self.preemption.reservations()
+        return plans, _total(held)
 
     # -- status and events (asynchronous: see dispatch.py) -----------------------------------
     def _submit(self, key: str, kind: str, call: Callable[[], None], coalesce: str = "") -> None:

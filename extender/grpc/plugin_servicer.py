@@ -20,7 +20,7 @@ from extender.cycle.plugin_mode import COALESCE_SECONDS, PluginEnforcement, Snap
 from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
 from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as pb_grpc
 
-from .servicer import Refusal, _answered
+from .servicer import Refusal, answered
 
 log = logging.getLogger("phalanx.grpc")
 
@@ -59,7 +59,7 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     def __init__(self, enforcement: PluginEnforcement) -> None:
         self.enforcement = enforcement
 
-    @_answered
+    @answered
     def PlanForPod(self, request: pb.PlanForPodRequest, context: grpc.ServicerContext) -> pb.PlanForPodReply:
         _checked(request)
         answer = self.enforcement.plan_for_pod(_pod(request.pod_json))
@@ -73,7 +73,7 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
                                              reserved=sorted(plan.arrived)))
         return reply
 
-    @_answered
+    @answered
     def ReportRejection(self, request: pb.ReportRejectionRequest, context: grpc.ServicerContext
                         ) -> pb.ReportRejectionReply:
         _checked(request)
@@ -81,26 +81,26 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
                                                           request.reason)
         return pb.ReportRejectionReply(outcome=outcome, node=node)
 
-    @_answered
+    @answered
     def Reserve(self, request: pb.ReserveRequest, context: grpc.ServicerContext) -> pb.ReserveReply:
         _checked(request)
         ok, reason = self.enforcement.reserve(request.pod_uid, request.group, request.node)
         return pb.ReserveReply(ok=ok, reason=reason)
 
-    @_answered
+    @answered
     def Unreserve(self, request: pb.UnreserveRequest, context: grpc.ServicerContext) -> pb.UnreserveReply:
         _checked(request)
         return pb.UnreserveReply(reject_uids=self.enforcement.unreserve(request.pod_uid, request.group,
                                                                         request.reason))
 
-    @_answered
+    @answered
     def Permit(self, request: pb.PermitRequest, context: grpc.ServicerContext) -> pb.PermitReply:
         _checked(request)
         answer = self.enforcement.permit(request.pod_uid, request.group, tuple(request.reserved_uids))
         return pb.PermitReply(decision=DECISIONS[answer.decision], reason=answer.reason,
                               allow_uids=list(answer.allow), wait_seconds=answer.wait_seconds)
 
-    @_answered
+    @answered
     def WatchReservations(self, request: pb.WatchReservationsRequest, context: grpc.ServicerContext
                           ) -> Iterator[pb.Reservations]:
         _checked(request)

@@ -47,7 +47,9 @@ class Refusal(Exception):
         self.code, self.message = code, message
 
 
-def _answered(method: Callable) -> Callable:
+def answered(method: Callable) -> Callable:
+    """An RPC method's answer on every path: a :class:`Refusal` becomes its status code, anything
+    else INTERNAL (logged); a request never takes the server down."""
     @functools.wraps(method)
     def rpc(self: "WorkloadCycleServicer", request: Any, context: grpc.ServicerContext) -> Any:
         try:
@@ -89,7 +91,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         self.hub = hub
 
     # -- RPCs ----------------------------------------------------------------------------------
-    @_answered
+    @answered
     def PlaceGroup(self, request: pb.PlaceGroupRequest, context: grpc.ServicerContext) -> pb.PlaceGroupReply:
         key = self._existing(request.namespace, request.name)
         answer = self.cycle.place_group(key)
@@ -97,7 +99,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
             return pb.PlaceGroupReply(placed=False, explanation=answer)
         return pb.PlaceGroupReply(placed=True, placement=self._placement(answer.assignments, answer.domain, answer))
 
-    @_answered
+    @answered
     def GetPlan(self, request: pb.GetPlanRequest, context: grpc.ServicerContext) -> pb.Plan:
         key = self._existing(request.namespace, request.name)
         plan = self.cycle.plan_of(key)
@@ -106,7 +108,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
                           f"podgroup {key} holds no plan (state: {self.cycle.group_state(key)})")
         return self._plan(request.namespace, request.name, plan)
 
-    @_answered
+    @answered
     def ExplainGroup(self, request: pb.ExplainGroupRequest, context: grpc.ServicerContext) -> pb.ExplainGroupReply:
         key = group_key(request.namespace, request.name)
         members = self.cache.members(key)
@@ -120,7 +122,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
                                     members_bound=summary.members_bound, min_count=summary.min_count,
                                     owner_kind=owner.kind, owner_name=owner.name, owner_level=owner.level)
 
-    @_answered
+    @answered
     def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsReply:
         if request.namespace:
             checked_namespace(request.namespace)
@@ -128,7 +130,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
                       if not request.namespace or record.namespace == request.namespace)
         return pb.ListGroupsReply(groups=[self._summary(key, self.cache.members(key)) for key in keys])
 
-    @_answered
+    @answered
     def WatchEvents(self, request: pb.WatchEventsRequest, context: grpc.ServicerContext) -> Iterator[pb.Event]:
         if request.name and not request.namespace:
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "name needs namespace")

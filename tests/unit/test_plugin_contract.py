@@ -11,6 +11,7 @@ import grpc
 import pytest
 
 from cluster import names
+from cluster.backend import WriteError
 from extender.grpc import start_grpc_server
 from extender.grpc.server import PLUGIN_SERVICE_NAME
 from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
@@ -240,3 +241,22 @@ def test_members_arriving_and_a_gang_binding_leave_other_groups_solves_valid(sim
     cycle.check_timers()
     assert cycle.plan_of("default/s") is None
     assert cycle._generation == before
+
+
+@pytest.mark.parametrize("error", [WriteError("forbidden", 403), OSError("connection reset")])
+def test_a_placement_record_that_cannot_be_written_rejects_the_gang_and_fails_its_plan(sim, cycle, stub, error):
+    """Nothing binds without the record: whatever the writer raises, the completing Permit is
+    REJECT with the reason and the plan is failed (it holds nothing, the group is re-planned)."""
+    members = gang(sim, "w", 2)
+    assert plan_for(stub, members[0]).verdict == pb.PlanForPodReply.PLANNED
+
+    def failing(*args, **kwargs):
+        raise error
+
+    cycle.writer.annotate_podgroup = failing
+    answer = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/w",
+                                          reserved_uids=[uid(m) for m in members]))
+    assert answer.decision == pb.PermitReply.REJECT
+    assert "could not write the placement record" in answer.reason and str(error) in answer.reason
+    assert cycle.plan_of("default/w") is None
+    assert names.ANNOTATION_PLACEMENT not in (sim.get("PodGroup", "default/w")["metadata"].get("annotations") or {})
