@@ -220,6 +220,7 @@ def test_a_member_newly_preempted_evicts_the_rest_of_its_unit_through_eviction(s
     sim.update("Pod", "default/unit-0", disruption_target)  # kube-scheduler preempts one member
     wait_until(lambda: names_of(sim, "unit") == ["unit-0"])
     assert sorted(writer.evictions) == [("unit-1", True, 0), ("unit-2", True, 0)]  # never a plain delete
+    cycle.flush()  # events are written off the cycle's lock
     broken = [e for e in sim.events if e["reason"] == names.EVENT_UNIT_BROKEN]
     assert len(broken) == 1 and broken[0]["type"] == "Warning"
     sim.cache.replace("Pod", sim.list("Pod"))  # the replay of the disrupted member changes nothing

@@ -85,6 +85,7 @@ def test_gang_is_planned_at_first_filter_and_bound_whole(sim, cycle):
     assert all(bound.values()) and len(bound) == 5
     record = sim.get("PodGroup", "default/db")["metadata"]["annotations"][names.ANNOTATION_PLACEMENT]
     assert '"db-0"' in record
+    assert cycle.flush()  # status and events are written off the cycle's lock
     assert condition(sim, "db")["status"] == "True"
     assert [e["reason"] for e in sim.events][:1] == ["Planned"]
 
@@ -174,9 +175,12 @@ def test_pods_without_a_group_bind_at_once(sim, cycle):
 def test_condition_never_goes_back_to_false(sim, cycle):
     pods = make_gang(sim, "g", 2, gpu=1)
     bind_all(cycle, sim, pods)
+    assert cycle.flush()  # status is written off the cycle's lock
     first = condition(sim, "g")
+    assert first["status"] == "True"
     extra = sim.create(pod("g-9", "g", gpu=64))  # cannot fit anywhere
     cycle.filter(extra, all_nodes(sim))
+    assert cycle.flush()
     assert condition(sim, "g") == first
 
 
@@ -234,8 +238,9 @@ def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_doma
     bound_rack = sim.get("Node", planned["g-0"])["metadata"]["labels"][RACK]
     assert answer.nodes and answer.nodes[0] != planned["g-2"]
     assert sim.get("Node", answer.nodes[0])["metadata"]["labels"][RACK] == bound_rack
-    assert names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/g")["metadata"]["annotations"]
-    assert any(e["reason"] == "PlacementAbandoned" for e in sim.events)
+    # the record's removal and the event are API writes, made off the cycle's lock by its dispatcher
+    wait_until(lambda: names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/g")["metadata"]["annotations"])
+    wait_until(lambda: any(e["reason"] == "PlacementAbandoned" for e in sim.events))
     second.close()
 
 
@@ -268,7 +273,8 @@ def test_group_preemption_evicts_a_whole_all_group_and_holds_the_room(sim, cycle
     assert not any(p["metadata"]["name"].startswith("low") for p in sim.list("Pod"))
     _, errors = bind_all(cycle, sim, high)
     assert errors == []
-    assert any(e["reason"] == "Preempted" and "podgroup default/high" in e["note"] for e in sim.events)
+    # each victim's event follows its eviction on the evicting thread
+    wait_until(lambda: any(e["reason"] == "Preempted" and "podgroup default/high" in e["note"] for e in sim.events))
 
 
 def test_a_member_waiting_for_its_victims_is_touched_once_the_cache_saw_them_go(sim, cycle):
