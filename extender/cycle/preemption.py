@@ -96,13 +96,12 @@ class GroupPreemption:
     # -- nominations (called under the cycle's lock) -------------------------------------------
     def waiting(self, key: str) -> str:
         """Why the group must wait for its victims, or "" when it may be planned."""
-        cache = self.cycle.cache
         with self._lock:
             self._prune()
             nomination = self.nominations.get(key)
             if nomination is None:
                 return ""
-            nomination.victims = {u for u in nomination.victims if u in cache.pods and cache.pods[u].active}
+            nomination.victims = self._live_victims(nomination)
             if not nomination.victims:
                 self._drop(key)
                 return ""
@@ -245,11 +244,9 @@ class GroupPreemption:
         :meth:`take_cleared`. Its members were answered "waiting for preempted pods" and
         kube-scheduler retries them on a pod event, which may reach it before the cache saw the last
         victim go: that retry waited again and no event follows, so the cycle touches them."""
-        pods = self.cycle.cache.pods
         with self._lock:
             for key, nomination in self.nominations.items():
-                if uid in nomination.victims and not any(
-                        u != uid and u in pods and pods[u].active for u in nomination.victims):
+                if uid in nomination.victims and not self._live_victims(nomination):
                     self._cleared.add(key)
                     self.cycle._wake.set()
 
@@ -259,12 +256,17 @@ class GroupPreemption:
         found nobody to touch), note the group for :meth:`take_cleared` now."""
         if key not in self.nominations:  # fast path, read without the lock
             return
-        pods = self.cycle.cache.pods
         with self._lock:
             nomination = self.nominations.get(key)
-            if nomination is not None and not any(u in pods and pods[u].active for u in nomination.victims):
+            if nomination is not None and not self._live_victims(nomination):
                 self._cleared.add(key)
                 self.cycle._wake.set()
+
+    def _live_victims(self, nomination: Nomination) -> set[str]:
+        """The nomination's victims the cache still shows running (the cache's listeners run
+        after it applied the change, so a pod just deleted or finished is not among them)."""
+        pods = self.cycle.cache.pods
+        return {u for u in nomination.victims if u in pods and pods[u].active}
 
     def take_cleared(self) -> set[str]:
         """The nominated groups whose victims are all gone since the last call."""
