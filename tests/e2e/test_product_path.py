@@ -403,11 +403,6 @@ def simulated_device(product: Product) -> Iterator[str]:
 
 def test_a_gang_sharing_one_resource_claim_is_bound_whole_with_the_claim_allocated_once(
         product, ns, pool, simulated_device, scheduler_mode):
-    if scheduler_mode == "plugin":
-        pytest.skip("not in plugin mode yet: kube-scheduler writes a shared claim's allocation in the first "
-                    "member's PreBind, which runs after that member's Permit wait; the other members find the "
-                    "claim 'in the process of being allocated' and never reach Permit, so the barrier times out "
-                    "(the extender's barrier is in its bind verb, after PreBind)")
     add_racks(pool, ns, {"a": 3})
     product.rest.post(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "shared-gpu"},

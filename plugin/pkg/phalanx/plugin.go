@@ -20,6 +20,15 @@
 //     beside the scheduling loop (the member that completes the gang waits for the record
 //     write, the loop does not). When one member's wait times out or fails, the rest are
 //     rejected with it: a gang never binds partially.
+//   - PreBind: the same barrier, later, for members that name a ResourceClaim (the shape of a
+//     claim shared by the gang). kube-scheduler's DynamicResources plugin writes a claim's
+//     allocation in the PreBind of the member that allocated it and, outside its own PodGroup
+//     scheduling cycle, answers every other pod of that claim "in the process of being
+//     allocated" until then; a Permit barrier would hold that first member before the write and
+//     the rest could never reach it. Such members pass Permit and wait in PreBind (after
+//     DynamicResources'; a binding goroutine each, never the scheduling loop) until the service
+//     allows the gang; on timeout or rejection they fail PreBind and kube-scheduler unreserves
+//     them (their entries in the claim's reservedFor removed).
 //
 // Failure modes: every RPC has a deadline and goes through a circuit breaker, so an unreachable
 // service costs the scheduling loop at most one deadline per cooldown; members then wait
@@ -45,6 +54,7 @@ import (
 	resourcehelper "k8s.io/component-helpers/resource"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/apis/config"
 
 	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
 )
@@ -85,6 +95,19 @@ type Plugin struct {
 	// one PlanForPod call at a time: concurrent solves of different groups slow each other on the
 	// service's cores and each plan committed makes the others start over
 	calling chan struct{}
+	// members waiting in PreBind (the barrier of members naming a ResourceClaim): each gate gets
+	// one decision, sent under mu by whoever removes it from the map
+	atPreBind map[types.UID]chan decision
+	// whether the profile runs this plugin at PreBind after DynamicResources (read once, from the
+	// built framework): only then do members naming a claim pass Permit
+	preBindOnce sync.Once
+	preBind     bool
+}
+
+// decision is what a member waiting in PreBind is told: allowed, or rejected with a message.
+type decision struct {
+	allow bool
+	msg   string
 }
 
 // planCall is one PlanForPod call for a group, shared by the members that reach PreFilter while
@@ -108,6 +131,7 @@ var (
 	_ fwk.ScorePlugin       = &Plugin{}
 	_ fwk.ReservePlugin     = &Plugin{}
 	_ fwk.PermitPlugin      = &Plugin{}
+	_ fwk.PreBindPlugin     = &Plugin{}
 	_ fwk.EnqueueExtensions = &Plugin{}
 	_ fwk.SignPlugin        = &Plugin{}
 )
@@ -137,7 +161,8 @@ func NewWithClient(ctx context.Context, args Args, h Handle, pods corelisters.Po
 	client pb.SchedulerPluginClient) *Plugin {
 	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(),
 		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx),
-		ctx: ctx, planning: map[string]*planCall{}, calling: make(chan struct{}, 1)}
+		ctx: ctx, planning: map[string]*planCall{}, calling: make(chan struct{}, 1),
+		atPreBind: map[types.UID]chan decision{}}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()
@@ -568,7 +593,7 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 			return
 		}
 		for _, other := range reply.GetRejectUids() {
-			p.handle.RejectWaitingPod(types.UID(other))
+			p.release(types.UID(other), decision{msg: fmt.Sprintf("phalanx: podgroup %s: %s left the barrier, so the gang does not bind", group, pod.Name)})
 		}
 	}()
 }
@@ -580,7 +605,7 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 // record) allows every waiting member.
 func (p *Plugin) Permit(_ context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
 	group := GroupOf(pod)
-	if group == "" {
+	if group == "" || (NamesClaim(pod) && p.barrierAtPreBind()) { // such a member waits in PreBind
 		return nil, 0
 	}
 	if p.breaker.Open() {
@@ -610,19 +635,7 @@ func (p *Plugin) permit(pod *v1.Pod, group, node string) {
 	}
 	switch reply.GetDecision() {
 	case pb.PermitReply_ALLOW:
-		var late []types.UID // not registered yet (this member's own, usually): looked for below
-		for uid := range sets.New(reply.GetAllowUids()...).Insert(string(pod.UID)) {
-			if wp := p.handle.GetWaitingPod(types.UID(uid)); wp != nil {
-				wp.Allow(Name)
-			} else {
-				late = append(late, types.UID(uid))
-			}
-		}
-		for _, uid := range late {
-			if wp := p.waitingPod(uid); wp != nil {
-				wp.Allow(Name)
-			}
-		}
+		p.allowAll(append(reply.GetAllowUids(), string(pod.UID)), "")
 	case pb.PermitReply_WAIT: // the member that completes the gang allows this one
 	default:
 		p.mirror.DropPlan(group)
@@ -636,15 +649,186 @@ func (p *Plugin) permit(pod *v1.Pod, group, node string) {
 // which a reply can beat: it is looked for a little while (rpcTimeout); nil when it never shows
 // (the member is gone, or was rejected meanwhile).
 func (p *Plugin) waitingPod(uid types.UID) fwk.WaitingPod {
+	var wp fwk.WaitingPod
+	p.eventually(func() bool {
+		wp = p.handle.GetWaitingPod(uid)
+		return wp != nil
+	})
+	return wp
+}
+
+// eventually retries found for a little while (rpcTimeout): a member held at a barrier is
+// registered by the framework (Permit) or by its PreBind call a moment after a reply may name it.
+func (p *Plugin) eventually(found func() bool) bool {
 	deadline := time.Now().Add(p.args.RPCTimeout.Duration)
 	for {
-		if wp := p.handle.GetWaitingPod(uid); wp != nil {
-			return wp
+		if found() {
+			return true
 		}
 		if time.Now().After(deadline) || p.ctx.Err() != nil {
-			return nil
+			return false
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// allowAll allows the members an ALLOW reply names, at whichever barrier each waits, except skip
+// (a member in PreBind that took its own reply).
+func (p *Plugin) allowAll(uids []string, skip types.UID) {
+	var late []types.UID // not registered yet (the member's own waiting pod, usually): looked for below
+	for uid := range sets.New(uids...).Delete(string(skip)) {
+		if !p.release(types.UID(uid), decision{allow: true}) {
+			late = append(late, types.UID(uid))
+		}
+	}
+	for _, uid := range late {
+		p.eventually(func() bool { return p.release(uid, decision{allow: true}) })
+	}
+}
+
+// release gives a member held at a barrier its decision: a member waiting in PreBind through its
+// gate, one waiting at Permit through the framework. false: the member is held at neither.
+func (p *Plugin) release(uid types.UID, d decision) bool {
+	p.mu.Lock()
+	if gate, ok := p.atPreBind[uid]; ok {
+		delete(p.atPreBind, uid)
+		gate <- d // buffered, one decision per gate
+		p.mu.Unlock()
+		return true
+	}
+	p.mu.Unlock()
+	if d.allow {
+		if wp := p.handle.GetWaitingPod(uid); wp != nil {
+			wp.Allow(Name)
+			return true
+		}
+		return false
+	}
+	return p.handle.RejectWaitingPod(uid)
+}
+
+// -- PreBind: the barrier of members naming a ResourceClaim -------------------------------------
+
+// NamesClaim: the pod names a ResourceClaim directly (resourceClaimName), the shape of a claim
+// its gang shares (phalanx's controller points every member at one PodGroup-owned claim). Claims
+// from templates are each pod's own and need no later barrier.
+func NamesClaim(pod *v1.Pod) bool {
+	for _, c := range pod.Spec.ResourceClaims {
+		if c.ResourceClaimName != nil && *c.ResourceClaimName != "" {
+			return true
+		}
+	}
+	return false
+}
+
+// barrierAtPreBind: the profile runs this plugin's PreBind after DynamicResources' (or without
+// DynamicResources). Otherwise members naming a claim wait at Permit as the rest: a gang sharing a
+// claim then cannot bind (said once in the log), but none binds without its barrier.
+func (p *Plugin) barrierAtPreBind() bool {
+	p.preBindOnce.Do(func() {
+		lister, ok := p.handle.(interface{ ListPlugins() *config.Plugins })
+		if !ok {
+			return
+		}
+		dra, ours := -1, -1
+		for i, plugin := range lister.ListPlugins().PreBind.Enabled {
+			switch plugin.Name {
+			case dynamicResources:
+				dra = i
+			case Name:
+				ours = i
+			}
+		}
+		p.preBind = ours >= 0 && dra < ours
+		if !p.preBind {
+			p.logger.Info("phalanx: the profile does not enable Phalanx at preBind after DynamicResources; " +
+				"gang members naming a ResourceClaim wait at Permit, where a gang sharing one claim cannot complete")
+		}
+	})
+	return p.preBind
+}
+
+// dynamicResources is the in-tree DRA plugin's name.
+const dynamicResources = "DynamicResources"
+
+// PreBindPreFlight: PreBind has work only for gang members naming a claim.
+func (p *Plugin) PreBindPreFlight(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string,
+) (*fwk.PreBindPreFlightResult, *fwk.Status) {
+	if GroupOf(pod) == "" || !NamesClaim(pod) || !p.barrierAtPreBind() {
+		return nil, fwk.NewStatus(fwk.Skip)
+	}
+	return nil, nil
+}
+
+// PreBind is the gang barrier of a member naming a claim (see the package documentation): the
+// member's Permit call, then, told to wait, a wait on its gate until the reply of the member that
+// completes the gang allows it, a rejection reaches it, or permitTimeout passes. It runs in the
+// member's binding goroutine, after the in-tree PreBind plugins wrote its claim's allocation.
+func (p *Plugin) PreBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	group := GroupOf(pod)
+	if group == "" || !NamesClaim(pod) || !p.barrierAtPreBind() {
+		return nil
+	}
+	gate := make(chan decision, 1)
+	p.mu.Lock()
+	p.atPreBind[pod.UID] = gate
+	p.mu.Unlock()
+	var reply *pb.PermitReply
+	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
+		return err
+	})
+	if err != nil || reply.GetDecision() != pb.PermitReply_WAIT {
+		// the completing member's reply may have allowed this one meanwhile: that decision stands
+		if d := p.leavePreBind(pod.UID, gate); d.allow {
+			return nil
+		}
+		switch {
+		case err != nil:
+			return unreachable(group, err)
+		case reply.GetDecision() == pb.PermitReply_ALLOW:
+			p.allowAll(reply.GetAllowUids(), pod.UID)
+			return nil
+		default:
+			p.mirror.DropPlan(group)
+			return fwk.NewStatus(fwk.Unschedulable, reply.GetReason())
+		}
+	}
+	timer := time.NewTimer(p.args.PermitTimeout.Duration)
+	defer timer.Stop()
+	var d decision
+	select {
+	case d = <-gate:
+	case <-timer.C:
+		d = p.leavePreBind(pod.UID, gate)
+		if d == (decision{}) {
+			d.msg = fmt.Sprintf("phalanx: podgroup %s: the gang was not complete within %s", group, p.args.PermitTimeout.Duration)
+		}
+	case <-ctx.Done():
+		if d = p.leavePreBind(pod.UID, gate); d == (decision{}) {
+			d.msg = fmt.Sprintf("phalanx: podgroup %s: %v", group, ctx.Err())
+		}
+	}
+	if d.allow {
+		return nil
+	}
+	return fwk.NewStatus(fwk.Unschedulable, d.msg)
+}
+
+// leavePreBind takes the member's gate out of the map; the decision already sent to it, if one
+// was (the zero decision otherwise).
+func (p *Plugin) leavePreBind(uid types.UID, gate chan decision) decision {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.atPreBind[uid] == gate {
+		delete(p.atPreBind, uid)
+		return decision{}
+	}
+	select {
+	case d := <-gate:
+		return d
+	default:
+		return decision{}
 	}
 }
 
