@@ -42,20 +42,9 @@ from harness import phalanx_scheduler_config as harness_phalanx_config  # noqa: 
 _WORKDIR: dict[str, Path] = {}
 
 
-def pytest_configure(config: pytest.Config) -> None:
-    config.addinivalue_line("markers", "plugin_full: in plugin mode only with PHALANX_E2E_PLUGIN_FULL=1 (make e2e "
-                            "runs a representative subset of a long suite there)")
-
-
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    full = os.environ.get(PLUGIN_FULL_ENV) == "1"
     for item in items:
         item.add_marker(pytest.mark.e2e)
-        callspec = getattr(item, "callspec", None)
-        if not full and item.get_closest_marker("plugin_full") and callspec is not None \
-                and callspec.params.get("scheduler_mode") == "plugin":
-            item.add_marker(pytest.mark.skip(reason=f"plugin mode runs a representative subset of this suite in "
-                                                    f"make e2e; {PLUGIN_FULL_ENV}=1 runs the rest"))
 
 
 @pytest.hookimpl(hookwrapper=True)
@@ -221,7 +210,6 @@ def phalanx(control_plane: ControlPlane) -> Iterator[Any]:
 
 
 PHALANX_SCHEDULER_MODES = PHALANX_MODES
-PLUGIN_FULL_ENV = "PHALANX_E2E_PLUGIN_FULL"
 
 
 def phalanx_scheduler_config(mode: str, phalanx: Any, scheduler_name: str | None = None) -> dict:
@@ -247,8 +235,7 @@ def start_phalanx_scheduler(control_plane: ControlPlane, mode: str, phalanx: Any
 @pytest.fixture(scope="module", params=PHALANX_SCHEDULER_MODES)
 def scheduler_mode(request: pytest.FixtureRequest) -> str:
     """extender, then plugin: a module whose fixtures depend on this runs its tests once per mode
-    (grouped by mode). Tests marked ``plugin_full`` run in plugin mode only with
-    PHALANX_E2E_PLUGIN_FULL=1."""
+    (grouped by mode)."""
     return request.param
 
 

@@ -126,7 +126,6 @@ def replica_bound(rest, namespace, name, index, size, timeout=60):
         raise TimeoutError(f"{err}\nPodGroups: {groups}\npods: {states}") from None
 
 
-@pytest.mark.plugin_full
 def test_lws_without_annotation_runs_as_without_phalanx(rest, namespace, nodes, phalanx_lws):
     nodes.add_many(3, prefix="none", cpu="4")
     make_lws(rest, namespace, leaderworkerset("none", size=3, replicas=2))
@@ -179,7 +178,6 @@ def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(res
                           if not g["metadata"].get("deletionTimestamp")]) == 3, 60, "3 PodGroups after scale-down")
 
 
-@pytest.mark.plugin_full
 def test_a_recreated_leader_gets_new_podgroups_and_binds_whole_and_all_goes_with_the_lws(rest, namespace, nodes, phalanx_lws):
     nodes.add_many(3, prefix="rec", gpu=1, cpu="4")
     make_lws(rest, namespace, leaderworkerset("rec", size=3, resources=GPU1, scheduling={}))
@@ -205,7 +203,6 @@ def test_a_recreated_leader_gets_new_podgroups_and_binds_whole_and_all_goes_with
              "Workload, PodGroups and pods collected with the LWS")
 
 
-@pytest.mark.plugin_full
 def test_replica_level_size_change_rollout_gives_each_replaced_replica_podgroups_of_its_new_size(
         rest, namespace, nodes, phalanx_lws):
     nodes.add_many(6, prefix="roll", gpu=1, cpu="4")
@@ -308,7 +305,6 @@ def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws, 
     rest.patch(lws_path(namespace, "fixed"), {"spec": {"replicas": 2}})  # replicas and size stay free
 
 
-@pytest.mark.plugin_full
 @pytest.mark.parametrize("scheduler_mode", PHALANX_SCHEDULER_MODES)
 def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_control_plane, scheduler_mode):
     """The CRD flavor (a cluster without scheduling.k8s.io Workloads): LWS, phalanx serve, its
