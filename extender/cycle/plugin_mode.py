@@ -156,9 +156,13 @@ class PluginEnforcement:
         return others
 
     # -- Permit --------------------------------------------------------------------------------
-    def permit(self, uid: str, group: str, reserved: tuple[str, ...] = ()) -> PermitAnswer:
-        """``reserved``: members the plugin reserved itself (each as if it had called reserve)."""
-        return self.cycle.permit(uid, group, reserved)
+    def permit(self, uid: str, group: str, reserved: tuple[str, ...] = (), node: str = "") -> PermitAnswer:
+        """``reserved``: members the plugin reserved itself (each as if it had called reserve:
+        the stream then stops counting their capacity as held)."""
+        answer = self.cycle.permit(uid, group, reserved, node)
+        if reserved:
+            self.changed()
+        return answer
 
     # -- the reservations stream ---------------------------------------------------------------
     def snapshot(self) -> Snapshot:

@@ -67,7 +67,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timezone
 from enum import Enum
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
@@ -1108,12 +1108,16 @@ class WorkloadCycle:
                 return False, f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning"
             if plan.assignments[uid] != node:
                 return False, f"phalanx: pod {uid} is planned on {plan.assignments[uid]}, not {node}"
-            plan.arrived.add(uid)
-            # no expiry while members wait at Permit (they are rejected at the barrier timeout)
-            plan.deadline = max(plan.deadline, self.clock() + self.barrier_timeout + 5.0)
-            # no generation bump: what a solve of another group sees (the plan's capacity for its
-            # members not bound) does not change when one arrives, so solves in flight stay valid
+            self._arrive(plan, (uid,))
         return True, ""
+
+    def _arrive(self, plan: Plan, uids: Iterable[str]) -> None:
+        """Members kube-scheduler assumed on their planned nodes arrive at the barrier (under the
+        lock). No expiry while members wait at Permit (they are rejected at the barrier timeout);
+        no generation bump: what a solve of another group sees (the plan's capacity for its
+        members not bound) does not change when one arrives, so solves in flight stay valid."""
+        plan.arrived.update(uids)
+        plan.deadline = max(plan.deadline, self.clock() + self.barrier_timeout + 5.0)
 
     def unreserve(self, uid: str, key: str, reason: str) -> tuple[str, list[str]]:
         """Unreserve: the member leaves the barrier. A gang member rejected at Permit (``reason``
@@ -1135,20 +1139,24 @@ class WorkloadCycle:
             self._event_key(key, names.EVENT_BARRIER_TIMEOUT, why, "Warning")
         return "released", others
 
-    def permit(self, uid: str, key: str, reserved: tuple[str, ...] = ()) -> PermitAnswer:
-        """Permit, the plugin's barrier (``reserved``: members the plugin reserved itself, each as
-        if reserve had been called). Once every planned member is reserved (or bound) the
-        placement record is written (off the lock, before any member binds), the plan goes
-        ``binding`` then ``bound`` (kube-scheduler binds; the plan holds its capacity until the
-        cache shows the bindings) and every reserved member is allowed. Calls may overlap: one
+    def permit(self, uid: str, key: str, reserved: tuple[str, ...] = (), node: str = "") -> PermitAnswer:
+        """Permit, the plugin's barrier (``reserved``: members the plugin reserved itself from its
+        mirror of the plan, each as if reserve had been called; ``node``: where kube-scheduler
+        assumed ``uid``, checked against its plan when it is among them). Once every planned
+        member is reserved (or bound) the placement record is written (off the lock, before any
+        member binds), the plan goes ``binding`` then ``bound`` (kube-scheduler binds; the plan
+        holds its capacity until the cache shows the bindings) and every reserved member is
+        allowed. Calls may overlap: one
         while the record is being written is answered wait. A Basic group's member is allowed at
         once."""
         with self._lock:
             plan = self.plans.get(key)
             if plan is None or uid not in plan.assignments:
                 return PermitAnswer("reject", f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning")
+            if node and uid in reserved and plan.assignments[uid] != node:
+                return PermitAnswer("reject", f"phalanx: pod {uid} is planned on {plan.assignments[uid]}, not {node}")
             if reserved and plan.state is PlanState.PLANNED:
-                plan.arrived.update(u for u in reserved if u in plan.assignments)
+                self._arrive(plan, (u for u in reserved if u in plan.assignments))
             if not plan.gang:
                 if plan.state is PlanState.PLANNED:
                     self._transition(plan, PlanState.BINDING)

@@ -96,7 +96,7 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     @answered
     def Permit(self, request: pb.PermitRequest, context: grpc.ServicerContext) -> pb.PermitReply:
         _checked(request)
-        answer = self.enforcement.permit(request.pod_uid, request.group, tuple(request.reserved_uids))
+        answer = self.enforcement.permit(request.pod_uid, request.group, tuple(request.reserved_uids), request.node)
         return pb.PermitReply(decision=DECISIONS[answer.decision], reason=answer.reason,
                               allow_uids=list(answer.allow), wait_seconds=answer.wait_seconds)
 

@@ -185,6 +185,36 @@ def test_permit_with_the_reservations_the_plugin_kept_completes_the_gang_in_one_
     assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/p")["metadata"]["annotations"]
 
 
+def test_members_reserved_by_the_plugin_from_its_mirror_arrive_with_their_own_permit_calls(sim, stub):
+    """The plugin's Reserve makes no call when kube-scheduler assumed the member on the mirror's
+    planned node: each member's Permit call names it reserved there. The gang completes with no
+    Reserve call, the stream stops holding an arrived member's capacity, and a member assumed
+    elsewhere than planned is refused at Permit."""
+    members = gang(sim, "m", 3)
+    reply = plan_for(stub, members[0])
+    node_of = {uid(m): reply.plan.assignments[uid(m)] for m in members}
+    other = next(n for n in sim.cache.nodes if n != node_of[uid(members[0])])
+    before = first_snapshot(stub, lambda s: any(p.group == "default/m" for p in s.plans))
+    n0 = node_of[uid(members[0])]
+    assert dict(before.nodes[n0].amounts)["nvidia.com/gpu"] == sum(1 for u in node_of if node_of[u] == n0)
+    wrong = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/m", node=other,
+                                         reserved_uids=[uid(members[0])]))
+    assert wrong.decision == pb.PermitReply.REJECT and f"not {other}" in wrong.reason
+    first = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/m",
+                                         node=node_of[uid(members[0])], reserved_uids=[uid(members[0])]))
+    assert first.decision == pb.PermitReply.WAIT and "1 of 3 members reserved" in first.reason
+    snap = first_snapshot(stub, lambda s: any(p.group == "default/m" and p.reserved for p in s.plans))
+    (plan,) = [p for p in snap.plans if p.group == "default/m"]
+    assert list(plan.reserved) == [uid(members[0])]
+    still_held = sum(1 for u in node_of if node_of[u] == n0 and u != uid(members[0]))
+    assert dict(snap.nodes[n0].amounts).get("nvidia.com/gpu", 0) == still_held if still_held else n0 not in snap.nodes
+    answers = [stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(m), group="default/m", node=node_of[uid(m)],
+                                            reserved_uids=[uid(m)])) for m in members[1:]]
+    assert [a.decision for a in answers] == [pb.PermitReply.WAIT, pb.PermitReply.ALLOW]
+    assert sorted(answers[-1].allow_uids) == sorted(node_of)
+    assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/m")["metadata"]["annotations"]
+
+
 def test_a_new_stream_gets_a_first_snapshot_even_when_nothing_is_held_or_changed(stub):
     """The plugin retries its pending members on the first snapshot after it (re)connects: a service
     holding nothing (no plan, no waiting group, no change since it started: the snapshot's

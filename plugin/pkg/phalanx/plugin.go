@@ -13,7 +13,8 @@
 //   - PostFilter: the planned node was rejected: which plugin, and why, goes to the service,
 //     which re-slots or re-plans with that knowledge. Gang members get no per-pod preemption.
 //   - Score: the planned node first; plain pods prefer nodes that hold no reservation.
-//   - Reserve / Unreserve: the service's plan follows kube-scheduler's assumed pods.
+//   - Reserve / Unreserve: the service's plan follows kube-scheduler's assumed pods (a member
+//     assumed on its planned node is reserved from the mirror and reported with its Permit call).
 //   - Permit: the gang barrier in process. A member waits (the framework's waiting pods; no
 //     thread, no connection held) until the service says every planned member is reserved and the
 //     placement record is written; then every waiting member is allowed. The Permit call runs
@@ -545,10 +546,16 @@ func (p *Plugin) ScoreExtensions() fwk.ScoreExtensions { return nil }
 
 // -- Reserve / Unreserve ------------------------------------------------------------------------
 
-// Reserve tells the service kube-scheduler assumed the member on its node.
+// Reserve: kube-scheduler assumed the member on its node. When that is the node of the mirror's
+// plan nothing is called (the scheduling loop goes on): the member's Permit call tells the service
+// it is reserved (reserved_uids) and the service checks the node again there. Otherwise the
+// service is asked (its plan may be newer than the mirror's).
 func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
 	group := GroupOf(pod)
 	if group == "" {
+		return nil
+	}
+	if planned, ok := p.mirror.PlannedNode(pod.UID); ok && planned == node {
 		return nil
 	}
 	var reply *pb.ReserveReply
@@ -624,7 +631,7 @@ func (p *Plugin) Permit(_ context.Context, _ fwk.CycleState, pod *v1.Pod, node s
 func (p *Plugin) permit(pod *v1.Pod, group, node string) {
 	var reply *pb.PermitReply
 	err := p.unary(p.ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
+		reply, err = p.client.Permit(ctx, permitRequest(pod, group, node))
 		return err
 	})
 	if err != nil {
@@ -643,6 +650,13 @@ func (p *Plugin) permit(pod *v1.Pod, group, node string) {
 			wp.Reject(Name, reply.GetReason())
 		}
 	}
+}
+
+// permitRequest is a member's Permit call: it names the member reserved on node (Reserve made no
+// call when the mirror's plan agreed).
+func permitRequest(pod *v1.Pod, group, node string) *pb.PermitRequest {
+	return &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node,
+		ReservedUids: []string{string(pod.UID)}}
 }
 
 // waitingPod is the member's waiting pod. The framework registers it right after Permit returned,
@@ -775,7 +789,7 @@ func (p *Plugin) PreBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 	p.mu.Unlock()
 	var reply *pb.PermitReply
 	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
+		reply, err = p.client.Permit(ctx, permitRequest(pod, group, node))
 		return err
 	})
 	if err != nil || reply.GetDecision() != pb.PermitReply_WAIT {

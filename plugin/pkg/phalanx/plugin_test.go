@@ -697,3 +697,31 @@ func TestWithoutPhalanxAtPreBindAfterDynamicResourcesMembersNamingAClaimWaitAtPe
 		}
 	}
 }
+
+func TestReserveOnTheMirrorsPlannedNodeMakesNoCallAndPermitReportsTheMemberReserved(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRig(t, true, a, b)
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	if _, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := r.plugin.Reserve(context.Background(), nil, a, "n1"); !st.IsSuccess() || r.svc.Calls("Reserve") != 0 {
+		t.Fatalf("reserve on the planned node: %v, %d calls", st, r.svc.Calls("Reserve"))
+	}
+	// assumed somewhere the mirror does not plan it: the service decides
+	if st := r.plugin.Reserve(context.Background(), nil, b, "n9"); !st.IsSuccess() || r.svc.Calls("Reserve") != 1 {
+		t.Fatalf("reserve off the mirror's plan: %v, %d calls", st, r.svc.Calls("Reserve"))
+	}
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+	if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v", st)
+	}
+	r.handle.wait(a)
+	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+	r.svc.mu.Lock()
+	defer r.svc.mu.Unlock()
+	if got := r.svc.permitReq.GetReservedUids(); len(got) != 1 || got[0] != "uid-a" || r.svc.permitReq.GetNode() != "n1" {
+		t.Fatalf("the Permit call names the member reserved on its node: %v", r.svc.permitReq)
+	}
+}
