@@ -3,7 +3,10 @@ gangs: phalanx's plugin mode (phalanx-scheduler: kube-scheduler v1.37.2 with pha
 plugin, gRPC to phalanx serve), phalanx's extender mode (kube-scheduler + the HTTP extender) and
 kube-scheduler with upstream's in-tree gang scheduling (GenericWorkload +
 TopologyAwareWorkloadScheduling); and plain pods (no group) under phalanx-scheduler, the extender
-and a stock kube-scheduler. Each round runs every mode once, in an order rotated per round, on an
+and a stock kube-scheduler. Beside them a ceiling, no scheduler at all: the same pods created with
+``spec.nodeName`` already set (each gang on nodes of one rack), the rate at which this test and
+this control plane create pods and see them bound; no scheduler's figure can exceed it, so a
+target ratio above ceiling / in-tree cannot be met on this machine. Each round runs every mode once, in an order rotated per round, on an
 emptied cluster; the numbers are medians over the rounds. It prints them (a measurement, not a timed assertion); the
 behaviour checked is that every gang lands whole and inside one rack (and on distinct nodes with
 anti-affinity) under every scheduler, and every plain pod binds.
@@ -15,14 +18,21 @@ Run alone for the README's table (3 rounds, 2,000 nodes):
 from __future__ import annotations
 
 import os
+import re
+import signal
 import statistics
+import threading
 import time
+from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from harness import RACK, create, create_node, pod, podgroup, scheduler_config
+from harness import RACK, create, create_node, phalanx_scheduler_config, pod, podgroup, scheduler_config
+from harness.faults import Rig
 
-from .conftest import phalanx_scheduler_config
+from cluster.kube import Kube
+
+from .conftest import PHALANX_BARRIER_SECONDS
 
 NODES = int(os.environ.get("PHALANX_THROUGHPUT_NODES", "500"))
 ROUNDS = int(os.environ.get("PHALANX_THROUGHPUT_ROUNDS", "1"))
@@ -30,19 +40,21 @@ PLAIN_PODS = int(os.environ.get("PHALANX_THROUGHPUT_PLAIN", "200"))
 HOSTNAME = "kubernetes.io/hostname"
 RACK_SIZE = 20  # 500 nodes -> 25 racks
 CASES = ((8, 8, False), (64, 2, False), (8, 8, True))  # (gang size, gangs, hostname anti-affinity)
-GANG_MODES = ("phalanx-plugin", "phalanx-extender", "in-tree")
-PLAIN_MODES = ("phalanx-plugin", "phalanx-extender", "stock")
+GANG_MODES = ("phalanx-plugin", "phalanx-extender", "in-tree", "preset")
+PLAIN_MODES = ("phalanx-plugin", "phalanx-extender", "stock", "preset")
+PRESET = "preset"  # no scheduler: spec.nodeName set at creation (the ceiling)
 # "gangs" or "plain" runs only that half (the printed table then has only its rows)
 ONLY = os.environ.get("PHALANX_THROUGHPUT_ONLY", "")
-POLL = 0.05  # seconds between checks of the bound count (the resolution of a measurement)
 SETTLE = 3.0  # seconds of quiet before each mode's run
 
 
-def gang_pod(run, gang, g, i, anti, scheduler_name):
+def gang_pod(run, gang, g, i, anti, scheduler_name, node=None):
     """A gang member; with ``anti`` it carries required anti-affinity on the hostname against its
-    own gang, as a quorum database's chart writes it."""
+    own gang, as a quorum database's chart writes it. ``node``: created bound there (the ceiling)."""
     group = f"{run}-{gang}-{'a' if anti else ''}{g}"
     body = pod(f"{group}-{i}", group, {"cpu": "1"}, labels={"gang": group, "run": run}, scheduler_name=scheduler_name)
+    if node:
+        body["spec"]["nodeName"] = node
     if anti:
         body["spec"]["affinity"] = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
             {"labelSelector": {"matchLabels": {"gang": group}}, "topologyKey": HOSTNAME}]}}
@@ -72,10 +84,29 @@ def _with_client(config):
     return config
 
 
+class _NoScheduler:
+    def stop(self):
+        pass
+
+
+@pytest.fixture(scope="module")
+def phalanx(control_plane):
+    """``phalanx serve`` as deployed: its own process (the CLI), extender and gRPC ports both open.
+    Not in this test's process, whose threads create the pods and poll for them."""
+    rig = Rig(control_plane, "unused", PHALANX_BARRIER_SECONDS, mode="plugin")
+    rig.start_serve()
+    yield rig
+    assert rig.serve is not None
+    rig.serve.stop()
+
+
 def start(control_plane, phalanx, mode):
     """The scheduler of ``mode``, its profile named after the mode, with the same client limits."""
+    if mode == PRESET:
+        return _NoScheduler()
     if mode in ("phalanx-plugin", "phalanx-extender"):
-        config = phalanx_scheduler_config(mode.removeprefix("phalanx-"), phalanx)
+        config = phalanx_scheduler_config(mode.removeprefix("phalanx-"), phalanx.serve_port, phalanx.grpc_port,
+                                          PHALANX_BARRIER_SECONDS)
         if mode == "phalanx-plugin":
             config["profiles"][0]["schedulerName"] = mode
         else:
@@ -90,17 +121,125 @@ def start(control_plane, phalanx, mode):
     return control_plane.start_scheduler(_with_client(scheduler_config(mode)), name=mode)
 
 
-def wait_bound(rest, namespace, run, count, timeout=300.0):
-    """pod name -> node once all ``count`` pods of ``run`` are bound (checked every POLL s)."""
-    deadline = time.monotonic() + timeout
-    while True:
-        items = rest.list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"run={run}")
-        placed = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items}
-        if len(placed) == count and all(placed.values()):
-            return placed
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"{run}: {sum(1 for v in placed.values() if v)} of {count} pods bound")
-        time.sleep(POLL)
+WRITES = ("POST", "PUT", "PATCH", "DELETE", "APPLY")
+_REQUEST = re.compile(r'^apiserver_request_total\{([^}]*)\} ([0-9.e+]+)$')
+_LABEL = re.compile(r'(\w+)="([^"]*)"')
+
+
+def api_writes(rest) -> Counter:
+    """The API server's count of write requests so far, by "resource[/subresource] VERB" (its
+    apiserver_request_total metric; leases left out: leader election and node heartbeats renew
+    them whatever the scheduler does)."""
+    counts: Counter = Counter()
+    for line in rest.request("GET", "/metrics", raw=True).splitlines():
+        m = _REQUEST.match(line)
+        if not m:
+            continue
+        labels = dict(_LABEL.findall(m[1]))
+        if labels.get("verb") not in WRITES or labels.get("resource") == "leases":
+            continue
+        what = labels.get("resource", "") + (f"/{labels['subresource']}" if labels.get("subresource") else "")
+        counts[f"{what} {labels['verb']}"] += int(float(m[2]))
+    return counts
+
+
+class Usage:
+    """What placing pods cost, per mode: API writes and CPU seconds by process (the control
+    plane's components, the scheduler of the mode, phalanx serve and this test's client), summed
+    over the runs with the pods they placed. On a machine whose cores are all busy during a run
+    (this one has 2), pods/s follows the CPU a pod costs in all of them together."""
+
+    def __init__(self, rest, control_plane, serve):
+        self.rest, self.control_plane, self.serve = rest, control_plane, serve
+        self.writes: dict[str, Counter] = {}
+        self.cpu: dict[str, Counter] = {}
+        self.pods: Counter = Counter()
+
+    def _processes(self, mode):
+        for c in self.control_plane.components:
+            yield ("scheduler" if c.name == mode else c.name), c.proc.pid
+        yield "phalanx serve", self.serve.serve.proc.pid
+        yield "test client", os.getpid()
+
+    def _cpu(self, mode) -> Counter:
+        seconds: Counter = Counter()
+        for name, pid in self._processes(mode):
+            try:
+                fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            seconds[name] += (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")  # utime + stime
+        return seconds
+
+    def start(self, mode):
+        return api_writes(self.rest), self._cpu(mode)
+
+    def stop(self, mode, started, pods, created):
+        writes, cpu = api_writes(self.rest), self._cpu(mode)
+        writes.subtract(started[0])
+        writes["pods POST"] -= created
+        cpu.subtract(started[1])
+        self.writes.setdefault(mode, Counter()).update({k: v for k, v in writes.items() if v > 0})
+        self.cpu.setdefault(mode, Counter()).update({k: v for k, v in cpu.items() if v > 0})
+        self.pods[mode] += pods
+
+    def report(self, label):
+        print(f"  {label}: API writes per pod beyond its creation; CPU ms per pod by process:")
+        for mode, pods in self.pods.items():
+            writes = self.writes.get(mode, Counter())
+            top = ", ".join(f"{k} {v / pods:.2f}" for k, v in writes.most_common() if v / pods >= 0.05)
+            cpu = self.cpu.get(mode, Counter())
+            per = ", ".join(f"{k} {1000 * v / pods:.1f}" for k, v in cpu.most_common())
+            print(f"    {mode}: writes {sum(writes.values()) / pods:.2f} ({top}); "
+                  f"CPU {1000 * sum(cpu.values()) / pods:.1f} ({per})")
+
+
+class Bound(threading.Thread):
+    """Watches the namespace's pods from before a run's pods are created and notes the moment the
+    last of the run's ``count`` pods is bound: no polling (a LIST every few milliseconds would
+    cost the API server as much as some of what is measured), no poll interval in the figure."""
+
+    def __init__(self, kube, namespace, run, count):
+        super().__init__(daemon=True, name=f"bound-{run}")
+        self.kube, self.path, self.run_label, self.count = kube, f"/api/v1/namespaces/{namespace}/pods", run, count
+        self.rv = kube.get(self.path, labelSelector=f"run={run}")["metadata"]["resourceVersion"]
+        self.placed: dict[str, str] = {}
+        self.at = 0.0  # time.monotonic() when the last pod was seen bound
+        self.done, self.halt = threading.Event(), threading.Event()
+        self.start()
+
+    def _seen(self, obj):
+        if (obj["metadata"].get("labels") or {}).get("run") == self.run_label and obj["spec"].get("nodeName"):
+            self.placed[obj["metadata"]["name"]] = obj["spec"]["nodeName"]
+
+    def run(self):
+        while not self.halt.is_set():
+            try:
+                for event in self.kube.watch(self.path, self.rv, timeout_seconds=60):
+                    obj = event.get("object") or {}
+                    if event.get("type") == "ERROR":
+                        raise RuntimeError(f"watch error: {obj}")
+                    self.rv = obj.get("metadata", {}).get("resourceVersion", self.rv)
+                    if event.get("type") in ("ADDED", "MODIFIED"):
+                        self._seen(obj)
+                    if len(self.placed) >= self.count:
+                        self.at = time.monotonic()
+                        self.done.set()
+                        return
+                    if self.halt.is_set():
+                        return
+            except Exception:  # noqa: BLE001 - stream cut or 410: re-list, then watch on
+                listed = self.kube.get(self.path, labelSelector=f"run={self.run_label}")
+                self.rv = listed["metadata"]["resourceVersion"]
+                for obj in listed.get("items") or []:
+                    self._seen(obj)
+
+    def wait(self, timeout=300.0):
+        """pod name -> node once all are bound; the moment is ``at``."""
+        if not self.done.wait(timeout):
+            self.halt.set()
+            raise TimeoutError(f"{self.run_label}: {len(self.placed)} of {self.count} pods bound")
+        return dict(self.placed)
 
 
 def clear(rest, namespace, run):
@@ -112,16 +251,29 @@ def clear(rest, namespace, run):
         time.sleep(0.2)
 
 
-def run_gangs(rest, namespace, racks, run, scheduler_name, gang, count, anti):
+def run_gangs(rest, kube, namespace, racks, run, scheduler_name, gang, count, anti, usage):
     groups = [f"{run}-{gang}-{'a' if anti else ''}{g}" for g in range(count)]
     for group in groups:
         create(rest, podgroup(group, min_count=gang, topology_key=RACK), namespace)
+    measured = usage.start(scheduler_name)
+    by_rack: dict[str, list[str]] = {}
+    for node, rack in sorted(racks.items()):
+        by_rack.setdefault(rack, []).append(node)
+    rack_nodes = list(by_rack.values())
+
+    def preset(g, i):  # the ceiling's node: gang g on rack g, one member per node in turn
+        nodes = rack_nodes[g % len(rack_nodes)]
+        return nodes[i % len(nodes)] if scheduler_name == PRESET else None
+
+    bound = Bound(kube, namespace, run, gang * count)
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda gi: create(rest, gang_pod(run, gang, gi[0], gi[1], anti, scheduler_name), namespace),
+        list(pool.map(lambda gi: create(rest, gang_pod(run, gang, gi[0], gi[1], anti, scheduler_name,
+                                                       preset(*gi)), namespace),
                       [(g, i) for g in range(count) for i in range(gang)]))
-    placed = wait_bound(rest, namespace, run, gang * count)
-    elapsed = time.monotonic() - started
+    placed = bound.wait()
+    elapsed = bound.at - started
+    usage.stop(scheduler_name, measured, gang * count, gang * count)
     for group in groups:
         nodes = [n for name, n in placed.items() if name.rsplit("-", 1)[0] == group]
         assert len(nodes) == gang, f"{scheduler_name}: {group} has {len(nodes)} pods"
@@ -132,28 +284,44 @@ def run_gangs(rest, namespace, racks, run, scheduler_name, gang, count, anti):
     return gang * count / elapsed
 
 
-def run_plain(rest, namespace, run, scheduler_name):
+def run_plain(rest, kube, namespace, racks, run, scheduler_name, usage):
+    nodes = sorted(racks)
+
+    def body(i):
+        plain = pod(f"{run}-{i}", None, {"cpu": "100m"}, labels={"run": run}, scheduler_name=scheduler_name)
+        if scheduler_name == PRESET:
+            plain["spec"]["nodeName"] = nodes[i % len(nodes)]
+        return plain
+
+    measured = usage.start(scheduler_name)
+    bound = Bound(kube, namespace, run, PLAIN_PODS)
     started = time.monotonic()
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda i: create(rest, pod(f"{run}-{i}", None, {"cpu": "100m"}, labels={"run": run},
-                                                 scheduler_name=scheduler_name), namespace), range(PLAIN_PODS)))
-    wait_bound(rest, namespace, run, PLAIN_PODS)
-    elapsed = time.monotonic() - started
+        list(pool.map(lambda i: create(rest, body(i), namespace), range(PLAIN_PODS)))
+    bound.wait()
+    elapsed = bound.at - started
+    usage.stop(scheduler_name, measured, PLAIN_PODS, PLAIN_PODS)
     clear(rest, namespace, run)
     return PLAIN_PODS / elapsed
 
 
 def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_cluster, phalanx, control_plane):
     samples: dict[tuple, list[float]] = {}
+    kube = Kube(str(control_plane.admin_kubeconfig))
+    usage = {"gangs": Usage(rest, control_plane, phalanx), "plain": Usage(rest, control_plane, phalanx)}
     for r in range(ROUNDS):
         # gang modes, then plain modes, each pass in an order rotated per round (a mode is not
         # always measured right after the same other mode's clean-up); a pause lets the previous
-        # run's deletions settle in phalanx serve, which shares this process with the pod creators
+        # run's deletions settle in phalanx serve
         passes = ((GANG_MODES, "gangs"), (PLAIN_MODES, "plain"))
         for modes, kind in passes:
             if ONLY and ONLY != kind:
                 continue
             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
+                # phalanx serve is paused while a mode without it runs: it takes no CPU from it
+                pause = not mode.startswith("phalanx-")
+                if pause:
+                    os.kill(phalanx.serve.proc.pid, signal.SIGSTOP)
                 time.sleep(SETTLE)
                 sched = start(control_plane, phalanx, mode)
                 try:
@@ -161,24 +329,33 @@ def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_
                         for gang, count, anti in CASES:
                             run = f"{mode}-r{r}-g{gang}{'a' if anti else ''}"
                             samples.setdefault((mode, gang, anti), []).append(
-                                run_gangs(rest, namespace, big_cluster, run, mode, gang, count, anti))
+                                run_gangs(rest, kube, namespace, big_cluster, run, mode, gang, count, anti,
+                                          usage["gangs"]))
                     else:
                         samples.setdefault((mode, "plain"), []).append(
-                            run_plain(rest, namespace, f"{mode}-r{r}-p", mode))
+                            run_plain(rest, kube, namespace, big_cluster, f"{mode}-r{r}-p", mode, usage["plain"]))
                 finally:
                     sched.stop()
+                    if pause:
+                        os.kill(phalanx.serve.proc.pid, signal.SIGCONT)
     med = {k: statistics.median(v) for k, v in samples.items()}
     print(f"\nthroughput on the real control plane, {NODES} nodes in racks of {RACK_SIZE}, rack constraint, "
           f"median of {ROUNDS} round(s), pods/s:")
+    print("  | nodes | case | plugin | extender | in-tree | plugin/in-tree | extender/in-tree | "
+          "ceiling (preset nodeName) | ceiling/in-tree |")
     for gang, count, anti in CASES if ONLY != "plain" else ():
-        plugin, extender, tree = (med[(m, gang, anti)] for m in GANG_MODES)
+        plugin, extender, tree, ceiling = (med[(m, gang, anti)] for m in GANG_MODES)
         what = f"{count} gangs of {gang:>2}{' + hostname anti-affinity' if anti else ''}"
         print(f"  | {NODES} | {what} | {plugin:.1f} | {extender:.1f} | {tree:.1f} | {plugin / tree:.2f} | "
-              f"{extender / tree:.2f} |")
+              f"{extender / tree:.2f} | {ceiling:.1f} | {ceiling / tree:.2f} |")
+    if ONLY != "plain":
+        usage["gangs"].report("gang pods, every case and round")
     if ONLY == "gangs":
         return
-    plugin, extender, stock = (med[(m, "plain")] for m in PLAIN_MODES)
+    plugin, extender, stock, ceiling = (med[(m, "plain")] for m in PLAIN_MODES)
     print(f"  | {NODES} | {PLAIN_PODS} plain pods | plugin {plugin:.1f} | extender {extender:.1f} | "
-          f"stock {stock:.1f} | plugin/stock {plugin / stock:.2f} | extender/stock {extender / stock:.2f} |")
+          f"stock {stock:.1f} | plugin/stock {plugin / stock:.2f} | extender/stock {extender / stock:.2f} | "
+          f"ceiling {ceiling:.1f} |")
+    usage["plain"].report("plain pods")
     print("  samples:", {"/".join(map(str, k)): [round(x, 1) for x in v] for k, v in samples.items()})
     assert all(v > 0 for v in med.values())
