@@ -15,6 +15,7 @@ SUITES = {
     "extender": "bench.extender_bench",
     "faults": "bench.faults_bench",
     "contention": "bench.contention_bench",
+    "plugin": "bench.plugin_bench",
 }
 
 

@@ -1,0 +1,85 @@
+"""``phalanx bench plugin``: the plugin path, the counterpart of ``phalanx bench extender``.
+
+``phalanx serve`` runs here on a simulated cluster (10,000 nodes in racks of 32, 8 GPUs each) with
+its gRPC endpoint; the Go driver ``TestPluginPathAgainstService`` (plugin/pkg/phalanx, run with
+``go test``) drives phalanx's framework plugin against it as kube-scheduler would: per gang of 8
+(rack constraint; a second pass with required anti-affinity on the hostname), every member's
+PreFilter — the first one's asks the service (PlanForPod, which runs the workload cycle) and the
+rest are answered from the plugin's mirror of the service's plans — then Reserve on the planned
+node and Permit, and the barrier's release; then, while one more gang is planned and holds its
+nodes, a plain pod's PreFilter and its Filter on every node. The service and the driver are separate processes on the
+same 2 cores. Nothing is bound (the plans of allowed gangs hold their nodes, as they would until
+the bindings show).
+Needs Go (the toolchain ``make plugin-test`` uses).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import tempfile
+
+from bench import run_suite
+from bench.extender_bench import _cluster, _pod, _podgroup
+from cluster import names
+from extender.server import ServeOptions, build
+
+FULL = dict(nodes=10_000, gangs=200)
+QUICK = dict(nodes=2_000, gangs=40)
+PLUGIN = pathlib.Path(__file__).resolve().parents[1] / "plugin"
+RESULT = "PHALANX_BENCH_RESULT "
+
+
+def _drive(nodes: int, gangs: int, anti: bool) -> dict:
+    sim = _cluster(nodes)
+    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", barrier_timeout=120,
+                                 plan_ttl=3600), sim=sim).start()
+    try:
+        groups = []
+        for k in range(gangs + 1):  # the last one is only planned, to hold capacity (see the driver)
+            group = f"p{k}{'a' if anti else ''}"
+            sim.create(_podgroup(group, 8, names.LABEL_RACK))
+            groups.append([sim.create(_pod(f"{group}-{i}", group, anti=anti)) for i in range(8)])
+        plain = sim.create(_pod("plain", None))
+        with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
+            json.dump({"groups": groups, "plain": plain, "nodes": sim.list("Node")}, f)
+        try:
+            env = {**os.environ, "PHALANX_BENCH_ADDR": f"127.0.0.1:{phalanx.grpc.port}", "PHALANX_BENCH_INPUT": f.name}
+            done = subprocess.run(["go", "test", "./pkg/phalanx/", "-run", "^TestPluginPathAgainstService$",
+                                   "-count=1", "-v", "-timeout", "30m"], cwd=PLUGIN, env=env,
+                                  capture_output=True, text=True)
+        finally:
+            os.unlink(f.name)
+    finally:
+        phalanx.stop()
+    line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
+    if done.returncode != 0 or line is None:
+        raise RuntimeError(f"the plugin driver failed ({done.returncode}):\n"
+                           f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
+    return json.loads(line[len(RESULT):])
+
+
+def run(nodes: int, gangs: int, seeds: int = 1) -> list[dict]:
+    rows = []
+    for anti in (False, True):
+        for what, stats in sorted(_drive(nodes, gangs, anti).items()):
+            if anti and "plain pod" in what:
+                continue  # the same path as without anti-affinity
+            rows.append(dict(nodes=nodes, gang=8, anti_affinity=anti, what=what, p50_ms=round(stats["p50_ms"], 4),
+                             p99_ms=round(stats["p99_ms"], 4), samples=int(stats["n"])))
+            print(rows[-1])
+    return rows
+
+
+def markdown(rows: list[dict]) -> str:
+    out = ["| nodes | gangs of 8 (rack) | what | p50 ms | p99 ms | samples |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['nodes']:,} | {'hostname anti-affinity' if r['anti_affinity'] else 'plain'} | "
+                   f"{r['what']} | {r['p50_ms']} | {r['p99_ms']} | {r['samples']:,} |")
+    return "\n".join(out)
+
+
+def main(quick: bool, json_path: str | None, seeds: int | None = None) -> int:
+    return run_suite(run, markdown, QUICK if quick else FULL, None, json_path)
