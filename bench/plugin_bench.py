@@ -3,7 +3,8 @@
 ``phalanx serve`` runs here on a simulated cluster (10,000 nodes in racks of 32, 8 GPUs each) with
 its gRPC endpoint; the Go driver ``TestPluginPathAgainstService`` (plugin/pkg/phalanx, run with
 ``go test``) drives phalanx's framework plugin against it as kube-scheduler would: per gang of 8
-(rack constraint; a second pass with required anti-affinity on the hostname), every member's
+(rack constraint; a second pass with required anti-affinity on the hostname; 1,000 gangs each, whose
+plans stay held, so the reservations stream grows to 1,000 plans), every member's
 PreFilter — the first one's asks the service (PlanForPod, which runs the workload cycle) and the
 rest are answered from the plugin's mirror of the service's plans — then Reserve on the planned
 node and Permit, and the barrier's release; then, while one more gang is planned and holds its
@@ -20,13 +21,16 @@ import os
 import pathlib
 import subprocess
 import tempfile
+import time
 
 from bench import run_suite
 from bench.extender_bench import _cluster, _pod, _podgroup
 from cluster import names
+from extender.cycle.plugin_mode import PluginEnforcement
+from extender.grpc.plugin_servicer import snapshot_message
 from extender.server import ServeOptions, build
 
-FULL = dict(nodes=10_000, gangs=200)
+FULL = dict(nodes=10_000, gangs=1_000)
 QUICK = dict(nodes=2_000, gangs=40)
 PLUGIN = pathlib.Path(__file__).resolve().parents[1] / "plugin"
 RESULT = "PHALANX_BENCH_RESULT "
@@ -52,13 +56,33 @@ def _drive(nodes: int, gangs: int, anti: bool) -> dict:
                                   capture_output=True, text=True)
         finally:
             os.unlink(f.name)
+        snapshot = _snapshot_cost(phalanx.cycle)
     finally:
         phalanx.stop()
     line = next((x for x in done.stdout.splitlines() if x.startswith(RESULT)), None)
     if done.returncode != 0 or line is None:
         raise RuntimeError(f"the plugin driver failed ({done.returncode}):\n"
                            f"{done.stdout[-4000:]}\n{done.stderr[-2000:]}")
-    return json.loads(line[len(RESULT):])
+    result = json.loads(line[len(RESULT):])
+    result.update(snapshot)
+    return result
+
+
+def _snapshot_cost(cycle) -> dict:
+    """What one reservations-stream message costs the service once the run's plans are held (the
+    stream sends a full snapshot after every coalesced change): building and encoding it, and its
+    size."""
+    enforcement = PluginEnforcement(cycle)
+    times, size, plans = [], 0, 0
+    for _ in range(20):
+        started = time.perf_counter()
+        message = snapshot_message(enforcement.snapshot())
+        size = len(message.SerializeToString(deterministic=True))
+        times.append((time.perf_counter() - started) * 1000)
+        plans = len(message.plans)
+    times.sort()
+    what = f"reservations snapshot, {plans:,} plans held: build + encode ({size / 1024:.0f} KiB)"
+    return {what: {"p50_ms": times[len(times) // 2], "p99_ms": times[-1], "n": len(times)}}
 
 
 def run(nodes: int, gangs: int, seeds: int = 1) -> list[dict]:

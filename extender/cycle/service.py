@@ -1191,13 +1191,17 @@ class WorkloadCycle:
         return PermitAnswer("allow", allow=allow)
 
     def reservations_snapshot(self) -> tuple[tuple[Plan, ...], dict[str, dict[str, int]]]:
-        """For the plugin's reservations stream: every plan holding capacity, and per node the
-        capacity held for members neither reserved at the plugin (kube-scheduler's cache counts
-        those as assumed) nor bound (a gang's only while it is planned), plus preemption
+        """For the plugin's reservations stream: every plan holding capacity except a gang's once
+        bound (every member was allowed at Permit; a member whose binding fails asks again with
+        PlanForPod, so the stream, sent whole after each change, stays the size of the groups being
+        placed rather than of those waiting for the cache to show their bindings), and per node
+        the capacity held for members neither reserved at the plugin (kube-scheduler's cache
+        counts those as assumed) nor bound (a gang's only while it is planned), plus preemption
         nominations."""
         with self._lock:
             self._expire()
-            plans = tuple(p for p in self.plans.values() if p.state in HOLDING)
+            plans = tuple(p for p in self.plans.values()
+                          if p.state in HOLDING and not (p.gang and p.state is PlanState.BOUND))
             held = [p.reservations({u for u in p.assignments if u in p.arrived or self._bound_node(u)})
                     for p in plans if p.state is PlanState.PLANNED or not p.gang]
             held += self.preemption.reservations()

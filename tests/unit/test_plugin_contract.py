@@ -215,6 +215,23 @@ def test_members_reserved_by_the_plugin_from_its_mirror_arrive_with_their_own_pe
     assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/m")["metadata"]["annotations"]
 
 
+def test_a_gang_allowed_whole_leaves_the_stream_and_a_member_asking_again_gets_its_plan(sim, stub):
+    """Once every member is allowed the gang's plan (bound, held until the cache shows the
+    bindings) is no longer streamed: the stream, sent whole after each change, stays the size of
+    the groups being placed. A member whose binding failed asks with PlanForPod and gets its node."""
+    members = gang(sim, "b2", 2)
+    reply = plan_for(stub, members[0])
+    node_of = {uid(m): reply.plan.assignments[uid(m)] for m in members}
+    first_snapshot(stub, lambda s: any(p.group == "default/b2" for p in s.plans))
+    answers = [stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(m), group="default/b2", node=node_of[uid(m)],
+                                            reserved_uids=[uid(m)])) for m in members]
+    assert answers[-1].decision == pb.PermitReply.ALLOW
+    snap = first_snapshot(stub, lambda s: not any(p.group == "default/b2" for p in s.plans))
+    assert not any(p.group == "default/b2" for p in snap.plans)
+    again = plan_for(stub, members[1])
+    assert again.verdict == pb.PlanForPodReply.PLANNED and again.node == node_of[uid(members[1])]
+
+
 def test_a_new_stream_gets_a_first_snapshot_even_when_nothing_is_held_or_changed(stub):
     """The plugin retries its pending members on the first snapshot after it (re)connects: a service
     holding nothing (no plan, no waiting group, no change since it started: the snapshot's
