@@ -2,16 +2,15 @@
 
 ``phalanx serve`` runs here on a simulated cluster (10,000 nodes in racks of 32, 8 GPUs each) with
 its gRPC endpoint; the Go driver ``TestPluginPathAgainstService`` (plugin/pkg/phalanx, run with
-``go test``) drives phalanx's framework plugin against it as kube-scheduler would: per gang of 8
-(rack constraint; a second pass with required anti-affinity on the hostname; 1,000 gangs each, whose
-plans stay held, so the reservations stream grows to 1,000 plans), every member's
-PreFilter — the first one's asks the service (PlanForPod, which runs the workload cycle) and the
-rest are answered from the plugin's mirror of the service's plans — then Reserve on the planned
-node and Permit, and the barrier's release; then, while one more gang is planned and holds its
-nodes, a plain pod's PreFilter and its Filter on every node. The service and the driver are separate processes on the
-same 2 cores. Nothing is bound (the plans of allowed gangs hold their nodes, as they would until
-the bindings show).
-Needs Go (the toolchain ``make plugin-test`` uses).
+``go test``) drives phalanx's framework plugin against it as kube-scheduler would, for 1,000 gangs
+of 8 with a rack constraint (a second pass with required anti-affinity on the hostname): every
+member's PreFilter — the first one's asks the service (PlanForPod, which runs the workload cycle),
+the rest are answered from the plugin's mirror of the service's plans — then Reserve on the
+planned node and Permit, and the barrier's release; then, while one more gang is planned and holds
+its nodes, a plain pod's PreFilter and its Filter on every node. Once a gang is allowed the bench
+binds its members in the simulated cluster, as kube-scheduler would, so its plan is let go when
+the cache shows the bindings. The service and the driver are separate processes on the same
+cores. Needs Go (the toolchain ``make plugin-test`` uses).
 """
 
 from __future__ import annotations
@@ -21,12 +20,14 @@ import os
 import pathlib
 import subprocess
 import tempfile
+import threading
 import time
 
 from bench import run_suite
 from bench.extender_bench import _cluster, _pod, _podgroup
 from cluster import names
 from extender.cycle.plugin_mode import PluginEnforcement
+from extender.cycle.service import PlanState
 from extender.grpc.plugin_servicer import snapshot_message
 from extender.server import ServeOptions, build
 
@@ -49,12 +50,14 @@ def _drive(nodes: int, gangs: int, anti: bool) -> dict:
         plain = sim.create(_pod("plain", None))
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump({"groups": groups, "plain": plain, "nodes": sim.list("Node")}, f)
+        binder = _Binder(sim, phalanx.cycle, groups[:-1])
         try:
             env = {**os.environ, "PHALANX_BENCH_ADDR": f"127.0.0.1:{phalanx.grpc.port}", "PHALANX_BENCH_INPUT": f.name}
             done = subprocess.run(["go", "test", "./pkg/phalanx/", "-run", "^TestPluginPathAgainstService$",
                                    "-count=1", "-v", "-timeout", "30m"], cwd=PLUGIN, env=env,
                                   capture_output=True, text=True)
         finally:
+            binder.stop()
             os.unlink(f.name)
         snapshot = _snapshot_cost(phalanx.cycle)
     finally:
@@ -66,6 +69,35 @@ def _drive(nodes: int, gangs: int, anti: bool) -> dict:
     result = json.loads(line[len(RESULT):])
     result.update(snapshot)
     return result
+
+
+class _Binder(threading.Thread):
+    """Plays kube-scheduler's binding: once phalanx serve allowed a gang (its plan is bound),
+    its members are bound in the simulated cluster, so the plan is let go when the cache shows
+    them, as on a real cluster. The driver places the gangs in order; only the next one is looked at."""
+
+    def __init__(self, sim, cycle, groups) -> None:
+        super().__init__(daemon=True, name="bench-binder")
+        self.sim, self.cycle, self.groups, self.halt = sim, cycle, groups, threading.Event()
+        self.start()
+
+    def run(self) -> None:
+        for members in self.groups:
+            key = f"{members[0]['metadata']['namespace']}/{members[0]['spec']['schedulingGroup']['podGroupName']}"
+            while not self.halt.is_set():
+                plan = self.cycle.plan_of(key)
+                if plan is not None and plan.state is PlanState.BOUND:
+                    break
+                self.halt.wait(0.002)
+            if self.halt.is_set():
+                return
+            for pod in members:
+                meta = pod["metadata"]
+                self.sim.bind(meta["namespace"], meta["name"], meta["uid"], plan.assignments[meta["uid"]])
+
+    def stop(self) -> None:
+        self.halt.set()
+        self.join()
 
 
 def _snapshot_cost(cycle) -> dict:
