@@ -612,7 +612,7 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 // record) allows every waiting member.
 func (p *Plugin) Permit(_ context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
 	group := GroupOf(pod)
-	if group == "" || (NamesClaim(pod) && p.barrierAtPreBind()) { // such a member waits in PreBind
+	if group == "" || p.waitsAtPreBind(pod) {
 		return nil, 0
 	}
 	if p.breaker.Open() {
@@ -629,11 +629,7 @@ func (p *Plugin) Permit(_ context.Context, _ fwk.CycleState, pod *v1.Pod, node s
 
 // permit makes the member's Permit call and applies the decision to the waiting pods.
 func (p *Plugin) permit(pod *v1.Pod, group, node string) {
-	var reply *pb.PermitReply
-	err := p.unary(p.ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Permit(ctx, permitRequest(pod, group, node))
-		return err
-	})
+	reply, err := p.callPermit(p.ctx, pod, group, node)
 	if err != nil {
 		if wp := p.waitingPod(pod.UID); wp != nil {
 			wp.Reject(Name, unreachable(group, err).Message())
@@ -652,11 +648,15 @@ func (p *Plugin) permit(pod *v1.Pod, group, node string) {
 	}
 }
 
-// permitRequest is a member's Permit call: it names the member reserved on node (Reserve made no
-// call when the mirror's plan agreed).
-func permitRequest(pod *v1.Pod, group, node string) *pb.PermitRequest {
-	return &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node,
-		ReservedUids: []string{string(pod.UID)}}
+// callPermit is a member's Permit call, from either barrier: it names the member reserved on node
+// (Reserve made no call when the mirror's plan agreed).
+func (p *Plugin) callPermit(ctx context.Context, pod *v1.Pod, group, node string) (reply *pb.PermitReply, err error) {
+	err = p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group,
+			Node: node, ReservedUids: []string{string(pod.UID)}})
+		return err
+	})
+	return reply, err
 }
 
 // waitingPod is the member's waiting pod. The framework registers it right after Permit returned,
@@ -735,6 +735,12 @@ func NamesClaim(pod *v1.Pod) bool {
 	return false
 }
 
+// waitsAtPreBind: the pod is a gang member whose barrier is PreBind, not Permit (it names a claim
+// and the profile runs this plugin at PreBind after DynamicResources).
+func (p *Plugin) waitsAtPreBind(pod *v1.Pod) bool {
+	return GroupOf(pod) != "" && NamesClaim(pod) && p.barrierAtPreBind()
+}
+
 // barrierAtPreBind: the profile runs this plugin's PreBind after DynamicResources' (or without
 // DynamicResources). Otherwise members naming a claim wait at Permit as the rest: a gang sharing a
 // claim then cannot bind (said once in the log), but none binds without its barrier.
@@ -768,7 +774,7 @@ const dynamicResources = "DynamicResources"
 // PreBindPreFlight: PreBind has work only for gang members naming a claim.
 func (p *Plugin) PreBindPreFlight(_ context.Context, _ fwk.CycleState, pod *v1.Pod, _ string,
 ) (*fwk.PreBindPreFlightResult, *fwk.Status) {
-	if GroupOf(pod) == "" || !NamesClaim(pod) || !p.barrierAtPreBind() {
+	if !p.waitsAtPreBind(pod) {
 		return nil, fwk.NewStatus(fwk.Skip)
 	}
 	return nil, nil
@@ -779,19 +785,15 @@ func (p *Plugin) PreBindPreFlight(_ context.Context, _ fwk.CycleState, pod *v1.P
 // completes the gang allows it, a rejection reaches it, or permitTimeout passes. It runs in the
 // member's binding goroutine, after the in-tree PreBind plugins wrote its claim's allocation.
 func (p *Plugin) PreBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
-	group := GroupOf(pod)
-	if group == "" || !NamesClaim(pod) || !p.barrierAtPreBind() {
+	if !p.waitsAtPreBind(pod) {
 		return nil
 	}
+	group := GroupOf(pod)
 	gate := make(chan decision, 1)
 	p.mu.Lock()
 	p.atPreBind[pod.UID] = gate
 	p.mu.Unlock()
-	var reply *pb.PermitReply
-	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Permit(ctx, permitRequest(pod, group, node))
-		return err
-	})
+	reply, err := p.callPermit(ctx, pod, group, node)
 	if err != nil || reply.GetDecision() != pb.PermitReply_WAIT {
 		// the completing member's reply may have allowed this one meanwhile: that decision stands
 		if d := p.leavePreBind(pod.UID, gate); d.allow {
