@@ -226,6 +226,15 @@ def _uid_of(pod_json: Any) -> str:
     return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
 
 
+def _not_planned_there(plan: Plan | None, key: str, uid: str, node: str) -> str:
+    """Why the plugin's member ``uid`` is not planned (on ``node``, when given), or "" when it is."""
+    if plan is None or uid not in plan.assignments:
+        return f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning"
+    if node and plan.assignments[uid] != node:
+        return f"phalanx: pod {uid} is planned on {plan.assignments[uid]}, not {node}"
+    return ""
+
+
 def _total(usages: list[dict[str, dict[str, int]]]) -> dict[str, dict[str, int]]:
     """Per-node usages added up, per node."""
     total: dict[str, dict[str, int]] = {}
@@ -1104,10 +1113,9 @@ class WorkloadCycle:
         Returns (False, why) when it is not planned there."""
         with self._lock:
             plan = self.plans.get(key)
-            if plan is None or uid not in plan.assignments:
-                return False, f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning"
-            if plan.assignments[uid] != node:
-                return False, f"phalanx: pod {uid} is planned on {plan.assignments[uid]}, not {node}"
+            refused = _not_planned_there(plan, key, uid, node)
+            if refused or plan is None:
+                return False, refused
             self._arrive(plan, (uid,))
         return True, ""
 
@@ -1146,15 +1154,13 @@ class WorkloadCycle:
         member is reserved (or bound) the placement record is written (off the lock, before any
         member binds), the plan goes ``binding`` then ``bound`` (kube-scheduler binds; the plan
         holds its capacity until the cache shows the bindings) and every reserved member is
-        allowed. Calls may overlap: one
-        while the record is being written is answered wait. A Basic group's member is allowed at
-        once."""
+        allowed. Calls may overlap: one while the record is being written is answered wait. A
+        Basic group's member is allowed at once."""
         with self._lock:
             plan = self.plans.get(key)
-            if plan is None or uid not in plan.assignments:
-                return PermitAnswer("reject", f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning")
-            if node and uid in reserved and plan.assignments[uid] != node:
-                return PermitAnswer("reject", f"phalanx: pod {uid} is planned on {plan.assignments[uid]}, not {node}")
+            refused = _not_planned_there(plan, key, uid, node if uid in reserved else "")
+            if refused or plan is None:
+                return PermitAnswer("reject", refused)
             if reserved and plan.state is PlanState.PLANNED:
                 self._arrive(plan, (u for u in reserved if u in plan.assignments))
             if not plan.gang:
