@@ -28,7 +28,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 from harness import RACK, create, create_node, phalanx_scheduler_config, pod, podgroup, scheduler_config
-from harness.faults import Rig
+from harness.faults import Rig, Watch
 
 from cluster.kube import Kube
 
@@ -194,50 +194,32 @@ class Usage:
                   f"CPU {1000 * sum(cpu.values()) / pods:.1f} ({per})")
 
 
-class Bound(threading.Thread):
-    """Watches the namespace's pods from before a run's pods are created and notes the moment the
-    last of the run's ``count`` pods is bound: no polling (a LIST every few milliseconds would
-    cost the API server as much as some of what is measured), no poll interval in the figure."""
+class Bound:
+    """Watches the namespace's pods (harness.faults.Watch: list, then watch) from before a run's
+    pods are created and notes the moment the last of the run's ``count`` pods is bound: no polling
+    (a LIST every few milliseconds would cost the API server as much as some of what is measured),
+    no poll interval in the figure."""
 
     def __init__(self, kube, namespace, run, count):
-        super().__init__(daemon=True, name=f"bound-{run}")
-        self.kube, self.path, self.run_label, self.count = kube, f"/api/v1/namespaces/{namespace}/pods", run, count
-        self.rv = kube.get(self.path, labelSelector=f"run={run}")["metadata"]["resourceVersion"]
+        self.run_label, self.count = run, count
         self.placed: dict[str, str] = {}
         self.at = 0.0  # time.monotonic() when the last pod was seen bound
-        self.done, self.halt = threading.Event(), threading.Event()
-        self.start()
+        self.done = threading.Event()
+        self.watch = Watch(kube, f"/api/v1/namespaces/{namespace}/pods", threading.Condition(), self._seen)
+        self.watch.start()
 
     def _seen(self, obj):
         if (obj["metadata"].get("labels") or {}).get("run") == self.run_label and obj["spec"].get("nodeName"):
             self.placed[obj["metadata"]["name"]] = obj["spec"]["nodeName"]
-
-    def run(self):
-        while not self.halt.is_set():
-            try:
-                for event in self.kube.watch(self.path, self.rv, timeout_seconds=60):
-                    obj = event.get("object") or {}
-                    if event.get("type") == "ERROR":
-                        raise RuntimeError(f"watch error: {obj}")
-                    self.rv = obj.get("metadata", {}).get("resourceVersion", self.rv)
-                    if event.get("type") in ("ADDED", "MODIFIED"):
-                        self._seen(obj)
-                    if len(self.placed) >= self.count:
-                        self.at = time.monotonic()
-                        self.done.set()
-                        return
-                    if self.halt.is_set():
-                        return
-            except Exception:  # noqa: BLE001 - stream cut or 410: re-list, then watch on
-                listed = self.kube.get(self.path, labelSelector=f"run={self.run_label}")
-                self.rv = listed["metadata"]["resourceVersion"]
-                for obj in listed.get("items") or []:
-                    self._seen(obj)
+            if len(self.placed) >= self.count and not self.done.is_set():
+                self.at = time.monotonic()
+                self.done.set()
+                self.watch.halt.set()
 
     def wait(self, timeout=300.0):
         """pod name -> node once all are bound; the moment is ``at``."""
         if not self.done.wait(timeout):
-            self.halt.set()
+            self.watch.halt.set()
             raise TimeoutError(f"{self.run_label}: {len(self.placed)} of {self.count} pods bound")
         return dict(self.placed)
 
