@@ -21,7 +21,8 @@ import time
 import numpy as np
 
 from cluster.sim import SimCluster
-from extender.cycle import BindError, WorkloadCycle
+from cycle import BindError, WorkloadCycle
+from extender import verbs
 
 from . import run_suite
 
@@ -80,7 +81,7 @@ def _probe(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], k: int) -> t
     filter_ms, planned = 0.0, {}
     for p in pods:
         started = time.perf_counter()
-        answer = cycle.filter(p, nodes)
+        answer = verbs.filter(cycle, p, nodes)
         filter_ms = max(filter_ms, (time.perf_counter() - started) * 1000)
         planned[p["metadata"]["uid"]] = answer.nodes[0] if answer.nodes else ""
     bind_ms = [0.0, 0.0]
@@ -117,7 +118,7 @@ def _phase(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], probes: int,
             sim.create(_podgroup(group, 6, 10_000))
             first = [sim.create(_pod(f"{group}-{i}", group, 8, 10_000, pool="batch")) for i in range(6)][0]
             started = time.perf_counter()
-            cycle.filter(first, nodes)
+            verbs.filter(cycle, first, nodes)
             solves.append((time.perf_counter() - started) * 1000)
             cycle.preemption.release(f"{NS}/{group}")  # victims never go: hold nothing, next one
 
@@ -145,10 +146,10 @@ def run(nodes: int, probes: int, seeds: int = 1) -> list[dict]:
     rows = []
     for locked in (False, True):
         sim, names = _cluster(nodes, free=4)
-        cycle = WorkloadCycle(sim.cache, _NoEvictions(sim), barrier_timeout=30.0)
+        cycle = WorkloadCycle(sim.cache, _NoEvictions(sim), barrier_timeout=30.0).start()
         cycle.heap.settle()  # as `phalanx serve` does once its caches are synced
         if locked:  # the comparison: every solve under the cycle's lock, as before
-            cycle._unlocked = contextlib.nullcontext
+            cycle.lock.unlocked = contextlib.nullcontext  # type: ignore[method-assign]
         counter = itertools.count()
         try:
             for busy in (False, True):

@@ -26,10 +26,10 @@ import time
 from bench import run_suite
 from bench.extender_bench import _cluster, _pod, _podgroup
 from cluster import names
-from extender.cycle.plugin_mode import PluginEnforcement
-from extender.cycle.service import PlanState
-from extender.grpc.plugin_servicer import snapshot_message
+from cycle import PlanState
+from cycle.plugin_mode import PluginEnforcement
 from extender.server import ServeOptions, build
+from rpc.plugin_servicer import snapshot_message
 
 FULL = dict(nodes=10_000, gangs=1_000)
 QUICK = dict(nodes=2_000, gangs=40)

@@ -4,7 +4,7 @@ simulated cluster and the same arrivals, in one run.
 Traces, clusters and every derivation (synthesized racks, in-window offered load, drawn
 priorities, declared durations) are in :mod:`bench.traces`; the simulator in
 :mod:`bench.trace_sim`; the policies in :mod:`bench.trace_policies` (phalanx's queue policies are
-:mod:`extender.cycle.queue`, the live cycle's code); the shared bound in :mod:`bench.trace_bound`.
+:mod:`cycle.queue`, the live cycle's code); the shared bound in :mod:`bench.trace_bound`.
 
 Per workload (Acme, Pollux w1, Tiresias, the synthetic mix) and load (70, 90, 110% in-window):
 every policy, one row each. At 90%: the ablations (one queue policy off, other hold thresholds)

@@ -19,7 +19,7 @@ after a cluster event).
   taken by count (largest first) and the last chunk goes to the tightest node that holds it.
 * ``phalanx-greedy`` — :func:`solver.place` on the greedy path, gang by gang, no queue policy.
 * ``phalanx`` — :func:`solver.place` (exact path, CP-SAT) gang by gang under the queue policies
-  of :mod:`extender.cycle.queue` with their defaults (the live cycle's code and defaults), then
+  of :mod:`cycle.queue` with their defaults (the live cycle's code and defaults), then
   group preemption (:func:`solver.plan_preemption`, whole gangs as units) for high-priority gangs
   that still wait. Only phalanx policies preempt. ``phalanx-no-queue-policy`` is placement alone
   (no hold, no fragmentation awareness, no preemption); ``phalanx-no-preemption`` the defaults
@@ -39,7 +39,7 @@ import time
 
 import numpy as np
 
-from extender.cycle.queue import (
+from cycle.queue import (
     Hold,
     QueuePolicy,
     Running,
@@ -223,7 +223,7 @@ def kueue_tas(snapshot, group) -> dict[str, str]:
 
 class Phalanx(GangByGang):
     """phalanx: :func:`solver.place` gang by gang (exact or greedy path) under the queue policies of
-    :mod:`extender.cycle.queue` (the code the live cycle runs), then group preemption for
+    :mod:`cycle.queue` (the code the live cycle runs), then group preemption for
     high-priority gangs that still wait (:func:`solver.plan_preemption`, whole gangs as units;
     victims offered cheapest lost work first when ``policy.lost_work_preemption``)."""
 

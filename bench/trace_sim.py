@@ -28,7 +28,7 @@ from typing import Protocol
 import numpy as np
 
 from cluster.names import LABEL_RACK
-from extender.cycle.queue import lost_work
+from cycle.queue import lost_work
 from solver import Pod, PodGroup, Snapshot
 
 from .generate import GPU

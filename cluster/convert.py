@@ -347,6 +347,18 @@ def pod_claims(obj: JSON) -> tuple[ClaimRef, ...]:
     return tuple(refs)
 
 
+def read_pod(obj: Any) -> Pod | str:
+    """The pod as phalanx sees it, or why the JSON is not a pod phalanx can read: the border where
+    no bad input gets past as an exception (a request's pod is read here once; nothing above
+    ``cluster/`` sees it as a dict)."""
+    try:
+        return pod_from_json(obj)
+    except InvalidInput as err:
+        return f"phalanx: {err}"
+    except (AttributeError, TypeError, ValueError, KeyError) as err:  # a field of the wrong type
+        return f"phalanx: malformed pod: {type(err).__name__}: {err}"
+
+
 def pod_from_json(obj: JSON) -> Pod:
     """A pod as the solver sees it. ``volumes`` is left empty: claims need the PVC, PV and
     StorageClass objects, see :func:`pod_claims` and :func:`cluster.volumes.resolve_claims`."""

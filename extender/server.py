@@ -4,7 +4,7 @@ The HTTP server is cheroot (a threaded production WSGI server with TLS and clien
 verification), a thread per call (``--http-threads``, default 1100). A gang of N holds N-1 bind
 calls open at the barrier while kube-scheduler keeps sending filter calls for the rest, and several
 gangs do so at once; so the workload cycle is told the pool's *barrier capacity* (the threads minus
-a reserve for filter, prioritize and the probes, :func:`extender.cycle.barrier_capacity`) and never
+a reserve for filter, prioritize and the probes, :func:`cycle.barrier_capacity`) and never
 plans more unbound gang members than that: gangs beyond it wait their turn instead of deadlocking
 the pool.
 ``--health-addr`` adds a listener for the kubelet's probes that serves only /healthz and /readyz
@@ -28,10 +28,10 @@ from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
 from cluster.kube import Kube
 from cluster.sim import SimCluster
-from extender.cycle import WorkloadCycle, barrier_capacity
-from extender.cycle.queue import QueuePolicy
-from extender.grpc import GrpcServer, start_grpc_server
+from cycle import WorkloadCycle, barrier_capacity
+from cycle.queue import QueuePolicy
 from extender.http import create_app, health_app
+from rpc import GrpcServer, start_grpc_server
 from solver import SolveOptions
 
 log = logging.getLogger("phalanx.serve")
@@ -148,6 +148,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
                               queue_policy=options.queue_policy)
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
+    cycle.start()  # its requeue and broken-unit threads, once the caches are listed
     app = create_app(cycle, ready)
     return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr)
 

@@ -43,7 +43,7 @@ def _serve(args: argparse.Namespace) -> int:
 
 
 def _queue_policy(args: argparse.Namespace):
-    from extender.cycle.queue import QueuePolicy
+    from cycle.queue import QueuePolicy
 
     for flag in ("hold_after_duration", "hold_after", "lost_work_budget"):
         if getattr(args, flag) < 0:
@@ -106,7 +106,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-addr", default="",
                        help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
                             "(e.g. 0.0.0.0:8889; default: none)")
-    from extender.cycle.queue import DEFAULT_LOST_WORK_BUDGET, DEFAULT_STARVATION_AFTER, DEFAULT_STARVATION_FACTOR
+    from cycle.queue import DEFAULT_LOST_WORK_BUDGET, DEFAULT_STARVATION_AFTER, DEFAULT_STARVATION_FACTOR
 
     serve.add_argument("--hold-after-duration", type=float, default=DEFAULT_STARVATION_FACTOR, metavar="FACTOR",
                        help="a gang waiting FACTOR x its declared expected-duration holds the domain nearest to "

@@ -17,7 +17,7 @@ import pathlib
 
 from flask import Blueprint, Response, jsonify, request, send_from_directory
 
-from extender.cycle import WorkloadCycle
+from cycle import WorkloadCycle
 
 from . import views
 from .history import GroupHistory

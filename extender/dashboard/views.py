@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from cluster import names
 from cluster.cache import ClusterCache, PodGroupRecord, PodRecord
 from cluster.convert import placement_domain, podgroup_owner
-from extender.cycle import WorkloadCycle
+from cycle import WorkloadCycle
 from solver import Node
 
 from .history import GroupHistory
@@ -183,7 +183,7 @@ def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, 
         "age_s": round(now - first_seen, 1),
         "time_to_place_s": round(bound_at - first_seen, 2) if bound_at else None,
         "preempted_by": facts.preempted_by if facts else "",
-        # a starving gang holding the domain nearest to fitting it (extender/cycle/queue.py)
+        # a starving gang holding the domain nearest to fitting it (cycle/queue.py)
         "held_domain": cycle.queue_policies.held_domain(key),
         "expected_duration_s": spec.expected_duration,
     }

@@ -26,11 +26,10 @@ from prometheus_client.exposition import CONTENT_TYPE_LATEST
 from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 
 from cluster import names
-from cluster.convert import pod_group_name
-from extender.cycle import BindError, WorkloadCycle
+from cycle import BindError, WorkloadCycle
 from extender.dashboard import dashboard_blueprint
-from solver import InvalidInput
 
+from .. import verbs
 from . import wire
 
 log = logging.getLogger("phalanx.extender")
@@ -91,12 +90,12 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
 
     def do_filter(data: Any) -> dict:
         args = wire.ExtenderArgs(data, "filter")
-        answer = cycle.filter(args.pod, args.node_names)
+        answer = verbs.filter(cycle, args.pod, args.node_names)
         return wire.filter_result(args, answer.nodes, answer.failed, answer.unresolvable)
 
     def do_prioritize(data: Any) -> list:
         args = wire.ExtenderArgs(data, "prioritize")
-        return wire.host_priorities(cycle.prioritize(args.pod, args.node_names))
+        return wire.host_priorities(verbs.prioritize(cycle, args.pod, args.node_names))
 
     def do_bind(data: Any) -> dict:
         args = wire.BindingArgs(data)
@@ -108,14 +107,7 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
 
     def do_preempt(data: Any) -> dict:
         args = wire.PreemptionArgs(data)
-        try:
-            group = pod_group_name(args.pod)
-        except InvalidInput:  # a pod phalanx cannot read: kube-scheduler's own choice stands
-            return wire.preemption_result(dict(args.meta_victims))
-        if group:
-            cycle.preempt_for_group(args.pod)  # group preemption is phalanx's own job
-            return wire.preemption_result({})
-        return wire.preemption_result(cycle.preempt_candidates(args.pod, args.meta_victims))
+        return wire.preemption_result(verbs.preempt(cycle, args.pod, args.meta_victims))
 
     for name, handler in zip(VERBS, (do_filter, do_prioritize, do_bind, do_preempt), strict=False):
         verb(name, handler)

@@ -4,7 +4,7 @@ import pytest
 from hypothesis import HealthCheck, settings
 
 from cluster.sim import SimCluster
-from extender.cycle import WorkloadCycle
+from cycle import WorkloadCycle
 
 from .k8s_objects import node
 
@@ -27,6 +27,6 @@ def sim():
 
 @pytest.fixture
 def cycle(sim):
-    service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0)
+    service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
     yield service
     service.close()

@@ -2,8 +2,8 @@
 
 import pytest
 
-from extender.grpc import start_grpc_server
 from phalanx_cli.main import build_parser, main
+from rpc import start_grpc_server
 
 from .k8s_objects import pod, podgroup
 

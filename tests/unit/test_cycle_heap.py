@@ -5,7 +5,7 @@ import weakref
 
 import pytest
 
-from extender.cycle.heap import Heap
+from cycle.heap import Heap
 
 
 @pytest.fixture

@@ -5,8 +5,9 @@ other plans' members are assumed pods, and no bad input raises out of a verb."""
 import pytest
 
 from cluster import names
-from extender.cycle import WorkloadCycle, replans, service, verdicts
-from extender.cycle.verdicts import Verdicts
+from cycle import WorkloadCycle, planning, replans, verdicts
+from cycle.verdicts import Verdicts
+from extender import verbs
 from solver import Pod, PodGroup, PodSpec
 from solver.model import VolumeClaim
 
@@ -29,7 +30,7 @@ def clock():
 
 @pytest.fixture
 def cycle(sim, clock):
-    service_ = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, clock=clock)
+    service_ = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, clock=clock).start()
     yield service_
     service_.close()
 
@@ -38,13 +39,13 @@ def cycle(sim, clock):
 def solves(monkeypatch):
     """Every solver call of the cycle: (snapshot, group, allowed)."""
     calls = []
-    real = service.place
+    real = planning.place
 
     def spy(snapshot, group, options, allowed=None):
         calls.append((snapshot, group, allowed))
         return real(snapshot, group, options, allowed=allowed)
 
-    monkeypatch.setattr(service, "place", spy)
+    monkeypatch.setattr(planning, "place", spy)
     return calls
 
 
@@ -62,7 +63,7 @@ def test_each_pods_verdict_reaches_the_solver_and_identical_siblings_borrow_it(s
     small = [sim.create(pod(f"db-{i}", "db", gpu=1)) for i in range(2)]
     big = sim.create(pod("db-2", "db", gpu=2))  # another shape: the small pods' verdict is not its
     others = [n for n in all_nodes(sim) if n != "n-0-0"]
-    answer = cycle.filter(small[1], others)
+    answer = verbs.filter(cycle, small[1], others)
     assert answer.nodes and answer.nodes[0] != "n-0-0"
     _, _, allowed = solves[-1]
     assert allowed == {uid(small[0]): frozenset(others), uid(small[1]): frozenset(others)}
@@ -90,9 +91,9 @@ def test_a_verdict_is_borrowed_only_by_an_identical_sibling_without_volumes():
 def test_a_verdict_says_nothing_about_nodes_added_after_it(sim, cycle, solves):
     from .k8s_objects import node as k8s_node
     pods = make_gang(sim, "big", 5, gpu=4)  # 16 GPUs, 20 needed
-    assert cycle.filter(pods[0], all_nodes(sim)).nodes == []
+    assert verbs.filter(cycle, pods[0], all_nodes(sim)).nodes == []
     sim.create(k8s_node("n-9", rack="r0", gpus=4))
-    assert len(cycle.filter(pods[1], all_nodes(sim)).nodes) == 1
+    assert len(verbs.filter(cycle, pods[1], all_nodes(sim)).nodes) == 1
 
 
 def test_a_node_kube_scheduler_did_not_know_yet_is_not_learned_as_excluded(sim, cycle, clock, solves):
@@ -100,20 +101,20 @@ def test_a_node_kube_scheduler_did_not_know_yet_is_not_learned_as_excluded(sim, 
     filtered, phalanx's cache both. Leaving the second out is not kube-scheduler's verdict."""
     from .k8s_objects import node as k8s_node
     pods = make_gang(sim, "big", 6, gpu=4)  # 24 GPUs: the 16 there plus both new nodes
-    assert cycle.filter(pods[0], all_nodes(sim)).nodes == []
+    assert verbs.filter(cycle, pods[0], all_nodes(sim)).nodes == []
     sim.create(k8s_node("n-8", rack="r0", gpus=4))
     sim.create(k8s_node("n-9", rack="r0", gpus=4))
     lagging = [n for n in all_nodes(sim) if n != "n-9"]  # kube-scheduler has not seen n-9 yet
-    cycle.filter(pods[1], lagging)
+    verbs.filter(cycle, pods[1], lagging)
     assert "n-9" not in cycle.verdicts.get(uid(pods[1])).excluded
     assert solves[-1][2].get(uid(pods[1])) is None or "n-9" in solves[-1][2][uid(pods[1])]
     clock.now += verdicts.NEW_NODE_GRACE  # past the grace a node left out is a verdict again
-    cycle.filter(pods[2], lagging)
+    verbs.filter(cycle, pods[2], lagging)
     assert "n-9" in cycle.verdicts.get(uid(pods[2])).excluded
     relisted = Verdicts(clock)
     cycle.verdicts = relisted  # a re-list replays known nodes as ADDED: they are not new
     sim.cache.replace("Node", sim.list("Node"))
-    cycle.filter(pods[3], lagging)
+    verbs.filter(cycle, pods[3], lagging)
     assert "n-9" in relisted.get(uid(pods[3])).excluded
 
 
@@ -123,7 +124,7 @@ def test_verdicts_are_forgotten_when_pods_go_and_when_the_group_binds(sim, cycle
         sim.create(podgroup(f"g{round_}", 3))
         members = [sim.create(pod(f"g{round_}-{i}", f"g{round_}", gpu=64)) for i in range(3)]  # never fit
         for m in members:
-            cycle.filter(m, all_nodes(sim)[1:])
+            verbs.filter(cycle, m, all_nodes(sim)[1:])
         assert len(cycle.verdicts) == baseline + 3
         for m in members:
             sim.delete("Pod", f"default/{m['metadata']['name']}")
@@ -152,18 +153,18 @@ def test_a_rejected_member_swaps_with_an_unanswered_identical_member(sim, cycle,
     cycle.place_group("default/g")  # planned, nobody answered yet
     plan = cycle.plan_of("default/g")
     mine, theirs = plan.assignments[uid(pods[0])], plan.assignments[uid(pods[1])]
-    answer = cycle.filter(pods[0], [n for n in all_nodes(sim) if n != mine])
+    answer = verbs.filter(cycle, pods[0], [n for n in all_nodes(sim) if n != mine])
     assert answer.nodes == [theirs]
     assert cycle.plan_of("default/g") is plan and plan.assignments[uid(pods[1])] == mine
     assert len(solves) == 1 and released(cycle, replans.FILTERED_OUT) == 0
-    assert cycle.filter(pods[1], all_nodes(sim)).nodes == [mine]
+    assert verbs.filter(cycle, pods[1], all_nodes(sim)).nodes == [mine]
 
 
 def test_no_swap_with_a_member_already_answered_the_plan_is_released(sim, cycle, solves):
     pods = make_gang(sim, "g", 2, gpu=4)
-    first = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
-    second = cycle.filter(pods[1], all_nodes(sim)).nodes[0]  # answered: kube-scheduler assumes it there
-    answer = cycle.filter(pods[0], [n for n in all_nodes(sim) if n != first])
+    first = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
+    second = verbs.filter(cycle, pods[1], all_nodes(sim)).nodes[0]  # answered: kube-scheduler assumes it there
+    answer = verbs.filter(cycle, pods[0], [n for n in all_nodes(sim) if n != first])
     assert released(cycle, replans.FILTERED_OUT) == 1 and len(solves) == 2
     assert answer.nodes and answer.nodes[0] != first
     assert second
@@ -177,12 +178,12 @@ def test_a_planned_node_kube_scheduler_always_rejects_is_not_replanned_for_ever(
     for _ in range(50):  # kube-scheduler's filters reject whatever node phalanx plans for db-2
         plan = cycle.plan_of(key)
         planned = plan.assignments.get(uid(victim)) if plan else None
-        cycle.filter(victim, [n for n in all_nodes(sim) if n != planned])
+        verbs.filter(cycle, victim, [n for n in all_nodes(sim) if n != planned])
     limit = replans.LIMITS[replans.FILTERED_OUT]
     assert len(solves) == limit  # the first plan and limit - 1 re-plans, then it backs off
     assert released(cycle, replans.FILTERED_OUT) == limit
     assert cycle.plan_of(key) is None
-    answer = cycle.filter(victim, all_nodes(sim))
+    answer = verbs.filter(cycle, victim, all_nodes(sim))
     message = next(iter(answer.unresolvable.values()))
     assert "kube-scheduler's filters rejected the planned node" in message and "for db-2" in message
     assert "not modelled by phalanx" in message
@@ -198,15 +199,15 @@ def test_a_planned_node_kube_scheduler_always_rejects_is_not_replanned_for_ever(
     for _ in range(20):
         plan = cycle.plan_of(key)
         planned = plan.assignments.get(uid(victim)) if plan else None
-        cycle.filter(victim, [n for n in all_nodes(sim) if n != planned])
+        verbs.filter(cycle, victim, [n for n in all_nodes(sim) if n != planned])
     assert len(solves) == limit + 1
     assert cycle.queue.failed[key].retry_at - clock.now > first_delay
 
 
 def test_binding_forgets_the_releases(sim, cycle):
     pods = make_gang(sim, "db", 2, gpu=1)
-    planned = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
-    cycle.filter(pods[0], [n for n in all_nodes(sim) if n != planned])  # one rejection
+    planned = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
+    verbs.filter(cycle, pods[0], [n for n in all_nodes(sim) if n != planned])  # one rejection
     assert cycle.replans.groups["default/db"].counts[replans.FILTERED_OUT] == 1
     _, errors = bind_all(cycle, sim, pods)
     assert errors == [] and "default/db" not in cycle.replans.groups
@@ -214,10 +215,10 @@ def test_binding_forgets_the_releases(sim, cycle):
 
 def test_release_reasons_are_a_fixed_set(sim, cycle):
     pods = make_gang(sim, "g", 2, gpu=1)
-    planned = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
-    cycle.filter(pods[0], [n for n in all_nodes(sim) if n != planned])
+    planned = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
+    verbs.filter(cycle, pods[0], [n for n in all_nodes(sim) if n != planned])
     sim.create(pod("g-9", "g", gpu=1))
-    cycle.filter(sim.get("Pod", "default/g-9"), all_nodes(sim))
+    verbs.filter(cycle, sim.get("Pod", "default/g-9"), all_nodes(sim))
     labels = {s.labels["reason"] for m in cycle.metrics.plans_released.collect() for s in m.samples}
     assert labels == set(replans.REASONS)
     assert released(cycle, replans.FILTERED_OUT) == 1 and released(cycle, replans.NEW_MEMBER) == 1
@@ -226,16 +227,16 @@ def test_release_reasons_are_a_fixed_set(sim, cycle):
 # -- assumed pods of other plans ---------------------------------------------------------------------
 def test_other_plans_members_not_yet_bound_are_assumed_pods(sim, cycle, solves):
     a = make_gang(sim, "a", 2, gpu=1)
-    planned = {uid(p): cycle.filter(p, all_nodes(sim)).nodes[0] for p in a}
+    planned = {uid(p): verbs.filter(cycle, p, all_nodes(sim)).nodes[0] for p in a}
     b = make_gang(sim, "b", 2, gpu=1)
-    cycle.filter(b[0], all_nodes(sim))
+    verbs.filter(cycle, b[0], all_nodes(sim))
     snapshot, group, _ = solves[-1]
     assert group.key == "default/b"
     assert {p.uid: p.node for p in snapshot.assumed} == planned
     _, errors = bind_all(cycle, sim, a)
     assert errors == []
     c = make_gang(sim, "c", 1, gpu=1)
-    cycle.filter(c[0], all_nodes(sim))
+    verbs.filter(cycle, c[0], all_nodes(sim))
     snapshot, _, _ = solves[-1]
     assert not {p.uid for p in snapshot.assumed} & set(planned)  # bound now: no longer assumed
 
@@ -245,7 +246,7 @@ def test_a_group_with_a_malformed_member_is_unschedulable_not_waiting(sim, cycle
     sim.create(podgroup("db", 3))
     pods = [sim.create(pod(f"db-{i}", "db", gpu=1)) for i in range(2)]
     sim.create(pod("db-2", "db", cpu="lots"))  # the cache cannot convert it
-    answer = cycle.filter(pods[0], all_nodes(sim))
+    answer = verbs.filter(cycle, pods[0], all_nodes(sim))
     message = next(iter(answer.unresolvable.values()))
     assert answer.nodes == [] and message.startswith("podgroup default/db: member default/db-2 is malformed: ")
     assert "lots" in message
@@ -269,11 +270,11 @@ BAD_PODS = [
 @pytest.mark.parametrize("bad", BAD_PODS)
 def test_no_bad_pod_json_raises_out_of_a_verb(sim, cycle, bad):
     sim.create(podgroup("db", 1))
-    answer = cycle.filter(bad, all_nodes(sim))
+    answer = verbs.filter(cycle, bad, all_nodes(sim))
     assert answer.nodes == [] and all(r.startswith("phalanx: ") for r in answer.unresolvable.values())
-    assert set(cycle.prioritize(bad, all_nodes(sim)).values()) <= {0}
-    cycle.preempt_for_group(bad)
-    assert cycle.preempt_candidates(bad, {"n-0-0": {"Pods": "junk"}}) == {"n-0-0": {"Pods": "junk"}}
+    assert set(verbs.prioritize(cycle, bad, all_nodes(sim)).values()) <= {0}
+    verbs.preempt(cycle, bad, {})
+    assert cycle.preempt_candidates({"n-0-0": {"Pods": "junk"}}) == {"n-0-0": {"Pods": "junk"}}
 
 
 def test_members_answered_no_node_are_touched_when_their_plan_forms(sim, cycle):
@@ -284,12 +285,12 @@ def test_members_answered_no_node_are_touched_when_their_plan_forms(sim, cycle):
     early = [sim.create(pod(f"g-{i}", "g")) for i in range(2)]
     nodes = all_nodes(sim)
     for member in early:
-        assert cycle.filter(member, nodes).nodes == []  # 2 of 3 exist: waiting for members
+        assert verbs.filter(cycle, member, nodes).nodes == []  # 2 of 3 exist: waiting for members
     assert len(cycle.parked) == 2
     last = sim.create(pod("g-2", "g"))
-    assert cycle.filter(last, nodes).nodes  # completes the group: planned
+    assert verbs.filter(cycle, last, nodes).nodes  # completes the group: planned
     assert len(cycle.parked) == 0
-    cycle._touch_parked()
+    cycle.requeue.touch_parked()
     cycle.flush()  # status, events and touches are written asynchronously
     touched = {p["metadata"]["name"] for p in sim.list("Pod")
                if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})}
@@ -309,17 +310,17 @@ def test_a_member_answered_while_the_cache_lagged_is_touched_once_the_group_is_c
     sim.create(sibling)
     member = sim.create(pod("g-0", "g"))
     if verb == "filter":
-        assert cycle.filter(member, all_nodes(sim)).nodes == []  # 1 of 2 schedulable: waiting
+        assert verbs.filter(cycle, member, all_nodes(sim)).nodes == []  # 1 of 2 schedulable: waiting
     else:
-        cycle.preempt_for_group(member)
+        verbs.preempt(cycle, member, {})
     assert "waiting for members, 1 of 2" in cycle.explanations["default/g"]
-    cycle._members_arrived()
-    cycle._touch_parked()
+    cycle.requeue.members_arrived()
+    cycle.requeue.touch_parked()
     assert len(cycle.parked) == 1  # nothing arrived yet: still parked, not touched
 
     sim.update("Pod", "default/g-1", lambda p: p["spec"].pop("schedulingGates"))
-    cycle._members_arrived()
-    cycle._touch_parked()
+    cycle.requeue.members_arrived()
+    cycle.requeue.touch_parked()
     cycle.flush()
     assert len(cycle.parked) == 0
     touched = {p["metadata"]["name"] for p in sim.list("Pod")

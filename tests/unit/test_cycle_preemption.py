@@ -13,8 +13,9 @@ from cluster.backend import WriteError
 from cluster.cache import ClusterCache
 from cluster.kube import KubeError
 from cluster.sim import SimCluster
-from extender.cycle import WorkloadCycle
-from extender.cycle.preemption import Nomination
+from cycle import WorkloadCycle
+from cycle.preemption import Nomination
+from extender import verbs
 
 from .k8s_objects import node, pod, podgroup
 from .test_cycle_service import all_nodes, bind_all, wait_until
@@ -64,7 +65,7 @@ def writer(sim):
 
 @pytest.fixture
 def cycle(sim, writer, clock):
-    service = WorkloadCycle(sim.cache, writer, barrier_timeout=2.0, clock=clock)
+    service = WorkloadCycle(sim.cache, writer, barrier_timeout=2.0, clock=clock).start()
     yield service
     service.close()
 
@@ -87,7 +88,7 @@ def preempt_for_high(sim, cycle):
     bind_all(cycle, sim, [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)])
     sim.create(podgroup("high", 2, priority=1000))
     high = [sim.create(pod(f"high-{i}", "high", gpu=4)) for i in range(2)]
-    answer = cycle.filter(high[0], all_nodes(sim))
+    answer = verbs.filter(cycle, high[0], all_nodes(sim))
     assert "preempting 4 pods" in next(iter(answer.unresolvable.values()))
     wait_until(lambda: not names_of(sim, "low"))
     assert "default/high" in cycle.preemption.nominations
@@ -105,7 +106,7 @@ def test_a_nomination_whose_preemptor_is_gone_or_late_no_longer_holds_room(sim, 
     else:
         clock.now += cycle.preemption.grace + 1
     plain = sim.create(pod("plain", gpu=4))
-    answer = cycle.filter(plain, all_nodes(sim))
+    answer = verbs.filter(cycle, plain, all_nodes(sim))
     assert answer.nodes == all_nodes(sim), answer.failed  # nothing "reserved for a planned podgroup"
     assert preemption_state(cycle.preemption)["nominations"] == 0
 
@@ -113,7 +114,7 @@ def test_a_nomination_whose_preemptor_is_gone_or_late_no_longer_holds_room(sim, 
 def test_a_nomination_stands_while_its_preemptor_lives(sim, cycle):
     preempt_for_high(sim, cycle)
     sim.delete("Pod", "default/high-1")  # one member of two gone: the room is still held
-    answer = cycle.filter(sim.create(pod("plain", gpu=4)), all_nodes(sim))
+    answer = verbs.filter(cycle, sim.create(pod("plain", gpu=4)), all_nodes(sim))
     assert len(answer.nodes) == 2 and "reserved for a planned podgroup" in next(iter(answer.failed.values()))
 
 
@@ -206,7 +207,7 @@ def test_a_restart_seeing_a_live_member_already_disrupted_evicts_nothing():
             disruption_target(member)
         sim.create(member)
     writer = RecordingWriter(sim)
-    service = WorkloadCycle(sim.cache, writer, clock=Clock())  # phalanx starts: the list replays both
+    service = WorkloadCycle(sim.cache, writer, clock=Clock()).start()  # phalanx starts: the list replays both
     try:
         sim.cache.replace("Pod", sim.list("Pod"))
         settle(service)

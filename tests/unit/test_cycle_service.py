@@ -8,7 +8,8 @@ import time
 import pytest
 
 from cluster import names
-from extender.cycle import BindError, WorkloadCycle
+from cycle import BindError, WorkloadCycle
+from extender import verbs
 
 from .k8s_objects import node as k8s_node
 from .k8s_objects import pod, podgroup
@@ -29,7 +30,7 @@ def bind_all(cycle, sim, pods):
     """Run filter for every member, then every bind in its own thread, as kube-scheduler does."""
     planned = {}
     for p in pods:
-        answer = cycle.filter(p, all_nodes(sim))
+        answer = verbs.filter(cycle, p, all_nodes(sim))
         assert len(answer.nodes) == 1, answer
         planned[p["metadata"]["uid"]] = answer.nodes[0]
     errors = []
@@ -66,14 +67,14 @@ def condition(sim, name):
 def test_members_wait_until_min_count_exist(sim, cycle):
     sim.create(podgroup("db", 5))
     pods = [sim.create(pod(f"db-{i}", "db")) for i in range(3)]
-    answer = cycle.filter(pods[0], all_nodes(sim))
+    answer = verbs.filter(cycle, pods[0], all_nodes(sim))
     assert answer.nodes == []
     assert set(answer.unresolvable.values()) == {"podgroup default/db: waiting for members, 3 of 5 exist"}
 
 
 def test_pod_whose_podgroup_does_not_exist_waits(sim, cycle):
     p = sim.create(pod("x-0", "missing"))
-    answer = cycle.filter(p, all_nodes(sim))
+    answer = verbs.filter(cycle, p, all_nodes(sim))
     assert answer.nodes == [] and "does not exist yet" in next(iter(answer.unresolvable.values()))
 
 
@@ -92,7 +93,7 @@ def test_gang_is_planned_at_first_filter_and_bound_whole(sim, cycle):
 
 def test_gang_that_does_not_fit_binds_nothing_and_says_why(sim, cycle):
     pods = make_gang(sim, "big", 5, gpu=4)  # 4 nodes x 4 GPUs: room for 4 of 5
-    answer = cycle.filter(pods[0], all_nodes(sim))
+    answer = verbs.filter(cycle, pods[0], all_nodes(sim))
     assert answer.nodes == []
     assert "needs 20 nvidia.com/gpu, 16 free" in next(iter(answer.unresolvable.values()))
     cycle.flush()  # status, events and touches are written asynchronously
@@ -111,23 +112,23 @@ def test_rack_constraint_keeps_the_gang_in_one_rack(sim, cycle):
 
 def test_planned_capacity_is_reserved_against_other_pods(sim, cycle):
     pods = make_gang(sim, "g", 4, gpu=4)  # takes every GPU
-    cycle.filter(pods[0], all_nodes(sim))
+    verbs.filter(cycle, pods[0], all_nodes(sim))
     other = sim.create(pod("loner", gpu=1))
-    answer = cycle.filter(other, all_nodes(sim))
+    answer = verbs.filter(cycle, other, all_nodes(sim))
     assert answer.nodes == [] and len(answer.failed) == 4
     assert "reserved for a planned podgroup" in next(iter(answer.failed.values()))
 
 
 def test_pods_without_groups_pass_through_when_nothing_is_reserved(sim, cycle):
     p = sim.create(pod("loner"))
-    assert cycle.filter(p, all_nodes(sim)).nodes == all_nodes(sim)
+    assert verbs.filter(cycle, p, all_nodes(sim)).nodes == all_nodes(sim)
 
 
 def test_two_gangs_that_fit_alone_but_not_together_do_not_deadlock(sim, cycle):
     a = make_gang(sim, "a", 3, gpu=4)
     b = make_gang(sim, "b", 3, gpu=4)
-    first = cycle.filter(a[0], all_nodes(sim))
-    second = cycle.filter(b[0], all_nodes(sim))
+    first = verbs.filter(cycle, a[0], all_nodes(sim))
+    second = verbs.filter(cycle, b[0], all_nodes(sim))
     assert first.nodes and second.nodes == []  # b waits whole while a holds its plan
     _, errors = bind_all(cycle, sim, a)
     assert errors == []
@@ -136,15 +137,15 @@ def test_two_gangs_that_fit_alone_but_not_together_do_not_deadlock(sim, cycle):
 
 def test_stale_plan_is_released_and_the_group_replanned(sim, cycle):
     pods = make_gang(sim, "g", 2, gpu=1)
-    planned = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    planned = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
     others = [n for n in all_nodes(sim) if n != planned]
-    answer = cycle.filter(pods[0], others)  # in-tree filters dropped the planned node
+    answer = verbs.filter(cycle, pods[0], others)  # in-tree filters dropped the planned node
     assert answer.nodes and answer.nodes[0] in others
 
 
 def test_barrier_timeout_binds_nothing_and_releases_the_plan(sim, cycle):
     pods = make_gang(sim, "g", 3, gpu=1)
-    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    node0 = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
     with pytest.raises(BindError, match="barrier timed out: 1 of 3 members reached bind"):
         cycle.bind("default", "g-0", pods[0]["metadata"]["uid"], node0)
     assert not any(p["spec"].get("nodeName") for p in sim.list("Pod"))
@@ -153,7 +154,7 @@ def test_barrier_timeout_binds_nothing_and_releases_the_plan(sim, cycle):
 
 def test_bind_to_an_unplanned_node_is_refused(sim, cycle):
     pods = make_gang(sim, "g", 2, gpu=1)
-    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    node0 = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
     wrong = next(n for n in all_nodes(sim) if n != node0)
     with pytest.raises(BindError, match="is planned on"):
         cycle.bind("default", "g-0", pods[0]["metadata"]["uid"], wrong)
@@ -179,7 +180,7 @@ def test_condition_never_goes_back_to_false(sim, cycle):
     first = condition(sim, "g")
     assert first["status"] == "True"
     extra = sim.create(pod("g-9", "g", gpu=64))  # cannot fit anywhere
-    cycle.filter(extra, all_nodes(sim))
+    verbs.filter(cycle, extra, all_nodes(sim))
     assert cycle.flush()
     assert condition(sim, "g") == first
 
@@ -187,7 +188,7 @@ def test_condition_never_goes_back_to_false(sim, cycle):
 def test_basic_group_places_members_and_binds_at_once(sim, cycle):
     sim.create(podgroup("web"))
     p = sim.create(pod("web-0", "web"))
-    node0 = cycle.filter(p, all_nodes(sim)).nodes[0]
+    node0 = verbs.filter(cycle, p, all_nodes(sim)).nodes[0]
     cycle.bind("default", "web-0", p["metadata"]["uid"], node0)
     assert sim.get("Pod", "default/web-0")["spec"]["nodeName"] == node0
 
@@ -195,22 +196,22 @@ def test_basic_group_places_members_and_binds_at_once(sim, cycle):
 def test_malformed_pod_gets_an_answer_not_a_crash(sim, cycle):
     bad = {"metadata": {"name": "b", "namespace": "default"},
            "spec": {"containers": [{"resources": {"requests": {"cpu": "lots"}}}]}}
-    answer = cycle.filter(bad, all_nodes(sim))
+    answer = verbs.filter(cycle, bad, all_nodes(sim))
     assert answer.nodes == [] and "unparsable quantity" in next(iter(answer.unresolvable.values()))
 
 
 def test_prioritize_favours_the_planned_node(sim, cycle):
     pods = make_gang(sim, "g", 2, gpu=1)
-    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
-    scores = cycle.prioritize(pods[0], all_nodes(sim))
+    node0 = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
+    scores = verbs.prioritize(cycle, pods[0], all_nodes(sim))
     assert scores[node0] == 10 and sum(scores.values()) == 10
 
 
 def crash_after_binding(sim, name, size, bind_count):
     """A gang whose record was written and part of it bound when phalanx stopped."""
-    first = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0)
+    first = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0).start()
     pods = make_gang(sim, name, size, gpu=1, key=RACK)
-    planned = {p["metadata"]["name"]: first.filter(p, all_nodes(sim)).nodes[0] for p in pods}
+    planned = {p["metadata"]["name"]: verbs.filter(first, p, all_nodes(sim)).nodes[0] for p in pods}
     first.close()
     sim.annotate_podgroup("default", name, {names.ANNOTATION_PLACEMENT: json.dumps(
         {"domain": "r0", "pods": planned})})
@@ -221,8 +222,8 @@ def crash_after_binding(sim, name, size, bind_count):
 
 def test_restart_finishes_a_half_bound_gang_from_its_record(sim):
     pods, planned = crash_after_binding(sim, "g", 3, bind_count=2)
-    second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0)
-    answer = second.filter(pods[2], all_nodes(sim))
+    second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0).start()
+    answer = verbs.filter(second, pods[2], all_nodes(sim))
     assert answer.nodes == [planned["g-2"]]
     second.bind("default", "g-2", pods[2]["metadata"]["uid"], planned["g-2"])  # others bound: no wait
     assert sim.get("Pod", "default/g-2")["spec"]["nodeName"] == planned["g-2"]
@@ -233,8 +234,8 @@ def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_doma
     pods, planned = crash_after_binding(sim, "g", 3, bind_count=2)
     blocker = sim.create(pod("blocker", gpu=4))  # the API server binds without checking capacity
     sim.bind("default", "blocker", blocker["metadata"]["uid"], planned["g-2"])
-    second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0)
-    answer = second.filter(pods[2], all_nodes(sim))
+    second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0).start()
+    answer = verbs.filter(second, pods[2], all_nodes(sim))
     bound_rack = sim.get("Node", planned["g-0"])["metadata"]["labels"][RACK]
     assert answer.nodes and answer.nodes[0] != planned["g-2"]
     assert sim.get("Node", answer.nodes[0])["metadata"]["labels"][RACK] == bound_rack
@@ -265,7 +266,7 @@ def test_group_preemption_evicts_a_whole_all_group_and_holds_the_room(sim, cycle
     bind_all(cycle, sim, victims)  # the low gang fills the cluster
     sim.create(podgroup("high", 2, priority=1000))
     high = [sim.create(pod(f"high-{i}", "high", gpu=4)) for i in range(2)]
-    answer = cycle.filter(high[0], all_nodes(sim))
+    answer = verbs.filter(cycle, high[0], all_nodes(sim))
     assert answer.nodes == []
     assert "preempting 4 pods in 1 units (podgroup default/low (4 pods))" in next(iter(answer.unresolvable.values()))
     wait_until(lambda: not any(p["metadata"]["name"].startswith("low") for p in sim.list("Pod")))
@@ -285,10 +286,10 @@ def test_a_member_waiting_for_its_victims_is_touched_once_the_cache_saw_them_go(
     bind_all(cycle, sim, [sim.create(pod(f"low-{i}", "low", gpu=4)) for i in range(4)])
     sim.create(podgroup("high", 1, priority=1000))
     high = sim.create(pod("high-0", "high", gpu=4))
-    assert "preempting 4 pods" in next(iter(cycle.filter(high, all_nodes(sim)).unresolvable.values()))
+    assert "preempting 4 pods" in next(iter(verbs.filter(cycle, high, all_nodes(sim)).unresolvable.values()))
     wait_until(lambda: not any(p["metadata"]["name"].startswith("low") for p in sim.list("Pod")))
     wait_until(lambda: names.ANNOTATION_RETRY in (sim.get("Pod", "default/high-0")["metadata"].get("annotations") or {}))
-    assert len(cycle.filter(sim.get("Pod", "default/high-0"), all_nodes(sim)).nodes) == 1
+    assert len(verbs.filter(cycle, sim.get("Pod", "default/high-0"), all_nodes(sim)).nodes) == 1
 
 
 def test_a_member_parked_after_its_last_victim_went_is_still_touched(sim, cycle):
@@ -303,11 +304,11 @@ def test_a_member_parked_after_its_last_victim_went_is_still_touched(sim, cycle)
     def late_park(group, uid, namespace, name, incomplete=False):
         if name == "high-0":
             wait_until(lambda: not any(r.active for r in cycle.cache.pods.values() if r.pod.group == "default/low"))
-            cycle._victims_cleared()  # the requeue thread's pass (the cycle's lock is held here)
+            cycle.requeue.victims_cleared()  # the requeue thread's pass (the cycle's lock is held here)
         park(group, uid, namespace, name, incomplete)
 
     cycle.parked.park = late_park
-    assert "preempting 4 pods" in next(iter(cycle.filter(high, all_nodes(sim)).unresolvable.values()))
+    assert "preempting 4 pods" in next(iter(verbs.filter(cycle, high, all_nodes(sim)).unresolvable.values()))
     wait_until(lambda: names.ANNOTATION_RETRY in (sim.get("Pod", "default/high-0")["metadata"].get("annotations") or {}))
 
 
@@ -318,11 +319,11 @@ def test_preemption_policy_never_and_equal_priority_do_not_preempt(sim, cycle):
     never["spec"]["preemptionPolicy"] = "Never"
     sim.create(never)
     p = sim.create(pod("never-0", "never", gpu=4))
-    answer = cycle.filter(p, all_nodes(sim))
+    answer = verbs.filter(cycle, p, all_nodes(sim))
     assert answer.nodes == [] and "preempting" not in next(iter(answer.unresolvable.values()))
     sim.create(podgroup("peer", 1, priority=10))
     q = sim.create(pod("peer-0", "peer", gpu=4))
-    assert "preempting" not in next(iter(cycle.filter(q, all_nodes(sim)).unresolvable.values()))
+    assert "preempting" not in next(iter(verbs.filter(cycle, q, all_nodes(sim)).unresolvable.values()))
     assert len([x for x in sim.list("Pod") if x["spec"].get("nodeName")]) == 4
 
 
@@ -336,17 +337,17 @@ def test_a_broken_all_unit_loses_its_other_members(sim, cycle):
 
 def test_an_infeasible_gang_backs_off_until_capacity_is_freed(sim, cycle):
     pods = make_gang(sim, "big", 5, gpu=4)  # needs 20 GPUs, 16 exist
-    first = cycle.filter(pods[0], all_nodes(sim))
+    first = verbs.filter(cycle, pods[0], all_nodes(sim))
     attempts = cycle.metrics.attempts.labels(result="unschedulable")._value.get()
     for p in pods[1:]:
-        assert cycle.filter(p, all_nodes(sim)).unresolvable == first.unresolvable  # answered from memory
+        assert verbs.filter(cycle, p, all_nodes(sim)).unresolvable == first.unresolvable  # answered from memory
     assert cycle.metrics.attempts.labels(result="unschedulable")._value.get() == attempts  # no re-solve
     sim.create(k8s_node("n-9", rack="r0", gpus=4))  # room appears: retried at once
-    assert len(cycle.filter(pods[0], all_nodes(sim)).nodes) == 1
+    assert len(verbs.filter(cycle, pods[0], all_nodes(sim)).nodes) == 1
 
 
 def test_queue_orders_eligible_groups_by_priority_then_age():
-    from extender.cycle.queue import PodGroupQueue
+    from cycle.queue import PodGroupQueue
     from solver import Pod, PodGroup
 
     def group(name, priority, created, members, min_count):
@@ -374,7 +375,7 @@ def test_place_eligible_plans_the_higher_priority_gang_first(sim, cycle):
 
 def test_a_backed_off_gang_that_fits_again_gets_a_member_touched_for_kube_scheduler(sim, cycle):
     pods = make_gang(sim, "big", 5, gpu=4)
-    cycle.filter(pods[0], all_nodes(sim))  # infeasible: backs off
+    verbs.filter(cycle, pods[0], all_nodes(sim))  # infeasible: backs off
     sim.create(k8s_node("n-9", rack="r0", gpus=4))  # room appears while kube-scheduler is not looking
     wait_until(lambda: names.ANNOTATION_RETRY in (sim.get("Pod", "default/big-0")["metadata"].get("annotations") or {}))
     assert not cycle.queue.failed
@@ -382,10 +383,10 @@ def test_a_backed_off_gang_that_fits_again_gets_a_member_touched_for_kube_schedu
 
 def test_a_plan_on_a_deleted_or_cordoned_node_is_released(sim, cycle):
     pods = make_gang(sim, "g", 2, gpu=1)
-    node0 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    node0 = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
     sim.update("Node", node0, lambda n: n.setdefault("spec", {}).update(unschedulable=True))
     wait_until(lambda: cycle.plan_of("default/g") is None)
-    node1 = cycle.filter(pods[0], all_nodes(sim)).nodes[0]
+    node1 = verbs.filter(cycle, pods[0], all_nodes(sim)).nodes[0]
     assert node1 != node0
     sim.delete("Node", node1)
     wait_until(lambda: cycle.plan_of("default/g") is None)
@@ -394,7 +395,7 @@ def test_a_plan_on_a_deleted_or_cordoned_node_is_released(sim, cycle):
 def test_basic_group_members_bind_one_by_one_without_a_barrier(sim, cycle):
     sim.create(podgroup("web"))
     members = [sim.create(pod(f"web-{i}", "web")) for i in range(3)]
-    node0 = cycle.filter(members[0], all_nodes(sim)).nodes[0]
+    node0 = verbs.filter(cycle, members[0], all_nodes(sim)).nodes[0]
     cycle.bind("default", "web-0", members[0]["metadata"]["uid"], node0)  # returns at once
     assert sim.get("Pod", "default/web-0")["spec"]["nodeName"] == node0
     assert not sim.get("Pod", "default/web-1")["spec"].get("nodeName")
@@ -403,12 +404,12 @@ def test_basic_group_members_bind_one_by_one_without_a_barrier(sim, cycle):
 def test_a_basic_group_keeps_its_domain_while_bindings_are_not_yet_seen(sim, cycle):
     sim.create(podgroup("web", key=RACK))
     first = sim.create(pod("web-0", "web", gpu=1))
-    rack = sim.get("Node", cycle.filter(first, all_nodes(sim)).nodes[0])["metadata"]["labels"][RACK]
+    rack = sim.get("Node", verbs.filter(cycle, first, all_nodes(sim)).nodes[0])["metadata"]["labels"][RACK]
     # the other rack becomes the tighter fit, the first member's binding is not visible yet, and a
     # second member arrives: without the remembered domain, the re-plan would move the group
     other = next(n for n in all_nodes(sim) if sim.get("Node", n)["metadata"]["labels"][RACK] != rack)
     blocker = sim.create(pod("blocker", gpu=4))
     sim.bind("default", "blocker", blocker["metadata"]["uid"], other)
     second = sim.create(pod("web-1", "web", gpu=1))
-    node = cycle.filter(second, all_nodes(sim)).nodes[0]
+    node = verbs.filter(cycle, second, all_nodes(sim)).nodes[0]
     assert sim.get("Node", node)["metadata"]["labels"][RACK] == rack

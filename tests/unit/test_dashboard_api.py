@@ -9,7 +9,7 @@ from flask import Flask
 
 from cluster import names
 from cluster.sim import SimCluster
-from extender.cycle import WorkloadCycle
+from cycle import WorkloadCycle
 from extender.dashboard import dashboard_blueprint
 from extender.http import create_app
 
@@ -128,7 +128,7 @@ def test_topology_is_aggregated_per_rack_above_the_threshold():
     sim.add_nodes(zones=2, racks_per_zone=3, nodes_per_rack=5, gpus=8)
     sim.create({"apiVersion": "v1", "kind": "Node", "metadata": {"name": "cpu-only"},
                 "status": {"allocatable": {"cpu": "32", "memory": "64Gi", "pods": "110"}}})
-    cycle = WorkloadCycle(sim.cache, sim)
+    cycle = WorkloadCycle(sim.cache, sim).start()
     app = Flask("t")
     app.register_blueprint(dashboard_blueprint(cycle, detail_limit=10))
     client = app.test_client()

@@ -12,7 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from cluster.sim import SimCluster
-from extender.cycle import WorkloadCycle
+from cycle import WorkloadCycle
 from extender.http import create_app
 
 from . import fuzz_bodies
@@ -28,7 +28,7 @@ for i in range(3):
 SIM.create(podgroup("g", 2))
 POD = SIM.create(pod("g-0", "g"))
 SIM.create(pod("g-1", "g"))
-CYCLE = WorkloadCycle(SIM.cache, SIM, barrier_timeout=0.05)
+CYCLE = WorkloadCycle(SIM.cache, SIM, barrier_timeout=0.05).start()
 APP = create_app(CYCLE).test_client()
 
 VALID = {

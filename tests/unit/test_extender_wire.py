@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 
 from cluster.sim import SimCluster
-from extender.cycle import WorkloadCycle
+from cycle import WorkloadCycle
 from extender.http import create_app
 
 from .k8s_objects import node, pod, podgroup
@@ -54,7 +54,7 @@ def client():
     sim.create(podgroup("g", 2))
     pods = [sim.create(pod(f"g-{i}", "g")) for i in range(2)]
     loner = sim.create(pod("loner"))
-    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0)
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0).start()
     app = create_app(cycle)
     yield app.test_client(), sim, pods, loner
     cycle.close()

@@ -8,10 +8,10 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster import names
-from extender.grpc import SERVICE_NAME, EventHub, start_grpc_server
 from extender.server import ServeOptions, build
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
+from rpc import SERVICE_NAME, EventHub, start_grpc_server
 
 from .k8s_objects import pod, podgroup
 

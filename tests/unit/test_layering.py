@@ -1,11 +1,13 @@
-"""The layering of the design (DESIGN.md section 2), checked on the source by import-linter: the
-contracts live in pyproject.toml ([tool.importlinter]); `make test` also runs `lint-imports`.
+"""The layering of docs/design.md, checked on the source by import-linter: the contracts live in
+pyproject.toml ([tool.importlinter]); `make test` also runs `lint-imports`.
 
 - solver/ is pure: no other phalanx package, no web/RPC/Kubernetes library, no I/O module of the
   standard library (import-linter treats the standard library as external packages);
-- cluster/ imports none of the services above it, nor flask;
-- extender/ and controller/ are independent of each other and of bench/ and phalanx_cli/;
-- extender.http and extender.grpc are independent of each other."""
+- cluster/ imports none of the packages above it, nor flask or grpc;
+- cycle/ (the workload-cycle service) imports no entry point, no web or RPC library;
+- the entry points (extender/ for HTTP, rpc/ for gRPC) are independent of each other and of the
+  controller; the controller imports neither the cycle nor an entry point;
+- nothing but the tools on top (bench/, phalanx_cli/) imports bench/ or phalanx_cli/."""
 
 import pathlib
 import subprocess
@@ -13,7 +15,9 @@ import sys
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CONTRACTS = {"solver-pure", "cluster-below-services", "services-independent", "extender-controller-independent",
+CONTRACTS = {"solver-pure", "cluster-below-services", "cycle-below-entry-points", "services-independent",
+             "controller-beside-the-cycle", "extender-controller-independent", "grpc-knows-no-http",
+             "cycle-inside",
              "http-grpc-independent"}
 
 

@@ -12,10 +12,10 @@ import pytest
 
 from cluster import names
 from cluster.backend import WriteError
-from extender.grpc import start_grpc_server
-from extender.grpc.server import PLUGIN_SERVICE_NAME
 from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
 from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as pb_grpc
+from rpc import start_grpc_server
+from rpc.server import PLUGIN_SERVICE_NAME
 
 from .k8s_objects import pod, podgroup
 
@@ -277,7 +277,7 @@ def test_members_arriving_and_a_gang_binding_leave_other_groups_solves_valid(sim
     would make a solve in flight start over)."""
     members = gang(sim, "s", 2)
     reply = plan_for(stub, members[0])
-    before = cycle._generation
+    before = cycle.book.generation
     for m in members:
         node = reply.plan.assignments[uid(m)]
         assert stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=uid(m), group="default/s", node=node)).ok
@@ -287,7 +287,7 @@ def test_members_arriving_and_a_gang_binding_leave_other_groups_solves_valid(sim
         sim.bind(m["metadata"]["namespace"], m["metadata"]["name"], uid(m), reply.plan.assignments[uid(m)])
     cycle.check_timers()
     assert cycle.plan_of("default/s") is None
-    assert cycle._generation == before
+    assert cycle.book.generation == before
 
 
 @pytest.mark.parametrize("error", [WriteError("forbidden", 403), OSError("connection reset")])

@@ -1,4 +1,4 @@
-"""The queue policies of extender/cycle/queue.py (the code the live cycle and the trace simulator
+"""The queue policies of cycle/queue.py (the code the live cycle and the trace simulator
 share): a starving gang holds the domain nearest to fitting it, smaller gangs stay out unless their
 declared duration ends before the holder's shadow time, fragmentation-aware domain choice keeps a
 queued shape fitting, victims are offered cheapest lost work first — and the live cycle applies
@@ -9,8 +9,8 @@ import pytest
 
 from cluster import names
 from cluster.convert import expected_duration
-from extender.cycle import WorkloadCycle
-from extender.cycle.queue import (
+from cycle import WorkloadCycle
+from cycle.queue import (
     QueuePolicy,
     Running,
     Waiting,
@@ -126,7 +126,7 @@ def test_a_bad_expected_duration_names_the_annotation(raw):
 def test_the_live_cycle_keeps_smaller_gangs_out_of_the_held_domain_and_the_dashboard_shows_it(sim):
     now = [0.0]
     cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, clock=lambda: now[0],
-                          queue_policy=QueuePolicy(starvation_after=3600.0, starvation_factor=None))
+                          queue_policy=QueuePolicy(starvation_after=3600.0, starvation_factor=None)).start()
     try:
         sim.create(pod("busy-0", node="n-0-0", gpu=4))  # each rack: 4 of 8 GPUs free
         sim.create(pod("busy-1", node="n-1-0", gpu=4))

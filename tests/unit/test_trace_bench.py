@@ -13,7 +13,7 @@ from bench.trace_bound import PackingBound, shared_bound
 from bench.trace_policies import Phalanx, all_policies
 from bench.trace_sim import Simulation
 from bench.traces import DataMissing, acme, data_dir, in_window_load, pollux, synthetic, tiresias
-from extender.cycle.queue import QueuePolicy
+from cycle.queue import QueuePolicy
 
 try:
     DATA = data_dir()

@@ -33,7 +33,7 @@ from __future__ import annotations
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
-from typing import AbstractSet, Callable, Iterable
+from typing import AbstractSet, Any, Callable, Iterable
 
 from solver import Pod, PodGroup
 
@@ -54,7 +54,7 @@ NEW_NODE_GRACE = 10.0
 @dataclass(frozen=True)
 class Verdict:
     excluded: frozenset[str]  # nodes kube-scheduler's filters left out
-    shape_key: tuple
+    shape_key: tuple[object, ...]
     portable: bool  # may stand in for an identical sibling (see Verdicts.allowed)
     at: float
 
@@ -64,7 +64,7 @@ class Verdicts:
         self.clock = clock
         self._lock = threading.Lock()
         self._by_uid: OrderedDict[str, Verdict] = OrderedDict()
-        self._sets: dict[frozenset[str], list] = {}  # interned excluded set -> [the set, references]
+        self._sets: dict[frozenset[str], list[Any]] = {}  # interned excluded set -> [the set, references]
         self._new_nodes: dict[str, float] = {}  # node -> when phalanx saw it added (within the grace)
 
     def __len__(self) -> int:
@@ -134,9 +134,9 @@ class Verdicts:
         pending = group.pending
         with self._lock:
             own = {p.uid: self._by_uid[p.uid] for p in pending if p.uid in self._by_uid}
-        borrowed: dict[tuple, Verdict] = {}
-        for verdict in sorted((v for v in own.values() if v.portable), key=lambda v: v.at):
-            borrowed[verdict.shape_key] = verdict  # the most recent wins...
+        borrowed: dict[tuple[object, ...], Verdict] = {}
+        for recent in sorted((v for v in own.values() if v.portable), key=lambda v: v.at):
+            borrowed[recent.shape_key] = recent  # the most recent wins...
         newest = own.get(fresh)
         if newest is not None and newest.portable:
             borrowed[newest.shape_key] = newest  # ...and the current call's above all

@@ -21,11 +21,12 @@ cycle recomputes the dirty ones under its lock before it reads reservations.
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 from cluster import names
 from cluster.cache import ClusterCache
-from cluster.convert import InvalidInput, placement_record
+from cluster.convert import placement_record
+from solver import InvalidInput
 from solver.model import Policy, placement_usage
 
 Usage = dict[str, dict[str, int]]
@@ -64,7 +65,7 @@ class RecordedHolds:
             self._dirty.add(key)
             self._abandoned.pop(key, None)
 
-    def prune(self, live) -> None:
+    def prune(self, live: Collection[str]) -> None:
         """Look again at every group held or abandoned, dropping the ones not in ``live`` (a
         re-list sends no DELETED event)."""
         with self._lock:

@@ -49,8 +49,8 @@ _WHAT = {
 
 @dataclass
 class GroupReleases:
-    counts: Counter = field(default_factory=Counter)  # reason -> releases
-    rejections: Counter = field(default_factory=Counter)  # (pod name, node) -> times filtered out
+    counts: Counter[str] = field(default_factory=Counter)  # reason -> releases
+    rejections: Counter[tuple[str, str]] = field(default_factory=Counter)  # (pod name, node) -> times filtered out
     last: dict[str, str] = field(default_factory=dict)  # reason -> the last release's detail
 
 

@@ -18,6 +18,7 @@ deleted, its plan takes the pods or its members are complete.
 from __future__ import annotations
 
 import threading
+from typing import Collection, Iterable
 
 
 class ParkedMembers:
@@ -50,7 +51,7 @@ class ParkedMembers:
         """The pod is in a filter call now: kube-scheduler is not holding it back."""
         self.forget_pod(uid)
 
-    def take(self, group: str, uids) -> list[tuple[str, str]]:
+    def take(self, group: str, uids: Iterable[str]) -> list[tuple[str, str]]:
         """The parked members among ``uids`` (namespace, name), no longer parked."""
         with self._lock:
             parked = self._by_group.get(group)
@@ -95,7 +96,7 @@ class ParkedMembers:
                 self._group_of.pop(uid, None)
             return list(parked.values())
 
-    def prune(self, groups) -> None:
+    def prune(self, groups: Collection[str]) -> None:
         """Forget the members of groups not in ``groups`` (after a re-list). Pods are left to
         their own events: the cache may not have seen a pod that filter already parked."""
         with self._lock:

@@ -33,6 +33,8 @@ from typing import Callable
 
 from cluster.backend import WriteError
 
+from .metrics import CycleMetrics
+
 log = logging.getLogger("phalanx.dispatch")
 
 
@@ -47,8 +49,9 @@ class Write:
 
 
 class Dispatcher:
-    def __init__(self, clock: Callable[[], float] = time.monotonic, metrics=None, capacity: int = 10_000,
-                 workers: int = 4, max_attempts: int = 5, backoff: float = 0.2, max_backoff: float = 5.0) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic, metrics: CycleMetrics | None = None,
+                 capacity: int = 10_000, workers: int = 4, max_attempts: int = 5, backoff: float = 0.2,
+                 max_backoff: float = 5.0) -> None:
         self.clock = clock
         self.metrics = metrics
         self.capacity = capacity

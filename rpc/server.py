@@ -8,8 +8,8 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from extender.cycle import WorkloadCycle
-from extender.cycle.plugin_mode import PluginEnforcement
+from cycle import WorkloadCycle
+from cycle.plugin_mode import PluginEnforcement
 from proto.phalanx.v1 import scheduler_plugin_pb2 as plugin_pb
 from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as plugin_pb_grpc
 from proto.phalanx.v1 import workload_cycle_pb2 as pb

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 import grpc
 
 from cluster.convert import placement_domain, podgroup_owner
-from extender.cycle import Plan, WorkloadCycle
+from cycle import Plan, WorkloadCycle
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 from solver import InvalidInput, Placement

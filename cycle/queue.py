@@ -16,7 +16,7 @@ priority first, then oldest (:meth:`PodGroupQueue.order`), as kube-scheduler ord
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable, Mapping, Sequence
+from typing import Any, Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -193,7 +193,7 @@ def plan_holds(snapshot: Snapshot, waiting: Sequence[Waiting], running: Sequence
         vec, elig = _shape(snapshot, group)
         values, ids = snapshot.domains(group.topology_key)
         need = max(group.min_count - len(group.bound), 1) if group.policy is Policy.GANG else 1
-        best: tuple | None = None
+        best: tuple[Any, ...] | None = None
         for d, value in enumerate(values):
             mask = (ids == d) & ~taken & elig
             if not mask.any() or int((ids == d).sum()) != int(((ids == d) & ~taken).sum()):
@@ -263,7 +263,7 @@ def fragmentation_domains(snapshot: Snapshot, group: PodGroup, queue: Sequence[P
     if len(candidates) <= 1:
         return None
     share = np.maximum(snapshot.allocatable.max(axis=0), 1)
-    shapes: dict[tuple, tuple[np.ndarray, np.ndarray, int, str, float]] = {}
+    shapes: dict[tuple[Any, ...], tuple[np.ndarray, np.ndarray, int, str, float]] = {}
     for other in queue:
         if other.key == group.key or not other.pending or len(shapes) >= max_shapes:
             continue
@@ -293,7 +293,7 @@ def fragmentation_domains(snapshot: Snapshot, group: PodGroup, queue: Sequence[P
     return keep
 
 
-def _fits_anywhere(snapshot: Snapshot, free: np.ndarray, shape: tuple) -> bool:
+def _fits_anywhere(snapshot: Snapshot, free: np.ndarray, shape: tuple[Any, ...]) -> bool:
     vec, elig, need, key, _ = shape
     counts = pods_fitting(free, vec, elig)
     values, ids = snapshot.domains(key)

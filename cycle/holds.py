@@ -18,14 +18,16 @@ from __future__ import annotations
 
 import threading
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 import numpy as np
 
+from cluster.cache import ClusterCache
 from solver import PodGroup, PreemptionContext, Snapshot
 
 from .queue import (
     Hold,
+    PodGroupQueue,
     QueuePolicy,
     Running,
     Waiting,
@@ -35,26 +37,27 @@ from .queue import (
     victim_budget,
     victim_prefixes,
 )
-
-if TYPE_CHECKING:
-    from .service import WorkloadCycle
+from .status import StatusWriter
 
 REFRESH = 5.0
 
 
 class QueuePolicies:
-    def __init__(self, cycle: "WorkloadCycle", policy: QueuePolicy) -> None:
-        self.cycle = cycle
+    def __init__(self, cache: ClusterCache, clock: Callable[[], float], queue: PodGroupQueue, status: StatusWriter,
+                 policy: QueuePolicy) -> None:
+        self.cache = cache
+        self.clock = clock
+        self.queue = queue
         self.policy = policy
         self.holds: list[Hold] = []
         self.bound_at: dict[str, float] = {}  # group -> when this process saw it bind
         self._refreshed = -np.inf
         self._lock = threading.Lock()
-        cycle.subscribe(self._on_event)
+        status.subscribe(self._on_event)
 
     def _on_event(self, kind: str, data: Mapping[str, Any]) -> None:
         if kind == "bound" and data.get("group"):
-            self.bound_at[str(data["group"])] = self.cycle.clock()
+            self.bound_at[str(data["group"])] = self.clock()
 
     def prune(self, keys: set[str]) -> None:
         """Forget groups that no longer exist."""
@@ -70,13 +73,13 @@ class QueuePolicies:
         return ""
 
     def _hint(self, key: str) -> float | None:
-        record = self.cycle.cache.podgroups.get(key)
+        record = self.cache.podgroups.get(key)
         return record.spec.expected_duration if record is not None else None
 
     def _due(self, now: float) -> bool:
         """Whether any failed group has waited long enough to hold (cheap: no conversion)."""
         policy = self.policy
-        for key, attempt in self.cycle.queue.failed.items():
+        for key, attempt in self.queue.failed.items():
             hint = self._hint(key)
             limit = (policy.starvation_factor * hint if policy.starvation_factor is not None else None) \
                 if hint is not None else policy.starvation_after
@@ -85,9 +88,9 @@ class QueuePolicies:
         return False
 
     def _waiting(self) -> list[Waiting]:
-        cache = self.cycle.cache
+        cache = self.cache
         waiting = []
-        for key, attempt in self.cycle.queue.failed.items():
+        for key, attempt in self.queue.failed.items():
             try:
                 group = cache.podgroup(key)
             except Exception:  # noqa: BLE001 - a group that does not convert holds nothing
@@ -98,7 +101,7 @@ class QueuePolicies:
         return waiting
 
     def _running(self, snapshot: Snapshot) -> list[Running]:
-        cache = self.cycle.cache
+        cache = self.cache
         running = []
         for key in {r.pod.group for r in cache.pods.values() if r.pod.node and r.pod.group and r.active}:
             usage: dict[int, np.ndarray] = {}
@@ -118,7 +121,7 @@ class QueuePolicies:
         if now - self._refreshed < REFRESH:
             return
         self._refreshed = now
-        self.prune(set(self.cycle.cache.podgroups))
+        self.prune(set(self.cache.podgroups))
         if not self._due(now):
             self.holds = []
             return
@@ -130,7 +133,7 @@ class QueuePolicies:
         holding = policy.starvation_after is not None or policy.starvation_factor is not None
         if not holding and not policy.fragmentation_aware:
             return snapshot, ""
-        now = self.cycle.clock()
+        now = self.clock()
         with self._lock:
             if holding:
                 self._refresh(snapshot, now)
@@ -147,7 +150,7 @@ class QueuePolicies:
         if not self.policy.lost_work_preemption or len(context.victims) == 0:
             yield context
             return
-        now = self.cycle.clock()
+        now = self.clock()
         pods: dict[str, int] = {}
         priorities: dict[str, int] = {}
         for info in context.victims.values():

@@ -32,16 +32,18 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping
+from typing import Any, Callable, Iterator, Mapping
 
 from cluster import names
-from cluster.backend import WriteError
-from cluster.cache import PodRecord
-from solver import DisruptionMode, InvalidInput, PodGroup, PreemptionPlan, plan_preemption
+from cluster.backend import ClusterWriter, WriteError
+from cluster.cache import ClusterCache, PodRecord
+from solver import DisruptionMode, InvalidInput, PodGroup, PreemptionContext, PreemptionPlan, plan_preemption
 from solver.model import PreemptionPolicy, placement_usage
 
-if TYPE_CHECKING:
-    from .service import WorkloadCycle
+from .inbox import Inbox
+from .metrics import CycleMetrics
+from .plans import Usage
+from .status import StatusWriter
 
 log = logging.getLogger("phalanx.preemption")
 
@@ -72,9 +74,21 @@ class UnitRetry:
 
 
 class GroupPreemption:
-    def __init__(self, cycle: "WorkloadCycle", grace: float = 120.0, retry_initial: float = 5.0,
-                 retry_max: float = 300.0) -> None:
-        self.cycle = cycle
+    def __init__(self, cache: ClusterCache, writer: ClusterWriter, clock: Callable[[], float],
+                 metrics: CycleMetrics, status: StatusWriter, inbox: Inbox,
+                 reservations: Callable[[str], Usage],
+                 victim_contexts: Callable[[PodGroup, PreemptionContext], Iterator[PreemptionContext]],
+                 grace: float = 120.0, retry_initial: float = 5.0, retry_max: float = 300.0) -> None:
+        """``reservations(exclude_group)``: the capacity other groups hold, as a cycle sees it;
+        ``victim_contexts``: the queue policies' victim offers (holds.py)."""
+        self.cache = cache
+        self.writer = writer
+        self.clock = clock
+        self.metrics = metrics
+        self.status = status
+        self.inbox = inbox
+        self._reservations = reservations
+        self._victim_contexts = victim_contexts
         self.grace = grace
         self.retry_initial, self.retry_max = retry_initial, retry_max
         self.nominations: dict[str, Nomination] = {}
@@ -87,11 +101,16 @@ class GroupPreemption:
         # guards the maps above; the cache's thread and the cycle's both use them, and nothing
         # slow (no API write, no cycle lock) is done while holding it
         self._lock = threading.Lock()
+        self.solving = threading.Lock()  # one group-preemption solve at a time, off the cycle's lock
         self._units = threading.Lock()  # one broken-unit pass at a time (worker or caller)
         self._broken: queue.Queue[str | None] = queue.Queue()  # unit keys; None only wakes
         self._worker = threading.Thread(target=self._evict_broken_units, name="phalanx-broken-units", daemon=True)
-        self._worker.start()
-        cycle.cache.subscribe(self._on_cache_event)
+        cache.subscribe(self._on_cache_event)
+
+    def start(self) -> None:
+        """Start the worker that evicts the rest of broken units (once)."""
+        if not self._worker.is_alive() and self._worker.ident is None:
+            self._worker.start()
 
     # -- nominations (called under the cycle's lock) -------------------------------------------
     def waiting(self, key: str) -> str:
@@ -122,7 +141,7 @@ class GroupPreemption:
         members are all gone (deletions a re-list made without events included). Under ``_lock``."""
         if not self.nominations:
             return
-        now, cache = self.cycle.clock(), self.cycle.cache
+        now, cache = self.clock(), self.cache
         for key, nomination in list(self.nominations.items()):
             if (nomination.deadline < now or key not in cache.podgroups
                     or not any(uid in cache.pods for uid in nomination.placement)):
@@ -147,18 +166,18 @@ class GroupPreemption:
     def try_preempt(self, group: PodGroup) -> str:
         """Plan and start a preemption for ``group``, which does not fit. Returns a message for
         operators ("" when preemption cannot help)."""
-        metrics = self.cycle.metrics
+        metrics = self.metrics
         if group.preemption_policy is PreemptionPolicy.NEVER:
             return ""
-        cache = self.cycle.cache
-        snapshot = cache.snapshot(self.cycle.reservations(exclude_group=group.key), with_bound=True)
+        cache = self.cache
+        snapshot = cache.snapshot(self._reservations(group.key), with_bound=True)
         plan = None
         try:
             # victims offered cheapest lost work first, in growing prefixes, within the lost-work
             # budget (see holds.py): none affordable, no preemption
             # a prefix's plan that violates a PodDisruptionBudget does not stop the search: a larger
             # prefix may respect every budget (the solver's first criterion); the last plan stands
-            for context in self.cycle.queue_policies.victim_contexts(group, cache.preemption_context()):
+            for context in self._victim_contexts(group, cache.preemption_context()):
                 tried = plan_preemption(snapshot, group, context)
                 if tried.helps and tried.victims:
                     plan = tried
@@ -177,15 +196,15 @@ class GroupPreemption:
         nomination = Nomination(
             group=group.key, victims=set(plan.victims), placement=dict(plan.placement),
             requests={uid: by_uid[uid].spec.requests for uid in plan.placement if uid in by_uid},
-            deadline=self.cycle.clock() + self.grace, plan=plan,
+            deadline=self.clock() + self.grace, plan=plan,
             evicted_units=[u.describe() for u in plan.units],
         )
         self.nominate(nomination)
         note = (f"preempting {len(plan.victims)} pods in {len(plan.units)} units "
                 f"({', '.join(nomination.evicted_units[:5])}) to place {len(plan.placement)} pods"
                 f"{' in ' + plan.domain if plan.domain else ''}; PDB violations: {plan.pdb_violations}")
-        self.cycle._event(group, names.EVENT_PREEMPTING, note)
-        self.cycle._emit("preempting", group=group.key, victims=list(plan.victims), units=nomination.evicted_units)
+        self.status.event(group.key, names.EVENT_PREEMPTING, note)
+        self.status.emit("preempting", group=group.key, victims=list(plan.victims), units=nomination.evicted_units)
         respect_pdb = plan.pdb_violations == 0
         threading.Thread(target=self._evict, args=(group.key, list(plan.victims), respect_pdb),
                          name="phalanx-preempt", daemon=True).start()
@@ -201,13 +220,13 @@ class GroupPreemption:
 
     def _evict(self, preemptor: str, uids: list[str], respect_pdb: bool) -> None:
         for uid in uids:
-            record = self.cycle.cache.pods.get(uid)
+            record = self.cache.pods.get(uid)
             if record is None:
                 continue
             pod = record.pod
             message = f"preempted by podgroup {preemptor}"
             try:
-                self.cycle.writer.evict(pod.namespace, pod.name, uid, message, respect_pdb)
+                self.writer.evict(pod.namespace, pod.name, uid, message, respect_pdb)
             except WriteError as err:
                 log.warning("evicting %s for %s failed: %s", pod.key, preemptor, err)
                 continue
@@ -216,7 +235,7 @@ class GroupPreemption:
     def _victim_event(self, record: PodRecord, reason: str, note: str) -> None:
         pod = record.pod
         try:
-            self.cycle.writer.event({"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
+            self.writer.event({"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
                                     reason, note, "Normal")
         except WriteError:
             pass
@@ -248,7 +267,7 @@ class GroupPreemption:
             for key, nomination in self.nominations.items():
                 if uid in nomination.victims and not self._live_victims(nomination):
                     self._cleared.add(key)
-                    self.cycle._wake.set()
+                    self.inbox.wake()
 
     def clear_if_gone(self, key: str) -> None:
         """A member of ``key`` was just parked: when the group's victims are all gone already
@@ -260,12 +279,12 @@ class GroupPreemption:
             nomination = self.nominations.get(key)
             if nomination is not None and not self._live_victims(nomination):
                 self._cleared.add(key)
-                self.cycle._wake.set()
+                self.inbox.wake()
 
     def _live_victims(self, nomination: Nomination) -> set[str]:
         """The nomination's victims the cache still shows running (the cache's listeners run
         after it applied the change, so a pod just deleted or finished is not among them)."""
-        pods = self.cycle.cache.pods
+        pods = self.cache.pods
         return {u for u in nomination.victims if u in pods and pods[u].active}
 
     def take_cleared(self) -> set[str]:
@@ -284,7 +303,7 @@ class GroupPreemption:
                 self._intact.add(uid)
             else:
                 self._intact.discard(uid)
-            pods = self.cycle.cache.pods
+            pods = self.cache.pods
             if len(self._intact) > 2 * len(pods) + 1024:  # a re-list dropped pods without events
                 self._intact.intersection_update(pods.keys())
         return was_intact and record.disrupted and record.active
@@ -307,7 +326,7 @@ class GroupPreemption:
 
     def retry_due(self) -> None:
         """Try again the broken units whose backoff ran out (by the injected clock)."""
-        now = self.cycle.clock()
+        now = self.clock()
         with self._lock:
             due = [key for key, retry in self.retries.items() if retry.due <= now]
         for key in due:
@@ -316,7 +335,7 @@ class GroupPreemption:
     def break_unit(self, key: str, retry: bool = False) -> None:
         """Evict the remaining members of the broken unit ``key`` through the Eviction API."""
         with self._units:
-            cache = self.cycle.cache
+            cache = self.cache
             group = cache.podgroups.get(key)
             rest = [r for r in cache.members(key) if r.pod.node and not r.disrupted] if group else []
             if group is None or group.spec.disruption_mode is not DisruptionMode.ALL or not rest:
@@ -326,13 +345,13 @@ class GroupPreemption:
             message = f"podgroup {key} has disruptionMode all and lost a member: the unit goes as a whole"
             if not retry:
                 log.info("%s; evicting %d members", message, len(rest))
-                self.cycle._event_key(key, names.EVENT_UNIT_BROKEN, message, "Warning")
+                self.status.event(key, names.EVENT_UNIT_BROKEN, message, "Warning")
             refused: list[str] = []
             failed: list[str] = []
             for record in rest:
                 pod = record.pod
                 try:
-                    self.cycle.writer.evict(pod.namespace, pod.name, pod.uid, message, True)
+                    self.writer.evict(pod.namespace, pod.name, pod.uid, message, True)
                 except WriteError as err:
                     if err.status == NOT_FOUND:
                         continue  # gone already
@@ -348,11 +367,11 @@ class GroupPreemption:
         with self._lock:
             previous = self.retries.get(key)
             backoff = min(previous.backoff * 2, self.retry_max) if previous else self.retry_initial
-            self.retries[key] = UnitRetry(self.cycle.clock() + backoff, backoff)
+            self.retries[key] = UnitRetry(self.clock() + backoff, backoff)
         self._broken.put(None)  # the worker polls while retries are pending
         if refused:
             shown = ", ".join(refused[:5]) + ("..." if len(refused) > 5 else "")
-            self.cycle._event_key(
+            self.status.event(
                 key, names.EVENT_UNIT_EVICTION_BLOCKED,
                 f"podgroup {key} has disruptionMode all and lost a member, but a PodDisruptionBudget refuses "
                 f"evicting {len(refused)} of the rest ({shown}); retrying in {backoff:.0f}s", "Warning")

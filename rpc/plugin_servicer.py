@@ -1,5 +1,5 @@
 """The phalanx.v1.SchedulerPlugin gRPC service: the contract of phalanx's kube-scheduler framework
-plugin (plugin/), over :class:`extender.cycle.plugin_mode.PluginEnforcement`.
+plugin (plugin/), over :class:`cycle.plugin_mode.PluginEnforcement`.
 
 Errors are gRPC status codes like the WorkloadCycle service's: FAILED_PRECONDITION for a contract
 version this service does not speak, INVALID_ARGUMENT for a pod that is not JSON, INTERNAL
@@ -16,9 +16,11 @@ from typing import Any, Iterator
 
 import grpc
 
-from extender.cycle.plugin_mode import COALESCE_SECONDS, PluginEnforcement, Snapshot
+from cluster.convert import read_pod
+from cycle.plugin_mode import COALESCE_SECONDS, PlanAnswer, PluginEnforcement, Snapshot
 from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
 from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as pb_grpc
+from solver import Pod
 
 from .servicer import Refusal, answered
 
@@ -36,11 +38,13 @@ def _checked(request: Any) -> None:
                       f"phalanx: contract version {request.version} is not served (serving {list(SUPPORTED)})")
 
 
-def _pod(raw: bytes) -> Any:
+def _pod(raw: bytes) -> Pod | str:
+    """The request's pod, read once at the border: the pod, or why phalanx cannot read it."""
     try:
-        return json.loads(raw)
+        obj = json.loads(raw)
     except (ValueError, UnicodeDecodeError) as err:
         raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"pod_json is not JSON: {err}") from None
+    return read_pod(obj)
 
 
 def snapshot_message(snap: Snapshot) -> pb.Reservations:
@@ -62,7 +66,8 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     @answered
     def PlanForPod(self, request: pb.PlanForPodRequest, context: grpc.ServicerContext) -> pb.PlanForPodReply:
         _checked(request)
-        answer = self.enforcement.plan_for_pod(_pod(request.pod_json))
+        pod = _pod(request.pod_json)
+        answer = PlanAnswer("wait", reason=pod) if isinstance(pod, str) else self.enforcement.plan_for_pod(pod)
         reply = pb.PlanForPodReply(verdict=VERDICTS[answer.verdict], node=answer.node, reason=answer.reason,
                                    members_missing=answer.members_missing)
         if answer.plan is not None:
@@ -77,8 +82,9 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     def ReportRejection(self, request: pb.ReportRejectionRequest, context: grpc.ServicerContext
                         ) -> pb.ReportRejectionReply:
         _checked(request)
-        outcome, node = self.enforcement.report_rejection(_pod(request.pod_json), request.node, request.plugin,
-                                                          request.reason)
+        pod = _pod(request.pod_json)
+        outcome, node = ("none", "") if isinstance(pod, str) else self.enforcement.report_rejection(
+            pod, request.node, request.plugin, request.reason)
         return pb.ReportRejectionReply(outcome=outcome, node=node)
 
     @answered

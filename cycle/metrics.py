@@ -23,7 +23,7 @@ class CycleMetrics:
                                           buckets=LATENCY_BUCKETS, registry=r)
         self.plans_released = Counter(names.METRIC_PLANS_RELEASED.removesuffix("_total"),
                                       "Plans released before binding, by reason "
-                                      "(a fixed set, see extender/cycle/replans.py)",
+                                      "(a fixed set, see cycle/replans.py)",
                                       ["reason"], registry=r)
         self.barrier = Counter(names.METRIC_BARRIER_OUTCOMES.removesuffix("_total"),
                                "Bind barrier outcomes", ["outcome"], registry=r)

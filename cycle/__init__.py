@@ -1,0 +1,17 @@
+"""The workload-cycle service: plans whole PodGroups, holds their capacity, binds them as one.
+
+What the entry points (the HTTP extender, the gRPC servicers, the dashboard, ``phalanx serve``)
+may use; everything else is the package's own. One file per job: the plan book and its state
+machine (plans), planning, barrier capacity, binding, status and events, requeue and cache events,
+group preemption, queue policies (holds), plugin mode's verbs (plugin_mode).
+"""
+
+from .binding import BindError
+from .capacity import barrier_capacity
+from .dispatch import Dispatcher
+from .metrics import CycleMetrics
+from .plans import Plan, PlanBook, PlanState
+from .service import FilterAnswer, WorkloadCycle
+
+__all__ = ["BindError", "CycleMetrics", "Dispatcher", "FilterAnswer", "Plan", "PlanBook", "PlanState", "WorkloadCycle",
+           "barrier_capacity"]

@@ -1,0 +1,334 @@
+"""Planning: one workload cycle for a group — snapshot, solve, then a plan or an explanation.
+
+A cycle takes one snapshot of the cluster minus every other plan's (and nomination's and partly
+bound record's) reservations, with the other plans' members not yet bound as assumed pods on their
+planned nodes (kube-scheduler's cache counts them as assumed, so inter-pod rules must too), asks
+the solver for every pending member at once, and either keeps the answer as the group's plan
+(:meth:`Planner.keep`, capacity reserved until its deadline) or explains why nothing fits and, when
+the group may preempt, starts a group preemption.
+
+Nothing slow under the lock: the snapshot and inputs are taken under it, the solver runs off it,
+and the result is committed under it only if the plan generation did not move (else it is solved
+again, at most :data:`SOLVE_ATTEMPTS` times, then the pod is answered "retry"). One cycle per group
+at a time: a second call for a group being solved waits for that cycle and takes its outcome.
+
+After a restart (or a lost member) a gang is finished from its placement record instead
+(:meth:`Planner.resume`): the pending members go to the recorded nodes when those still fit; a
+record that no longer fits is abandoned and the members are planned afresh in the bound members'
+domain.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Callable, Mapping
+
+from cluster import names
+from cluster.cache import ClusterCache, PodRecord
+from cluster.convert import PlacementRecord, placement_record
+from solver import (
+    InvalidInput,
+    Placement,
+    PlacementInvalid,
+    Pod,
+    PodGroup,
+    Policy,
+    Snapshot,
+    SolveOptions,
+    assert_placement_valid,
+    place,
+)
+
+from . import replans
+from .capacity import BarrierCapacity
+from .holds import QueuePolicies
+from .inbox import Inbox
+from .lock import CycleLock
+from .metrics import CycleMetrics
+from .parked import ParkedMembers
+from .plans import HOLDING, Change, Plan, PlanBook, PlanState, Usage, total_usage
+from .preemption import GroupPreemption
+from .queue import PodGroupQueue
+from .records import RecordedHolds
+from .status import StatusWriter
+from .verdicts import Verdicts
+
+#: a workload cycle whose inputs changed while it solved off the lock is solved again, this often
+SOLVE_ATTEMPTS = 3
+
+
+class Planner:
+    def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, status: StatusWriter,
+                 metrics: CycleMetrics, clock: Callable[[], float], options: SolveOptions, plan_ttl: float,
+                 barrier_timeout: float, capacity: BarrierCapacity, queue: PodGroupQueue,
+                 policies: QueuePolicies, preemption: GroupPreemption, verdicts: Verdicts,
+                 recorded: RecordedHolds, parked: ParkedMembers, inbox: Inbox,
+                 explanations: dict[str, str], domains: dict[str, tuple[str, str]]) -> None:
+        self.lock = lock
+        self.book = book
+        self.cache = cache
+        self.status = status
+        self.metrics = metrics
+        self.clock = clock
+        self.options = options
+        self.plan_ttl = plan_ttl
+        self.barrier_timeout = barrier_timeout
+        self.capacity = capacity
+        self.queue = queue
+        self.policies = policies
+        self.preemption = preemption
+        self.verdicts = verdicts
+        self.recorded = recorded
+        self.parked = parked
+        self.inbox = inbox
+        self.explanations = explanations  # group -> the last reason it did not fit
+        # group -> (topology key, domain) it was placed in; forgotten when a member is disrupted
+        # (evicted, preempted) or the PodGroup is deleted
+        self.domains = domains
+        self.solving: set[str] = set()  # groups whose cycle is solving off the lock now
+
+    # -- what a cycle sees -------------------------------------------------------------------
+    def bound_node(self, uid: str) -> str:
+        record = self.cache.pods.get(uid)
+        return record.pod.node if record else ""
+
+    def reservations(self, exclude_group: str = "") -> Usage:
+        """Capacity held by plans (other than ``exclude_group``), per node, minus bound members;
+        by partly bound gangs' records; by preemption nominations."""
+        with self.lock:  # also called by group preemption, off the lock
+            self.refresh_records()
+            held = [plan.reservations({uid for uid in plan.assignments if self.bound_node(uid)})
+                    for plan in self.book.holding(exclude=exclude_group)]
+            held += self.recorded.usage(lambda key: key == exclude_group or (
+                key in self.book and self.book[key].state in HOLDING))  # a plan holds it already
+            held += self.preemption.reservations(exclude_group)  # under its own lock
+        return total_usage(held)
+
+    def refresh_records(self) -> None:
+        """Bring the records' holds up to date (lock held); a change is a reservation change."""
+        if self.recorded.refresh():
+            self.book.bump()
+
+    def snapshot_for(self, key: str) -> Snapshot:
+        """What a cycle for ``key`` sees (see the module's docstring)."""
+        assumed = {uid: node for plan in self.book.holding(exclude=key)
+                   for uid, node in plan.assignments.items()}  # the cache leaves the bound ones out
+        return self.cache.snapshot(self.reservations(exclude_group=key), assumed=assumed)
+
+    def group_view(self, key: str, pod: Pod) -> PodGroup | str:
+        """The group with its members as the cache knows them plus this pod (the cache may lag
+        kube-scheduler by a watch event), or the reason it cannot be planned yet."""
+        members = self.cache.members(key)
+        if pod.uid not in {m.pod.uid for m in members}:
+            members.append(PodRecord(pod=pod))
+        try:
+            group = self.cache.podgroup(key, members)
+        except InvalidInput as err:
+            return f"phalanx: {err}"
+        if group is None:
+            return f"phalanx: podgroup {key} does not exist yet"
+        if group.policy is Policy.GANG and len(group.members) < group.min_count:
+            invalid = self.cache.invalid_members(key)
+            if invalid:  # it will never convert as it is: say so, not "waiting" for ever
+                message = f"podgroup {key}: member {invalid[0].pod} is malformed: {invalid[0].error}"
+                self.status.set_status(key, False, names.REASON_UNSCHEDULABLE, message)
+                return message
+            return f"podgroup {key}: waiting for members, {len(group.members)} of {group.min_count} exist"
+        return group
+
+    # -- from the placement record -----------------------------------------------------------
+    def resume(self, group: PodGroup, candidates: frozenset[str] | list[str]) -> Placement | None:
+        """Finish a partly bound gang from its placement record (see the module's docstring)."""
+        record = self.cache.podgroups.get(group.key)
+        try:
+            recorded = placement_record(record.annotations) if record else None
+        except InvalidInput:
+            recorded = PlacementRecord()  # malformed: abandoned below, like a record that no longer fits
+        if recorded is None or not group.bound or not group.pending:
+            return None
+        assignments = {p.uid: recorded.pods[p.name] for p in group.pending if p.name in recorded.pods}
+        snapshot = self.snapshot_for(group.key)
+        try:
+            if not assignments or any(n not in candidates for n in assignments.values()):
+                raise PlacementInvalid("recorded nodes are not among the candidates")
+            assert_placement_valid(snapshot, group, assignments)
+        except PlacementInvalid as err:
+            self.status.event(group.key, names.EVENT_PLACEMENT_ABANDONED,
+                              f"placement record no longer fits: {err}", "Warning")
+            self.recorded.abandon(group.key)
+            self.status.remove_record(group.namespace, group.name)
+            return None
+        return self.keep(group, Placement(group.key, assignments, recorded.domain, path="record"), 0.0)
+
+    # -- a plan ------------------------------------------------------------------------------
+    def keep(self, group: PodGroup, placement: Placement, elapsed: float) -> Placement:
+        """Hold ``placement`` as the group's plan: its capacity is reserved until the deadline —
+        unless a gang's members cannot all wait at the barrier now (then no plan, and the reason)."""
+        key = group.key
+        need = len(placement.assignments)
+        never = self.capacity.never(group, need)
+        if never:
+            self.metrics.attempts.labels(result="unschedulable").inc()
+            self.explanations[key] = never
+            self.queue.failed_attempt(key, self.cache.capacity_version, never)
+            self.status.unschedulable(key, never)
+            return Placement(key, {}, explanation=None)
+        waiting = self.capacity.wait(group, need)
+        if waiting:
+            self.explanations[key] = waiting
+            return Placement(key, {}, explanation=None)
+        now = self.clock()
+        by_uid = {p.uid: p for p in group.pending}
+        self.preemption.release(key)
+        self.queue.succeeded(key)
+        plan = Plan(
+            members={uid: by_uid[uid] for uid in placement.assignments},
+            group=key,
+            assignments=dict(placement.assignments),
+            requests={uid: by_uid[uid].spec.requests for uid in placement.assignments},
+            domain=placement.domain,
+            created=now,
+            deadline=now + self.plan_ttl,
+            placement=placement,
+            placement_ms=elapsed * 1000.0,
+            gang=group.policy is Policy.GANG,
+        )
+        # kube-scheduler holds them back after phalanx said "no node": retry them now
+        self.inbox.nudge(self.parked.take(key, placement.assignments))
+        if group.topology_key and placement.domain:
+            self.domains[key] = (group.topology_key, placement.domain)
+        where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
+        note = (f"planned {len(placement.assignments)} pods on {len(set(placement.assignments.values()))} "
+                f"nodes{where} ({placement.path}, {elapsed * 1000:.1f} ms)")
+        self.book.transition(plan, PlanState.PLANNED, Change(note=note))
+        return placement
+
+    # -- the cycle ---------------------------------------------------------------------------
+    def cycle(self, group: PodGroup, fresh: str = "") -> Placement:
+        """One workload cycle for ``group`` (lock held, once). ``fresh`` is the pod of the filter
+        call that triggered it (its verdict is the newest, see Verdicts.allowed)."""
+        key = group.key
+        if key in self.solving:
+            deadline = self.clock() + max(self.barrier_timeout, 30.0)
+            while key in self.solving and self.clock() < deadline:
+                self.lock.wait(1.0)
+            plan = self.book.get(key)
+            if plan is not None and plan.placement is not None:
+                return plan.placement
+            return Placement(key, {}, explanation=None)
+        self.solving.add(key)
+        try:
+            return self._solve_and_commit(group, fresh)
+        finally:
+            self.solving.discard(key)
+            self.lock.notify()
+
+    def _solve(self, group: PodGroup, fresh: str) -> tuple[Placement | InvalidInput, int, float] | None:
+        """Solve off the lock until the generation held still; None when it never did. Returns the
+        answer, the capacity version it was made on and the seconds the last solve took."""
+        key = group.key
+        for _ in range(SOLVE_ATTEMPTS):
+            started = time.perf_counter()
+            generation = self.book.generation
+            capacity_version = self.cache.capacity_version  # before the snapshot: a later change retries
+            snapshot = self.snapshot_for(key)
+            allowed = self.verdicts.allowed(group, snapshot.index.keys(), fresh)
+            reach = self.reach(group, allowed)
+            snapshot, _ = self.policies.restrict(group, snapshot)  # holds read the whole cluster
+            if reach is not None:
+                snapshot = snapshot.only_nodes(reach)
+            with self.lock.unlocked():
+                try:
+                    placement: Placement | InvalidInput = place(snapshot, group, self.options, allowed=allowed)
+                except InvalidInput as err:
+                    placement = err
+            self.refresh_records()  # a record that came or went meanwhile counts as a change
+            if self.book.generation == generation:
+                return placement, capacity_version, time.perf_counter() - started
+        return None
+
+    def _solve_and_commit(self, group: PodGroup, fresh: str) -> Placement:
+        key = group.key
+        solved = self._solve(group, fresh)
+        if solved is None:
+            self.explanations[key] = f"phalanx: podgroup {key}: other plans changed while it was being solved; retrying"
+            pod = next((p for p in group.pending if p.uid == fresh), None)
+            if pod is not None:  # answered "no node" for a reason that is already gone: retry it
+                self.inbox.nudge([(pod.namespace, pod.name)])
+            return Placement(key, {}, explanation=None)
+        placement, capacity_version, elapsed = solved
+        if isinstance(placement, InvalidInput):
+            self.metrics.attempts.labels(result="error").inc()
+            self.status.set_status(key, False, names.REASON_SCHEDULER_ERROR, str(placement))
+            return Placement(key, {}, explanation=None)
+        self.metrics.attempt_duration.observe(elapsed)
+        if placement.assignments:
+            self.metrics.attempts.labels(result="scheduled").inc()
+            return self.keep(group, placement, elapsed)
+        self.metrics.attempts.labels(result="unschedulable").inc()
+        message = placement.explanation.message() if placement.explanation else "no placement"
+        with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too
+            preempting = self.preemption.try_preempt(group)
+        if preempting:
+            self.book.bump()  # a nomination now holds room
+            message = f"{message}; {preempting}"
+        self.explanations[key] = message
+        if not preempting:  # while victims terminate, the nomination makes the group wait
+            self.queue.failed_attempt(key, capacity_version, message)
+        self.status.unschedulable(key, message)
+        return placement
+
+    def reach(self, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> set[str] | None:
+        """The nodes any pending member may take, or None for all: the union of the verdicts when
+        every pending member has one (no member goes outside it, whatever the solver does with the
+        per-pod sets) plus the bound members' nodes, cut to the domain the group keeps."""
+        reach = None
+        if allowed and len(allowed) == len(group.pending):
+            reach = set().union(*{id(nodes): nodes for nodes in allowed.values()}.values())
+            reach |= {p.node for p in group.bound}
+        chosen = self.domains.get(group.key)
+        if chosen and chosen[0] == group.topology_key:
+            # a group keeps the domain it was first placed in, even while the cache has not yet
+            # seen its members' bindings (a Basic group's members arrive and bind one by one)
+            nodes = self.cache.nodes
+            reach = {n for n in (nodes if reach is None else reach)
+                     if n in nodes and nodes[n].labels.get(chosen[0]) == chosen[1]}
+        return reach
+
+    def check_inputs(self, key: str, group: PodGroup) -> tuple[Snapshot, dict[str, frozenset[str]]]:
+        """The inputs to check off the lock whether ``group`` would fit now (lock held)."""
+        snapshot = self.snapshot_for(key)
+        return snapshot, self.verdicts.allowed(group, snapshot.index.keys())
+
+    def would_fit(self, snapshot: Snapshot, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> bool:
+        """Whether the solver places ``group`` on these inputs (off the lock; nothing is held)."""
+        try:
+            return bool(place(snapshot, group, self.options, allowed=allowed).assignments)
+        except InvalidInput:
+            return False
+
+    # -- deadlines ---------------------------------------------------------------------------
+    def expire(self) -> None:
+        """Plan deadlines (lock held): a plan whose bindings the cache shows is forgotten (a plan is
+        kept until then, so its capacity is never counted free twice), a Basic plan whose every
+        member is bound is ``bound``, and one past its deadline before its members reached bind
+        expires."""
+        now = self.clock()
+        for plan in list(self.book.values()):
+            done = all(self.bound_node(u) for u in plan.assignments)
+            if done and plan.state is PlanState.BINDING and not plan.gang:
+                self.book.transition(plan, PlanState.BOUND)
+            if done and plan.state in (PlanState.PLANNED, PlanState.BOUND) or (
+                    plan.state is PlanState.BOUND and plan.deadline < now):
+                self.book.transition(plan, PlanState.FORGOTTEN, bump=not done)
+            elif plan.deadline < now and plan.state in (PlanState.PLANNED, PlanState.BINDING):
+                # a gang's binding plan cannot expire: the table refuses it
+                self.book.transition(plan, PlanState.EXPIRED, Change(
+                    replans.EXPIRED, "plan expired before all members reached bind"))
+
+    def release(self, key: str, reason: str, why: str, pod: str = "", node: str = "") -> None:
+        """Release ``key``'s plan short of binding: ``reason`` is one of :data:`replans.REASONS`,
+        ``why`` the words for people."""
+        plan = self.book.get(key)
+        if plan is not None:
+            self.book.transition(plan, PlanState.RELEASED, Change(reason, why, pod, node))

@@ -1,0 +1,329 @@
+"""The workload cycle as phalanx's kube-scheduler framework plugin sees it (plugin mode).
+
+In extender mode kube-scheduler calls phalanx's filter and bind over HTTP and the bind barrier
+holds a server thread per waiting member. In plugin mode kube-scheduler runs phalanx's framework
+plugin (plugin/, ``phalanx-scheduler``) and the same :class:`WorkloadCycle` decides; this adapter
+maps the plugin's extension points onto it, keeping the cycle's plan state machine as it is:
+
+- **plan_for_pod** (PreFilter): the member's plan, planned on every node phalanx knows (the
+  plugin runs before kube-scheduler's filters, so there is no candidate list); what
+  kube-scheduler's filters refuse is learned from **report_rejection** (PostFilter) instead, with
+  the rejecting plugin and its reason: the node joins the pod's verdict, the member is re-slotted
+  or the plan released (bounded re-plans, as in extender mode).
+- **reserve** / **unreserve**: a planned member kube-scheduler assumed counts as arrived at the
+  barrier (the plan's ``arrived`` set). Unreserving a member of a gang whose plan is still
+  ``planned`` releases the plan when the member was rejected at Permit (its barrier timed out):
+  the reply names the members still waiting, which the plugin rejects with it.
+- **permit**: the barrier. Once every planned member is reserved (or bound), the placement record
+  is written on the PodGroup (synchronously, before any member binds), the plan goes ``binding``
+  then ``bound`` (kube-scheduler binds; the plan keeps its capacity until the cache shows the
+  bindings) and every reserved member is allowed. The plugin makes these calls beside its
+  scheduling loop, so they may overlap: a member asking while the record is being written is
+  answered "wait" (the completing call's reply allows it). A Basic group's member is allowed at
+  once.
+- **snapshot** (the reservations stream): every held plan, the capacity held per node for members
+  neither reserved (kube-scheduler's cache counts those as assumed) nor bound, preemption
+  nominations, and the gang groups still waiting for members.
+
+Each verb is built on what filter and bind use — the member's answer and re-slotting
+(:class:`~.service.WorkloadCycle`), the plan book's one door, the placement record and the barrier's
+timeout (:mod:`.binding`) — and keeps what only the plugin needs: converting the pod, the answers'
+shape, the plan ids and change counter of the stream, the groups waiting for members. Every call
+takes the cycle's lock briefly; the solve of a workload cycle runs off it as always.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Iterable, Iterator, Mapping
+
+from cluster.backend import WriteError
+from cluster.cache import PodRecord
+from solver import Pod, Policy
+
+from . import replans
+from .plans import Change, Plan, PlanState, Usage, total_usage
+from .service import WorkloadCycle
+
+#: how often the reservations stream may send (changes inside the window are coalesced); members
+#: never wait for it (a plan reaches the plugin in the PlanForPod reply), plain pods and PreEnqueue do
+COALESCE_SECONDS = 0.05
+
+
+@dataclass(frozen=True)
+class PermitAnswer:
+    """What :meth:`PluginEnforcement.permit` tells phalanx's framework plugin."""
+
+    decision: str  # allow | wait | reject
+    reason: str = ""
+    allow: tuple[str, ...] = ()  # the members the plugin allows now
+    wait_seconds: float = 0.0
+
+
+def not_planned_there(plan: Plan | None, key: str, uid: str, node: str = "") -> str:
+    """Why the plugin's member ``uid`` is not planned (on ``node``, when given), or "" when it is."""
+    if plan is None:
+        return f"phalanx: podgroup {key} holds no plan for pod {uid}; re-planning"
+    return plan.not_planned_there(uid, node)
+
+
+@dataclass(frozen=True)
+class PlanAnswer:
+    verdict: str  # planned | wait | not_a_member
+    node: str = ""
+    reason: str = ""
+    plan: Plan | None = None
+    members_missing: bool = False
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    version: int
+    plans: tuple[Plan, ...]
+    nodes: Mapping[str, Mapping[str, int]]
+    waiting_groups: tuple[str, ...]
+    plan_ids: Mapping[str, int] = field(default_factory=dict)  # group -> id of its plan
+
+
+class PluginEnforcement:
+    """The plugin's contract over one running :class:`WorkloadCycle`."""
+
+    def __init__(self, cycle: WorkloadCycle) -> None:
+        self.cycle = cycle  # the member's answer and re-slotting, as filter gives them
+        self.cache = cycle.cache
+        self.lock = cycle.lock
+        self.book = cycle.book
+        self.planner = cycle.planner
+        self.binding = cycle.binding
+        self.verdicts = cycle.verdicts
+        self.preemption = cycle.preemption
+        self.metrics = cycle.metrics
+        self.clock = cycle.clock
+        self.barrier_timeout = cycle.binding.barrier_timeout
+        self._ids: dict[str, tuple[Plan, int]] = {}  # group -> (plan object, its id)
+        self._next_id = 1
+        self._ids_lock = threading.RLock()  # PlanForPod replies and snapshots name plans at once
+        self._changed = threading.Condition(threading.Lock())
+        self._version = 0
+        cycle.subscribe(lambda kind, data: self.changed())
+        self.cache.subscribe(self._on_cache_change)
+
+    # -- change notification for the stream --------------------------------------------------
+    def changed(self) -> None:
+        with self._changed:
+            self._version += 1
+            self._changed.notify_all()
+
+    def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
+        # members arriving, binding or going, groups appearing; a plain pod changes nothing the
+        # stream carries (a deleted pod is only a uid: it may have been a member)
+        if kind == "PodGroup" or (kind == "Pod" and (not isinstance(record, PodRecord) or record.pod.group)):
+            self.changed()
+
+    def wait_change(self, seen: int, timeout: float) -> int:
+        """Block until the change counter passes ``seen`` (or ``timeout``); returns it."""
+        with self._changed:
+            if self._version == seen:
+                self._changed.wait(timeout)
+            return self._version
+
+    def plan_id(self, plan: Plan) -> int:
+        """A number naming this plan object (a re-plan of the group gets a new one)."""
+        with self._ids_lock:
+            held = self._ids.get(plan.group)
+            if held is not None and held[0] is plan:
+                return held[1]
+            self._ids[plan.group] = (plan, self._next_id)
+            self._next_id += 1
+            return self._next_id - 1
+
+    # -- PreFilter -----------------------------------------------------------------------------
+    def plan_for_pod(self, pod: Pod) -> PlanAnswer:
+        """PreFilter: the member's answer as filter gives it, on every node phalanx knows (the
+        plugin runs before kube-scheduler's filters: there is no candidate list), with its group's
+        plan when the answer is a node."""
+        if not pod.group:
+            return PlanAnswer("not_a_member")
+        key = pod.group
+        with self.lock:
+            self.planner.expire()
+            answer = self.cycle.answer_member(pod, key, frozenset(self.cache.nodes.keys()))
+            plan = self.book.get(key) if answer.nodes else None
+        if answer.nodes:
+            return PlanAnswer("planned", node=answer.nodes[0], plan=plan)
+        reason = next(iter(answer.unresolvable.values()), "") or self.cycle.explanations.get(key, "") or (
+            f"podgroup {key}: no placement")
+        return PlanAnswer("wait", reason=reason, members_missing="waiting for members" in reason)
+
+    # -- PostFilter ----------------------------------------------------------------------------
+    def report_rejection(self, pod: Pod, node: str, plugin: str, reason: str) -> tuple[str, str]:
+        """kube-scheduler's filters (``plugin``, for ``reason``) rejected ``node`` for the pod: the
+        node joins its verdict, then the member is re-slotted as at filter (another identical
+        member's node of the same plan), or the plan released (a counted re-plan). Returns
+        (outcome, node): ("reslotted", new node), ("released", "") or ("none", "") when the member
+        is not planned on ``node``."""
+        if not pod.group:
+            return "none", ""
+        outcome, moved = self._rejected(pod, pod.group, node, plugin, reason)
+        if outcome == "reslotted":
+            self.changed()
+        return outcome, moved
+
+    def _rejected(self, pod: Pod, key: str, node: str, plugin: str, reason: str) -> tuple[str, str]:
+        known = self.verdicts.get(pod.uid)
+        excluded = (known.excluded if known else frozenset()) | {node}
+        self.verdicts.learn(pod, frozenset(excluded))
+        with self.lock:
+            plan = self.book.get(key)
+            if plan is None or plan.assignments.get(pod.uid) != node or plan.state is not PlanState.PLANNED:
+                return "none", ""
+            answer = self.cycle.answer_planned(plan, pod, frozenset(self.cache.nodes.keys() - excluded))
+            if answer is not None:
+                return "reslotted", answer.nodes[0]
+            by = f" by {plugin}" if plugin else ""
+            self.planner.release(key, replans.FILTERED_OUT,
+                                 f"stale: planned node {node} was rejected{by} for {pod.key}: {reason}", pod.name, node)
+        return "released", ""
+
+    # -- Reserve / Unreserve -------------------------------------------------------------------
+    def reserve(self, uid: str, group: str, node: str) -> tuple[bool, str]:
+        """Reserve: a planned member kube-scheduler assumed on ``node`` arrives at the barrier.
+        Returns (False, why) when it is not planned there."""
+        with self.lock:
+            plan = self.book.get(group)
+            refused = not_planned_there(plan, group, uid, node)
+            if refused or plan is None:
+                return False, refused
+            self._arrive(plan, (uid,))
+        self.changed()
+        return True, ""
+
+    def _arrive(self, plan: Plan, uids: Iterable[str]) -> None:
+        """Members kube-scheduler assumed on their planned nodes arrive at the barrier (lock held).
+        No expiry while members wait at Permit (they are rejected at the barrier timeout); no
+        generation bump: what a solve of another group sees (the plan's capacity for its members
+        not bound) does not change when one arrives, so solves in flight stay valid."""
+        plan.arrived.update(uids)
+        plan.deadline = max(plan.deadline, self.clock() + self.barrier_timeout + 5.0)
+
+    def unreserve(self, uid: str, group: str, reason: str) -> list[str]:
+        """Unreserve: the member leaves the barrier. A gang member rejected at Permit (``reason``
+        "rejected": its barrier timed out) while the plan is still planned releases the plan.
+        Returns the members the plugin should reject too (a gang never binds partially)."""
+        with self.lock:
+            plan = self.book.get(group)
+            if plan is None or uid not in plan.assignments:
+                return []
+            plan.arrived.discard(uid)  # the plan's capacity is unchanged (see reserve)
+            released = plan.gang and plan.state is PlanState.PLANNED and reason == "rejected"
+            if released:
+                others = sorted(u for u in plan.arrived if u != uid)
+                why = (f"barrier timed out: {len(plan.arrived)} of {len(plan.assignments)} members reserved "
+                       f"when {self.binding.pod_name(uid)} was rejected at Permit")
+                self.binding.time_out(plan, why)
+        if not released:
+            self.changed()  # a release notifies through the cycle's listeners
+            return []
+        return others
+
+    # -- Permit --------------------------------------------------------------------------------
+    def permit(self, uid: str, group: str, reserved: tuple[str, ...] = (), node: str = "") -> PermitAnswer:
+        """Permit, the plugin's barrier (``reserved``: members the plugin reserved itself from its
+        mirror of the plan, each as if reserve had been called — the stream then stops counting
+        their capacity as held; ``node``: where kube-scheduler assumed ``uid``, checked against its
+        plan when it is among them). Once every planned member is reserved (or bound) the placement
+        record is written (off the lock, before any member binds), the plan goes ``binding`` then
+        ``bound`` (kube-scheduler binds; the plan holds its capacity until the cache shows the
+        bindings) and every reserved member is allowed. A Basic group's member is allowed at once."""
+        answer = self._permit(uid, group, reserved, node)
+        if reserved:
+            self.changed()
+        return answer
+
+    def _permit(self, uid: str, key: str, reserved: tuple[str, ...], node: str) -> PermitAnswer:
+        with self.lock:
+            plan = self.book.get(key)
+            early = self._permit_now(plan, uid, key, reserved, node)
+            if early is not None or plan is None:
+                return early or PermitAnswer("reject")
+            self.metrics.barrier.labels(outcome="released").inc()
+            self.book.transition(plan, PlanState.BINDING)
+        error = ""
+        try:
+            self.binding.write_record(plan)
+        except WriteError as err:
+            error = f"could not write the placement record: {err}"
+        except Exception as err:  # noqa: BLE001 - any writer failure fails the plan, never hangs it
+            error = f"could not write the placement record: {type(err).__name__}: {err}"
+        with self.lock:
+            if error:
+                self.book.transition(plan, PlanState.FAILED, Change(replans.BIND_FAILED, error))
+                return PermitAnswer("reject", f"phalanx: podgroup {key}: {error}")
+            allow = tuple(sorted(plan.arrived))
+            self.book.transition(plan, PlanState.BOUND)  # kube-scheduler binds; held until the cache shows it
+        return PermitAnswer("allow", allow=allow)
+
+    def _permit_now(self, plan: Plan | None, uid: str, key: str, reserved: tuple[str, ...],
+                    node: str) -> PermitAnswer | None:
+        """The answer when it needs no record written (lock held), or None: the gang is complete
+        and this call writes it. Calls may overlap: one while the record is being written is
+        answered wait (the completing call's reply allows it)."""
+        refused = not_planned_there(plan, key, uid, node if uid in reserved else "")
+        if refused or plan is None:
+            return PermitAnswer("reject", refused)
+        if reserved and plan.state is PlanState.PLANNED:
+            self._arrive(plan, (u for u in reserved if u in plan.assignments))
+        if not plan.gang:
+            if plan.state is PlanState.PLANNED:
+                self.book.transition(plan, PlanState.BINDING)
+            plan.bound.add(uid)
+            self.binding.settle_basic(plan)
+            return PermitAnswer("allow", allow=(uid,))
+        if plan.state is PlanState.BOUND:
+            return PermitAnswer("allow", allow=(uid,))
+        if plan.state is PlanState.BINDING:  # the completing member's call is writing the record
+            return PermitAnswer("wait", f"phalanx: podgroup {key}: writing the placement record",
+                                wait_seconds=self.barrier_timeout)
+        if not self.binding.complete(plan):
+            return PermitAnswer("wait", f"phalanx: podgroup {key}: {self.binding.arrived(plan)} of "
+                                f"{len(plan.assignments)} members reserved", wait_seconds=self.barrier_timeout)
+        return None
+
+    # -- the reservations stream ---------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        version = self._version
+        plans, nodes = self._reservations()
+        with self._ids_lock:
+            ids = {p.group: self.plan_id(p) for p in plans}
+            live = {p.group for p in plans}
+            for group in [g for g in self._ids if g not in live]:
+                del self._ids[group]
+        return Snapshot(version, plans, nodes, tuple(self._waiting_groups()), ids)
+
+    def _reservations(self) -> tuple[tuple[Plan, ...], Usage]:
+        """Every plan holding capacity except a gang's once bound (every member was allowed at
+        Permit; a member whose binding fails asks again with PlanForPod, so the stream, sent whole
+        after each change, stays the size of the groups being placed rather than of those waiting
+        for the cache to show their bindings), and per node the capacity held for members neither
+        reserved at the plugin (kube-scheduler's cache counts those as assumed) nor bound (a gang's
+        only while it is planned), plus preemption nominations."""
+        bound = self.binding.bound_node
+        with self.lock:
+            self.planner.expire()
+            plans = tuple(p for p in self.book.holding() if not (p.gang and p.state is PlanState.BOUND))
+            held = [p.reservations({u for u in p.assignments if u in p.arrived or bound(u)})
+                    for p in plans if p.state is PlanState.PLANNED or not p.gang]
+            held += self.preemption.reservations()
+        return plans, total_usage(held)
+
+    def _waiting_groups(self) -> Iterator[str]:
+        by_group, pods = self.cache.pods_by_group, self.cache.pods
+        for key, record in list(self.cache.podgroups.items()):
+            spec = record.spec
+            if spec.policy is not Policy.GANG or spec.min_count <= 1:
+                continue
+            uids = list(by_group.get(key, ()))  # a copy: the cache's thread may add members meanwhile
+            live = sum(1 for r in map(pods.get, uids) if r is not None and r.active and not r.terminating)
+            if uids and live < spec.min_count:
+                yield key

@@ -1,0 +1,267 @@
+"""Requeue: the cluster's changes reach the cycle, and pods answered "no node" are retried.
+
+kube-scheduler retries a pod the extender (or the plugin) rejected on its next cluster event, which
+may arrive before phalanx's cache has seen that event: the retry then fails again and nothing else
+wakes the pod. So phalanx keeps a thread of its own, started by ``phalanx serve``
+(:meth:`Requeue.start`), that:
+
+- takes the cache's events (:meth:`Requeue.on_cache_change`, on the watch thread: it only notes
+  work in the :class:`~.inbox.Inbox`, never takes the cycle's lock) — deleted PodGroups, members
+  that arrived, disrupted members, nodes added, changed or deleted;
+- releases plans whose node was deleted, cordoned or tainted before anyone binds to it;
+- touches (annotation ``scheduling.phalanx.dev/retry``) the parked members of groups that were
+  just planned, whose members arrived, whose victims are gone, or that now fit after room appeared:
+  that pod update makes kube-scheduler retry it, and its binding wakes the rest;
+- prunes every map keyed by group or pod of PodGroups that are gone (deleted, or dropped by a
+  re-list, which sends no event), and sweeps stale verdicts and the heap.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable
+
+from cluster.cache import ClusterCache, PodRecord
+from solver import InvalidInput, TaintEffect
+
+from . import replans
+from .capacity import BarrierCapacity
+from .heap import Heap
+from .inbox import Inbox
+from .lock import CycleLock
+from .parked import ParkedMembers
+from .planning import Planner
+from .plans import Change, PlanBook, PlanState
+from .preemption import GroupPreemption
+from .queue import PodGroupQueue
+from .records import RecordedHolds
+from .replans import ReplanBudget
+from .status import StatusWriter
+from .verdicts import SWEEP_INTERVAL, Verdicts
+
+log = logging.getLogger("phalanx.cycle")
+
+
+class Requeue:
+    def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, status: StatusWriter,
+                 planner: Planner, capacity: BarrierCapacity, queue: PodGroupQueue,
+                 preemption: GroupPreemption, verdicts: Verdicts,
+                 recorded: RecordedHolds, parked: ParkedMembers, replans_: ReplanBudget, inbox: Inbox,
+                 heap: Heap, clock: Callable[[], float]) -> None:
+        self.lock = lock
+        self.book = book
+        self.cache = cache
+        self.status = status
+        self.planner = planner
+        self.capacity = capacity
+        self.queue = queue
+        self.preemption = preemption
+        self.verdicts = verdicts
+        self.recorded = recorded
+        self.parked = parked
+        self.replans = replans_
+        self.inbox = inbox
+        self.heap = heap
+        self.clock = clock
+        self._nodes_seen: set[str] = set(cache.nodes)  # to tell a node added from a re-list's replay
+        self._capacity_seen = cache.capacity_version
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        cache.subscribe(self.on_cache_change)
+
+    # -- the thread --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the requeue thread (once)."""
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="phalanx-requeue", daemon=True)
+            self._thread.start()
+
+    def close(self) -> None:
+        self._closed = True
+        self.inbox.wake()
+
+    def _loop(self) -> None:
+        swept = self.clock()
+        while not self._closed:
+            woken = self.inbox.woken.wait(timeout=SWEEP_INTERVAL)
+            self.inbox.woken.clear()
+            try:
+                if self.clock() - swept >= SWEEP_INTERVAL:
+                    swept = self.clock()
+                    self.verdicts.sweep(self._still_pending)  # off the cycle's lock
+                    self.heap.tick()
+                self.prune()  # deletions noted, and what a re-list dropped without an event
+                if not woken:
+                    continue
+                self.pass_once()
+            except Exception:  # noqa: BLE001 - the loop must survive a bad group
+                log.exception("requeue pass failed")
+
+    def pass_once(self) -> None:
+        """One pass over the inbox (what the thread does when woken)."""
+        self.members_arrived()
+        self.victims_cleared()
+        self.touch_parked()
+        time.sleep(0.2)  # let a burst of events land first
+        self.invalidate_plans()
+        if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
+            self.requeue_fitting()
+
+    # -- cache events (watch thread: note and wake only) -------------------------------------
+    def on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
+        # runs on whichever thread applied the event (possibly holding a backend lock): only note
+        # the work and wake the requeue thread, never take the cycle's lock here
+        if kind == "PodGroup":
+            self._podgroup_changed(event_type, record if isinstance(record, str) else record.key)
+        elif kind == "Pod":
+            self._pod_changed(record)
+        elif kind == "Node":
+            self._node_changed(event_type, record if isinstance(record, str) else record.name)
+        if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
+            self.inbox.wake()
+
+    def _podgroup_changed(self, event_type: str, key: str) -> None:
+        self.recorded.mark(key)
+        if event_type == "DELETED":
+            self.planner.domains.pop(key, None)
+            self.replans.forget(key)
+            self.parked.forget_group(key)
+            self.inbox.deleted(key)  # the rest under the cycle's lock, by the requeue thread
+        elif self.parked.waits_for_members(key):
+            self.inbox.arrived(key)  # its PodGroup came: checked by the requeue thread
+
+    def _pod_changed(self, record: PodRecord | str) -> None:
+        if isinstance(record, str) or not record.pod.group:
+            self.recorded.mark_held()
+        else:
+            self.recorded.mark(record.pod.group)
+        if isinstance(record, str) or record.pod.node:
+            uid = record if isinstance(record, str) else record.pod.uid
+            self.verdicts.forget([uid])  # deleted or bound
+            self.parked.forget_pod(uid)
+            if isinstance(record, str):
+                return
+        group = record.pod.group
+        if group and not record.pod.node and not record.gated and self.parked.waits_for_members(group):
+            self.inbox.arrived(group)  # a group waiting for members got one
+        if group and record.disrupted:
+            self.planner.domains.pop(group, None)  # evicted or preempted: free to land anywhere
+            self.recorded.abandon(group)  # and its record holds no room for it any more
+
+    def _node_changed(self, event_type: str, name: str) -> None:
+        if event_type == "DELETED":
+            self._nodes_seen.discard(name)
+        elif name not in self._nodes_seen:  # new to phalanx (a re-list replays known ones)
+            self._nodes_seen.add(name)
+            self.verdicts.node_added(name)
+        self.inbox.node_changed(name)
+
+    # -- the passes --------------------------------------------------------------------------
+    def invalidate_plans(self) -> None:
+        """A plan whose node was deleted, cordoned or tainted is released before anyone binds to it
+        (a plan's other nodes changing capacity is caught at filter: the node is no candidate)."""
+        changed = self.inbox.take_changed_nodes()
+        with self.lock:
+            for node_name in changed:
+                node = self.cache.nodes.get(node_name)
+                if node is not None and not node.unschedulable and not any(
+                        t.effect is not TaintEffect.PREFER_NO_SCHEDULE for t in node.taints):
+                    continue
+                why = "deleted" if node is None else "cordoned or tainted"
+                for key, plan in list(self.book.items()):
+                    if plan.state is PlanState.PLANNED and node_name in plan.assignments.values():
+                        self.planner.release(key, replans.NODE_CHANGED, f"stale: node {node_name} was {why}")
+
+    def members_arrived(self) -> None:
+        """Members parked "waiting for members" while the cache lagged (a sibling's creation or
+        ungating not yet seen): once the group has minCount schedulable members, touch them all,
+        so kube-scheduler retries them. A group answered so at kube-scheduler's preemption call
+        gets its cycle (and group preemption) run here: kube-scheduler retries a pod its own
+        filters rejected only when they may pass now (victims gone), never for a touch."""
+        for key in self.inbox.take_arrived():
+            try:
+                group = self.cache.podgroup(key)
+            except InvalidInput:
+                continue  # the group's own explanation says why
+            if group is None or len(group.members) < group.min_count:
+                continue
+            self.inbox.nudge(self.parked.complete(key))
+            if self.inbox.take_preempting(key) and group.pending:
+                with self.lock:
+                    self.planner.expire()
+                    if key not in self.book and not self.preemption.waiting(key):
+                        self.planner.cycle(group)
+
+    def victims_cleared(self) -> None:
+        """A nominated group's victims are all gone: touch its parked members, so kube-scheduler
+        retries them now that the freed room is known here (see GroupPreemption._victim_gone)."""
+        for key in self.preemption.take_cleared():
+            self.inbox.nudge(self.parked.take_group(key))
+
+    def touch_parked(self) -> None:
+        """Touch the pods noted for it (off the cycle's lock)."""
+        for namespace, name in self.inbox.take_nudges():
+            self.status.nudge(namespace, name)
+
+    def prune(self) -> None:
+        """Forget everything kept for PodGroups that no longer exist — deleted (noted by the
+        cache listener) or dropped by a re-list (which sends no event): every map keyed by group
+        or pod returns to its size before the group. A plan of a gone group that still holds
+        capacity is released (a gang already binding finishes on its own)."""
+        deleted = self.inbox.take_deleted()
+        planner = self.planner
+        with self.lock:
+            live = self.cache.podgroups
+            gone = set(deleted)
+            for table in (self.book, planner.explanations, planner.domains, self.capacity.waiting,
+                          self.status.conditions, self.queue.failed, self.replans.groups):
+                gone.update(k for k in table if k not in live)
+            for key in gone - set(live):
+                self._forget_group(key)
+            self.parked.prune(live)
+            self.status.prune(live)
+            self.inbox.prune(live)
+            self.recorded.prune(live)
+            planner.refresh_records()
+
+    def _forget_group(self, key: str) -> None:
+        """PodGroup ``key`` is gone (lock held)."""
+        plan = self.book.get(key)
+        if plan is not None:
+            if plan.state is PlanState.PLANNED or (plan.state is PlanState.BINDING and not plan.gang):
+                self.book.transition(plan, PlanState.RELEASED, Change(why=f"podgroup {key} was deleted"))
+            elif plan.state is PlanState.BOUND:
+                self.book.transition(plan, PlanState.FORGOTTEN)
+        for table in (self.planner.explanations, self.planner.domains, self.capacity.waiting, self.queue.failed):
+            table.pop(key, None)
+        self.replans.forget(key)
+        self.parked.forget_group(key)
+
+    def _still_pending(self, uid: str) -> bool | None:
+        """For the verdict sweep: True while the pod waits for a node, None when unknown."""
+        record = self.cache.pods.get(uid)
+        return None if record is None else not record.pod.node and record.active
+
+    def requeue_fitting(self) -> None:
+        """Room appeared: touch one pending member of each group backing off that now fits."""
+        work = []
+        with self.lock:  # inputs under the lock, solves off it (a stale answer costs one touch)
+            self._capacity_seen = self.cache.capacity_version
+            for key in list(self.queue.failed):
+                pending = [m.pod for m in self.cache.members(key) if not m.pod.node and not m.gated]
+                group = self.planner.group_view(key, pending[0]) if pending else "no pending members"
+                if isinstance(group, str):
+                    self.queue.succeeded(key)
+                    continue
+                snapshot, allowed = self.planner.check_inputs(key, group)
+                work.append((key, group, snapshot, allowed, pending[0]))
+        fitting = [(key, pod) for key, group, snapshot, allowed, pod in work
+                   if self.planner.would_fit(snapshot, group, allowed)]
+        with self.lock:
+            for key, _ in fitting:
+                self.queue.succeeded(key)
+        for _, pod in fitting:
+            self.status.nudge(pod.namespace, pod.name)
+

@@ -1,0 +1,126 @@
+"""What the workload cycle tells the world: PodGroup status and events, pod touches, listeners.
+
+Every write here goes through the asynchronous :class:`~.dispatch.Dispatcher` (never under the
+cycle's lock, never on a verb's thread). Listeners (the dashboard, the gRPC event stream, the queue
+policies) are called in-line and must be quick; a listener that raises is logged and skipped, so a
+broken one never breaks scheduling.
+
+The ``PodGroupInitiallyScheduled`` condition as upstream's gang scheduling writes it: ``True``
+once the group's members go to binding and never back to ``False``; ``False`` with reason
+``Unschedulable`` (or ``SchedulerError``) and the explanation otherwise. The last condition
+queued wins over the cache's copy, which lags the dispatcher.
+"""
+
+from __future__ import annotations
+
+import logging
+from datetime import datetime, timezone
+from typing import Any, Callable, Mapping
+
+from cluster import names
+from cluster.backend import ClusterWriter, WriteError
+from cluster.cache import ClusterCache
+
+from .dispatch import Dispatcher, Write
+
+log = logging.getLogger("phalanx.cycle")
+
+MAX_MESSAGE = 32768  # a condition's message, as the API server's validation allows
+MAX_NOTE = 1024  # an event's note
+
+Listener = Callable[[str, Mapping[str, Any]], None]
+
+
+def now_rfc3339() -> str:
+    return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def podgroup_obj(key: str) -> str:
+    """The dispatcher's ordering key for a PodGroup's writes."""
+    return f"PodGroup/{key}"
+
+
+class StatusWriter:
+    def __init__(self, cache: ClusterCache, writer: ClusterWriter, dispatcher: Dispatcher) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.dispatcher = dispatcher
+        self.conditions: dict[str, dict[str, Any]] = {}  # group -> the last condition queued (the cache lags)
+        self._listeners: list[Listener] = []
+
+    # -- listeners ---------------------------------------------------------------------------
+    def subscribe(self, listener: Listener) -> None:
+        self._listeners.append(listener)
+
+    def emit(self, kind: str, **data: Any) -> None:
+        for listener in self._listeners:
+            try:
+                listener(kind, data)
+            except Exception:  # noqa: BLE001 - a broken listener must not break scheduling
+                log.exception("event listener failed")
+
+    # -- PodGroup writes ---------------------------------------------------------------------
+    def submit(self, key: str, kind: str, call: Callable[[], None], coalesce: str = "") -> None:
+        self.dispatcher.submit(Write(podgroup_obj(key), kind, call, coalesce))
+
+    def set_status(self, key: str, ok: bool, reason: str, message: str) -> None:
+        """Queue ``PodGroupInitiallyScheduled`` on ``key`` (True: scheduled; never back to False)."""
+        record = self.cache.podgroups.get(key)
+        if record is None:
+            return  # the group is gone (or not seen yet): nothing to write on
+        conditions = list((record.raw.get("status") or {}).get("conditions") or [])
+        current: dict[str, Any] | None = self.conditions.get(key) or next(
+            (c for c in conditions if c.get("type") == names.CONDITION_INITIALLY_SCHEDULED), None)
+        if current and current.get("status") == "True":
+            return  # never back to False; True -> True keeps its lastTransitionTime
+        status = "True" if ok else "False"
+        message = message[:MAX_MESSAGE]
+        same_status = current is not None and current.get("status") == status
+        if current is not None and same_status and current.get("message") == message:
+            return
+        condition = {
+            "type": names.CONDITION_INITIALLY_SCHEDULED,
+            "status": status,
+            "reason": reason,
+            "message": message,
+            "lastTransitionTime": current.get("lastTransitionTime") if current and same_status else now_rfc3339(),
+        }
+        self.conditions[key] = condition
+        others = [c for c in conditions if c.get("type") != names.CONDITION_INITIALLY_SCHEDULED]
+        namespace, name = key.split("/", 1)
+        patch = {"conditions": others + [condition]}
+        self.submit(key, "status", lambda: self.writer.patch_podgroup_status(namespace, name, patch),
+                    coalesce=f"status:{key}")
+
+    def event(self, key: str, reason: str, note: str, type_: str = "Normal") -> None:
+        """Queue an event on PodGroup ``key``."""
+        ns, name = key.split("/", 1)
+        record = self.cache.podgroups.get(key)
+        ref = {"kind": "PodGroup", "namespace": ns, "name": name, "uid": record.uid if record else ""}
+        self.submit(key, "event", lambda: self.writer.event(ref, reason, note[:MAX_NOTE], type_))
+
+    def remove_record(self, namespace: str, name: str) -> None:
+        """Queue the removal of a PodGroup's placement record."""
+        self.submit(f"{namespace}/{name}", "annotate", lambda: self.writer.annotate_podgroup(
+            namespace, name, {names.ANNOTATION_PLACEMENT: None}))
+
+    def unschedulable(self, key: str, message: str, reason: str = names.REASON_UNSCHEDULABLE) -> None:
+        """A group that cannot be placed now: the condition, a Warning event, the listeners."""
+        self.set_status(key, False, reason, message)
+        self.event(key, names.EVENT_FAILED_SCHEDULING, message, "Warning")
+        self.emit("unschedulable", group=key, message=message)
+
+    # -- pods --------------------------------------------------------------------------------
+    def nudge(self, namespace: str, name: str) -> None:
+        """Touch a pod (annotation ``scheduling.phalanx.dev/retry``): the update makes
+        kube-scheduler retry a pod phalanx answered "no node" for a reason that has gone."""
+        def touch() -> None:
+            try:
+                self.writer.annotate_pod(namespace, name, {names.ANNOTATION_RETRY: now_rfc3339()})
+            except WriteError as err:  # a pod gone or changed: the next event retries it anyway
+                log.info("could not nudge %s/%s: %s", namespace, name, err)
+        self.dispatcher.submit(Write(f"Pod/{namespace}/{name}", "nudge", touch, f"nudge:{namespace}/{name}"))
+
+    def prune(self, live: Mapping[str, Any]) -> None:
+        for key in [k for k in self.conditions if k not in live]:
+            del self.conditions[key]
