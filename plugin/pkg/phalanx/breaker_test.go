@@ -1,8 +1,67 @@
 package phalanx
 
 import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
 )
 
 func statusErr() error { return status.Error(codes.Unavailable, "down") }
+
+func TestUnreachableServiceMembersWaitPlainPodsScheduleAndTheBreakerStopsCalling(t *testing.T) {
+	r := newRig(t, false) // nothing serves: every call fails
+	for i := 0; i < 3; i++ {
+		_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "did not answer") {
+			t.Fatalf("call %d: %v", i, st)
+		}
+	}
+	if !r.plugin.breaker.Open() {
+		t.Fatal("three failures in a row open the breaker")
+	}
+	start := time.Now()
+	_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+	if !strings.Contains(st.Message(), ErrOpen.Error()) {
+		t.Fatalf("open breaker: %v", st)
+	}
+	if time.Since(start) >= r.plugin.args.PlanTimeout.Duration {
+		t.Fatal("an open breaker must answer without waiting for a deadline")
+	}
+	if _, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), plain("p"), nil); st.Code() != fwk.Skip {
+		t.Fatalf("plain pod: %v", st)
+	}
+	if st, _ := r.plugin.Permit(context.Background(), nil, member("a", "g"), "n1"); st.IsSuccess() || st.Code() == fwk.Wait {
+		t.Fatalf("a member is never permitted without the service: %v", st)
+	}
+}
+
+func TestBreakerHalfOpensAfterTheCooldownAndClosesOnSuccess(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := &Breaker{Threshold: 2, Cooldown: time.Second, now: func() time.Time { return now }}
+	for i := 0; i < 2; i++ {
+		if b.Allow() != nil {
+			t.Fatal("closed breaker refused")
+		}
+		b.Record(statusErr())
+	}
+	if b.Allow() != ErrOpen {
+		t.Fatal("want open")
+	}
+	now = now.Add(2 * time.Second)
+	if b.Allow() != nil {
+		t.Fatal("half-open: one trial")
+	}
+	if b.Allow() != ErrOpen {
+		t.Fatal("half-open: only one trial at a time")
+	}
+	b.Record(nil)
+	if b.Open() || b.Allow() != nil {
+		t.Fatal("success closes it")
+	}
+}
