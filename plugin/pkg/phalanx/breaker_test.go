@@ -65,3 +65,48 @@ func TestBreakerHalfOpensAfterTheCooldownAndClosesOnSuccess(t *testing.T) {
 		t.Fatal("success closes it")
 	}
 }
+
+func TestBreakerCountsOnlyTransportFailuresInARow(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := &Breaker{Threshold: 2, Cooldown: time.Second, now: func() time.Time { return now }}
+	// an answer, even a refusal, means the service is reachable: it resets the count
+	for _, err := range []error{statusErr(), status.Error(codes.FailedPrecondition, "no plan"), statusErr(),
+		status.Error(codes.InvalidArgument, "bad contract version"), statusErr()} {
+		if b.Allow() != nil {
+			t.Fatalf("refused after %v", err)
+		}
+		b.Record(err)
+	}
+	if b.Open() {
+		t.Fatal("transport failures separated by answers do not open it")
+	}
+	for _, code := range []codes.Code{codes.DeadlineExceeded, codes.Canceled, codes.ResourceExhausted, codes.Unknown} {
+		b := &Breaker{Threshold: 1, Cooldown: time.Second, now: func() time.Time { return now }}
+		b.Record(status.Error(code, "x"))
+		if !b.Open() {
+			t.Fatalf("%v is a transport failure", code)
+		}
+	}
+}
+
+func TestBreakerFailedTrialOpensItForAnotherCooldown(t *testing.T) {
+	now := time.Unix(0, 0)
+	b := &Breaker{Threshold: 1, Cooldown: time.Second, now: func() time.Time { return now }}
+	b.Record(statusErr())
+	now = now.Add(time.Second)
+	if b.Allow() != nil {
+		t.Fatal("the cooldown is over: one trial")
+	}
+	if !b.Open() {
+		t.Fatal("open while the trial is in flight")
+	}
+	b.Record(statusErr())
+	now = now.Add(time.Second / 2)
+	if b.Allow() != ErrOpen {
+		t.Fatal("a failed trial opens it for another cooldown")
+	}
+	now = now.Add(time.Second / 2)
+	if b.Allow() != nil {
+		t.Fatal("the next trial after that cooldown")
+	}
+}
