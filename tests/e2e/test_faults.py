@@ -91,7 +91,7 @@ def test_kills_leave_no_partial_gang(fault_plane):
     assert_no_violations(fault_plane, cfg, rows, log)
 
 
-STREAM_ENDED = "phalanx: reservations stream ended; reconnecting"  # plugin/pkg/phalanx/plugin.go, at -v=2
+STREAM_ENDED = "phalanx: reservations stream ended; reconnecting"  # plugin/pkg/phalanx/stream.go, at -v=2
 
 
 def test_plugin_mode_kills_leave_no_partial_gang_and_half_bound_gangs_finish_whole(fault_plane):

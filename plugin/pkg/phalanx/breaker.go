@@ -1,3 +1,8 @@
+// The circuit breaker. Every phase that calls phalanx serve goes through it (PreFilter's PlanForPod,
+// PostFilter, Reserve, Unreserve, Permit and PreBind), so an unreachable service costs the
+// scheduling loop at most one deadline per cooldown; Permit also asks it before holding a member
+// at the barrier, so a member is never held for a service that cannot release it.
+
 package phalanx
 
 import (

@@ -1,3 +1,10 @@
+// The mirror, phalanx serve's plans and reservations held in the plugin's memory. The reservations
+// stream (stream.go) replaces it with each snapshot, and PlanForPod replies (PreFilter) add a plan
+// between two. It is read in the scheduling loop, where an RPC per pod or per node would cost too
+// much: PreEnqueue (Waiting), PreFilter and Reserve (PlannedNode), Filter and Score (Reserved),
+// SignPod, PreFilter and PreScore (HasReservations). Reserve, Permit, PreBind and PostFilter drop a
+// plan the service no longer holds (DropPlan).
+
 package phalanx
 
 import (
@@ -29,17 +36,18 @@ func NewMirror() *Mirror {
 		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}, missing: map[string]bool{}}
 }
 
-// MembersMissing notes that the service answered a member of the group "members missing": once a
-// snapshot no longer lists the group as waiting, Apply reports it as progress.
+// MembersMissing (when a PlanForPod reply lands, see planFor) notes that the service answered a
+// member of the group "members missing": once a snapshot no longer lists the group as waiting,
+// Apply reports it as progress.
 func (m *Mirror) MembersMissing(group string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.missing[group] = true
 }
 
-// Apply replaces the mirror with a snapshot of the service. It returns the groups that can make
-// progress now — a plan that is new (or changed), a group no longer waiting for members — so the
-// caller can move their pods back to the active queue.
+// Apply, for each snapshot on the reservations stream, replaces the mirror with it. It returns the
+// groups that can make progress now — a plan that is new (or changed), a group no longer waiting
+// for members — so the caller can move their pods back to the active queue.
 func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	plans := make(map[string]*pb.GroupPlan, len(snap.GetPlans()))
 	byUID := map[types.UID]string{}
@@ -82,9 +90,9 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	return progress
 }
 
-// Disconnect forgets everything: while the stream is down nothing reserved is known, so plain
-// pods schedule as stock kube-scheduler would, and members ask the service (and wait when it is
-// unreachable).
+// Disconnect, when the reservations stream ends, forgets everything: while the stream is down
+// nothing reserved is known, so plain pods schedule as stock kube-scheduler would, and members ask
+// the service (and wait when it is unreachable).
 func (m *Mirror) Disconnect() {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -93,7 +101,8 @@ func (m *Mirror) Disconnect() {
 	m.nodes, m.waiting = map[string]map[string]int64{}, map[string]bool{}
 }
 
-// PutPlan records a plan a PlanForPod reply carried (the stream brings it too, later).
+// PutPlan records a plan a PlanForPod reply carried, when planFor's call lands (the stream brings
+// it too, later).
 func (m *Mirror) PutPlan(plan *pb.GroupPlan) {
 	if plan == nil || plan.GetGroup() == "" {
 		return
@@ -107,7 +116,8 @@ func (m *Mirror) PutPlan(plan *pb.GroupPlan) {
 	}
 }
 
-// DropPlan forgets a group's plan (the service released it).
+// DropPlan forgets a group's plan (the service released it, or will re-plan it): Reserve, Permit,
+// PreBind call it when the service refused the member, PostFilter when its planned node failed.
 func (m *Mirror) DropPlan(group string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -125,8 +135,8 @@ func (m *Mirror) dropLocked(group string) {
 	}
 }
 
-// PlannedNode is the member's node in a plan still open for it (planned; a Basic group's plan
-// stays open while its members bind one by one).
+// PlannedNode, asked by PreFilter and Reserve, is the member's node in a plan still open for it
+// (planned; a Basic group's plan stays open while its members bind one by one).
 func (m *Mirror) PlannedNode(uid types.UID) (string, bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
@@ -142,35 +152,39 @@ func (m *Mirror) PlannedNode(uid types.UID) (string, bool) {
 	return node, ok
 }
 
-// Plan is the group's plan as mirrored (nil when none).
+// Plan is the group's plan as mirrored (nil when none). No phase reads it: it shows what the
+// mirror holds.
 func (m *Mirror) Plan(group string) *pb.GroupPlan {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.plans[group]
 }
 
-// Reserved is what plans hold on the node (nil when nothing).
+// Reserved is what plans hold on the node (nil when nothing), per resource in the contract's units
+// (cpu in millicores, others in base units): Filter and Score read it for each node.
 func (m *Mirror) Reserved(node string) map[string]int64 {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.nodes[node]
 }
 
-// HasReservations reports whether any node holds capacity for a plan.
+// HasReservations reports whether any node holds capacity for a plan: while none does, SignPod,
+// PreFilter and PreScore leave plain pods to the stock plugins.
 func (m *Mirror) HasReservations() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return len(m.nodes) > 0
 }
 
-// Waiting reports whether the gang group has fewer members than its minCount.
+// Waiting reports whether the gang group has fewer members than its minCount (PreEnqueue).
 func (m *Mirror) Waiting(group string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.waiting[group]
 }
 
-// Synced reports whether a snapshot arrived since the stream (re)connected.
+// Synced reports whether a snapshot arrived since the stream (re)connected (benchmarks wait for
+// it).
 func (m *Mirror) Synced() bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()

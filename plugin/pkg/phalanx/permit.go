@@ -1,0 +1,203 @@
+// Reserve, Unreserve and Permit: the end of the scheduling cycle. kube-scheduler assumes the pod on
+// its node (Reserve), asks Permit whether it may bind, and undoes the assumption when a later phase
+// fails or a Permit wait times out (Unreserve). The gang barrier runs here: a member waits at
+// Permit (the framework's waiting pods) until the service says every planned member is reserved.
+// The release of waiting members (allowAll, release) serves the PreBind barrier (prebind.go) too.
+
+package phalanx
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+
+	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
+)
+
+// Reserve: kube-scheduler assumed the member on its node. When that is the node of the mirror's
+// plan nothing is called (the scheduling loop goes on): the member's Permit call tells the service
+// it is reserved (reserved_uids) and the service checks the node again there. Otherwise the
+// service is asked (its plan may be newer than the mirror's).
+func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+	group := GroupOf(pod)
+	if group == "" {
+		return nil
+	}
+	if planned, ok := p.mirror.PlannedNode(pod.UID); ok && planned == node {
+		return nil
+	}
+	var reply *pb.ReserveReply
+	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.Reserve(ctx, &pb.ReserveRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
+		return err
+	})
+	if err != nil {
+		return unreachable(group, err)
+	}
+	if !reply.GetOk() {
+		p.mirror.DropPlan(group)
+		return fwk.NewStatus(fwk.Unschedulable, reply.GetReason())
+	}
+	return nil
+}
+
+// Unreserve tells the service the member is no longer assumed; when that ends its gang's chance
+// (a Permit timeout), the members still waiting are rejected too. Asynchronous: Unreserve may run
+// in the scheduling cycle, which must not wait for an RPC.
+func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) {
+	group := GroupOf(pod)
+	if group == "" {
+		return
+	}
+	uid := pod.UID
+	reason := "unreserved"
+	if wp := p.handle.GetWaitingPod(uid); wp == nil {
+		reason = "rejected"
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		var reply *pb.UnreserveReply
+		err := p.unary(context.WithoutCancel(ctx), p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+			reply, err = p.client.Unreserve(ctx, &pb.UnreserveRequest{Version: version, PodUid: string(uid), Group: group,
+				Node: node, Reason: reason})
+			return err
+		})
+		if err != nil {
+			p.logger.V(2).Info("phalanx: unreserve not reported; the plan expires in the service", "pod", klog.KObj(pod), "err", err)
+			return
+		}
+		for _, other := range reply.GetRejectUids() {
+			p.release(types.UID(other), decision{msg: fmt.Sprintf("phalanx: podgroup %s: %s left the barrier, so the gang does not bind", group, pod.Name)})
+		}
+	}()
+}
+
+// Permit is the gang barrier: every member Waits; its Permit call runs beside the scheduling loop,
+// and the reply of the member that completes the gang (after the service wrote the placement
+// record) allows every waiting member.
+func (p *Plugin) Permit(_ context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
+	group := GroupOf(pod)
+	if group == "" || p.waitsAtPreBind(pod) {
+		return nil, 0
+	}
+	if p.breaker.Open() {
+		return unreachable(group, ErrOpen), 0
+	}
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		p.permit(pod, group, node)
+	}()
+	return fwk.NewStatus(fwk.Wait, fmt.Sprintf("phalanx: podgroup %s: waiting for its gang", group)),
+		p.args.PermitTimeout.Duration
+}
+
+// permit makes the member's Permit call and applies the decision to the waiting pods; it runs in
+// the goroutine Permit starts, beside the scheduling loop.
+func (p *Plugin) permit(pod *v1.Pod, group, node string) {
+	reply, err := p.callPermit(p.ctx, pod, group, node)
+	if err != nil {
+		if wp := p.waitingPod(pod.UID); wp != nil {
+			wp.Reject(Name, unreachable(group, err).Message())
+		}
+		return
+	}
+	switch reply.GetDecision() {
+	case pb.PermitReply_ALLOW:
+		p.allowAll(append(reply.GetAllowUids(), string(pod.UID)), "")
+	case pb.PermitReply_WAIT: // the member that completes the gang allows this one
+	default:
+		p.mirror.DropPlan(group)
+		if wp := p.waitingPod(pod.UID); wp != nil {
+			wp.Reject(Name, reply.GetReason())
+		}
+	}
+}
+
+// callPermit is a member's Permit call, from either barrier (permit, started by Permit; PreBind):
+// it names the member reserved on node (Reserve made no call when the mirror's plan agreed).
+func (p *Plugin) callPermit(ctx context.Context, pod *v1.Pod, group, node string) (reply *pb.PermitReply, err error) {
+	err = p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
+		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group,
+			Node: node, ReservedUids: []string{string(pod.UID)}})
+		return err
+	})
+	return reply, err
+}
+
+// waitingPod is the member's waiting pod (asked by permit, after Permit returned Wait). The
+// framework registers it right after Permit returned, which a reply can beat: it is looked for a
+// little while (rpcTimeout); nil when it never shows (the member is gone, or was rejected
+// meanwhile).
+func (p *Plugin) waitingPod(uid types.UID) fwk.WaitingPod {
+	var wp fwk.WaitingPod
+	p.eventually(func() bool {
+		wp = p.handle.GetWaitingPod(uid)
+		return wp != nil
+	})
+	return wp
+}
+
+// eventually retries found for a little while (rpcTimeout): a member held at a barrier is
+// registered by the framework (Permit) or by its PreBind call a moment after a reply may name it.
+func (p *Plugin) eventually(found func() bool) bool {
+	deadline := time.Now().Add(p.args.RPCTimeout.Duration)
+	for {
+		if found() {
+			return true
+		}
+		if time.Now().After(deadline) || p.ctx.Err() != nil {
+			return false
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// allowAll, after Permit (permit) or in PreBind, allows the members an ALLOW reply names, at
+// whichever barrier each waits, except skip (a member in PreBind that took its own reply).
+func (p *Plugin) allowAll(uids []string, skip types.UID) {
+	var late []types.UID // not registered yet (the member's own waiting pod, usually): looked for below
+	for uid := range sets.New(uids...).Delete(string(skip)) {
+		if !p.release(types.UID(uid), decision{allow: true}) {
+			late = append(late, types.UID(uid))
+		}
+	}
+	for _, uid := range late {
+		p.eventually(func() bool { return p.release(uid, decision{allow: true}) })
+	}
+}
+
+// release gives a member held at a barrier its decision (from allowAll, and from the goroutine
+// Unreserve starts for the rest of a gang): a member waiting in PreBind through its
+// gate, one waiting at Permit through the framework. false: the member is held at neither.
+func (p *Plugin) release(uid types.UID, d decision) bool {
+	p.mu.Lock()
+	if gate, ok := p.atPreBind[uid]; ok {
+		delete(p.atPreBind, uid)
+		gate <- d // buffered, one decision per gate
+		p.mu.Unlock()
+		return true
+	}
+	p.mu.Unlock()
+	if d.allow {
+		if wp := p.handle.GetWaitingPod(uid); wp != nil {
+			wp.Allow(Name)
+			return true
+		}
+		return false
+	}
+	return p.handle.RejectWaitingPod(uid)
+}
+
+// decision is what a member waiting in PreBind is told: allowed, or rejected with a message.
+type decision struct {
+	allow bool
+	msg   string
+}

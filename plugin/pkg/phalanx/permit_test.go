@@ -1,0 +1,98 @@
+package phalanx
+
+import (
+	"context"
+	"strings"
+	"testing"
+
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
+)
+
+func TestPermitWaitsThenTheCompletingMembersReplyAllowsEveryWaitingMember(t *testing.T) {
+	r := newRig(t, true)
+	a, b := member("a", "g"), member("b", "g")
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+	st, wait := r.plugin.Permit(context.Background(), nil, a, "n1")
+	if st.Code() != fwk.Wait || wait != r.plugin.args.PermitTimeout.Duration {
+		t.Fatalf("first member: %v %v", st, wait)
+	}
+	waitingA := r.handle.wait(a)
+	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+	if got := waitingA.Allowed(); len(got) != 0 {
+		t.Fatalf("a was allowed on a wait reply: %v", got)
+	}
+	r.svc.mu.Lock()
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_ALLOW, AllowUids: []string{"uid-a", "uid-b"}}
+	r.svc.mu.Unlock()
+	// the completing member waits too (the scheduling loop does not wait for the record write);
+	// its waiting pod is registered after Permit returned, as the framework does
+	if st, _ := r.plugin.Permit(context.Background(), nil, b, "n2"); st.Code() != fwk.Wait {
+		t.Fatalf("completing member: %v", st)
+	}
+	waitingB := r.handle.wait(b)
+	waitFor(t, "both allowed", func() bool { return len(waitingA.Allowed()) == 1 && len(waitingB.Allowed()) == 1 })
+	if waitingA.Allowed()[0] != Name || waitingB.Allowed()[0] != Name {
+		t.Fatalf("allowed by %v, %v", waitingA.Allowed(), waitingB.Allowed())
+	}
+	st, _ = r.plugin.Permit(context.Background(), nil, plain("p"), "n1")
+	if !st.IsSuccess() || r.svc.Calls("Permit") != 2 {
+		t.Fatalf("plain pods are permitted without a call: %v, %d calls", st, r.svc.Calls("Permit"))
+	}
+}
+
+func TestPermitRejectedByTheServiceRejectsTheWaitingMember(t *testing.T) {
+	r := newRig(t, true)
+	a := member("a", "g")
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_REJECT, Reason: "phalanx: podgroup ns/g holds no plan"}
+	if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
+		t.Fatalf("got %v", st)
+	}
+	waiting := r.handle.wait(a)
+	waitFor(t, "the rejection", func() bool {
+		waiting.mu.Lock()
+		defer waiting.mu.Unlock()
+		return strings.Contains(waiting.rejected, "holds no plan")
+	})
+}
+
+func TestUnreserveRejectsTheRestOfTheGang(t *testing.T) {
+	r := newRig(t, true)
+	r.svc.unreserve = &pb.UnreserveReply{RejectUids: []string{"uid-b", "uid-c"}}
+	r.plugin.Unreserve(context.Background(), nil, member("a", "g"), "n1")
+	waitFor(t, "the rejections", func() bool {
+		r.handle.mu.Lock()
+		defer r.handle.mu.Unlock()
+		return len(r.handle.rejected) == 2
+	})
+}
+
+func TestReserveOnTheMirrorsPlannedNodeMakesNoCallAndPermitReportsTheMemberReserved(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRig(t, true, a, b)
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	if _, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil); !st.IsSuccess() {
+		t.Fatalf("PreFilter: %v", st)
+	}
+	if st := r.plugin.Reserve(context.Background(), nil, a, "n1"); !st.IsSuccess() || r.svc.Calls("Reserve") != 0 {
+		t.Fatalf("reserve on the planned node: %v, %d calls", st, r.svc.Calls("Reserve"))
+	}
+	// assumed somewhere the mirror does not plan it: the service decides
+	if st := r.plugin.Reserve(context.Background(), nil, b, "n9"); !st.IsSuccess() || r.svc.Calls("Reserve") != 1 {
+		t.Fatalf("reserve off the mirror's plan: %v, %d calls", st, r.svc.Calls("Reserve"))
+	}
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+	if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v", st)
+	}
+	r.handle.wait(a)
+	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+	r.svc.mu.Lock()
+	defer r.svc.mu.Unlock()
+	if got := r.svc.permitReq.GetReservedUids(); len(got) != 1 || got[0] != "uid-a" || r.svc.permitReq.GetNode() != "n1" {
+		t.Fatalf("the Permit call names the member reserved on its node: %v", r.svc.permitReq)
+	}
+}

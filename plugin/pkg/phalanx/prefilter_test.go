@@ -1,0 +1,146 @@
+package phalanx
+
+import (
+	"context"
+	"strings"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/klog/v2"
+	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
+)
+
+func TestPreFilterAsksOncePerGroupCycleAndAnswersTheRestFromTheCachedPlan(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRig(t, true, a, b, plain("p"))
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	res, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil)
+	if !st.IsSuccess() || res.NodeNames.UnsortedList()[0] != "n1" || res.NodeNames.Len() != 1 {
+		t.Fatalf("member a: %v %v", res, st)
+	}
+	if got := r.svc.lastPod["metadata"].(map[string]any)["uid"]; got != "uid-a" {
+		t.Fatalf("the pod goes to the service as JSON, got uid %v", got)
+	}
+	res, st = r.plugin.PreFilter(context.Background(), framework.NewCycleState(), b, nil)
+	if !st.IsSuccess() || !res.NodeNames.Has("n2") {
+		t.Fatalf("member b: %v %v", res, st)
+	}
+	if n := r.svc.Calls("PlanForPod"); n != 1 {
+		t.Fatalf("PlanForPod calls: %d, want 1", n)
+	}
+	waitFor(t, "the other member activated", func() bool {
+		r.handle.mu.Lock()
+		defer r.handle.mu.Unlock()
+		return len(r.handle.activated) > 0
+	})
+	if got := r.handle.activated; len(got) != 1 || got[0] != "ns/b" {
+		t.Fatalf("a new plan activates the other pending members only: %v", got)
+	}
+}
+
+func TestPreFilterWaitsWithTheServicesReason(t *testing.T) {
+	r := newRig(t, true)
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_WAIT, Reason: "podgroup ns/g: waiting for members, 2 of 3 exist"}
+	_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "2 of 3") {
+		t.Fatalf("got %v", st)
+	}
+}
+
+func TestPreFilterPastPlanWaitAnswersBeingPlannedAndActivatesTheGroupWhenThePlanLands(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRigWait(t, true, 20*time.Millisecond, a, b)
+	r.svc.planGate = make(chan struct{})
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	for _, m := range []*v1.Pod{a, b} {
+		_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), m, nil)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "being planned") {
+			t.Fatalf("member %s while the solve runs: %v", m.Name, st)
+		}
+	}
+	// a member joining the call once its planWait is over does not wait another planWait
+	r.plugin.mu.Lock()
+	call := r.plugin.planning["ns/g"]
+	r.plugin.mu.Unlock()
+	if call == nil || time.Now().Before(call.wait) {
+		t.Fatalf("the call's planWait should be over: %v", call)
+	}
+	if n := r.svc.Calls("PlanForPod"); n != 1 {
+		t.Fatalf("PlanForPod calls while one is in flight: %d, want 1", n)
+	}
+	if got := r.handle.Activated(); len(got) != 0 {
+		t.Fatalf("activated before the plan: %v", got)
+	}
+	events, _ := r.plugin.EventsToRegister(context.Background())
+	for _, e := range events {
+		if hint, _ := e.QueueingHintFn(klog.Background(), a, nil, b); hint != fwk.QueueSkip {
+			t.Fatalf("%v retries a member whose group is being planned", e.Event)
+		}
+		if hint, _ := e.QueueingHintFn(klog.Background(), member("c", "other"), nil, b); hint != fwk.Queue {
+			t.Fatalf("%v skips a member of a group not being planned", e.Event)
+		}
+	}
+	close(r.svc.planGate)
+	waitFor(t, "both members activated", func() bool { return len(r.handle.Activated()) >= 2 })
+	if hint, _ := r.plugin.unlessPlanning(klog.Background(), a, nil, b); hint != fwk.Queue {
+		t.Fatal("events retry the group's members again once its plan landed")
+	}
+	res, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), b, nil)
+	if !st.IsSuccess() || !res.NodeNames.Has("n2") || r.svc.Calls("PlanForPod") != 1 {
+		t.Fatalf("after the plan landed: %v %v, %d calls", res, st, r.svc.Calls("PlanForPod"))
+	}
+}
+
+func TestOnePlanForPodCallAtATimeAcrossGroups(t *testing.T) {
+	r := newRigWait(t, true, 10*time.Millisecond)
+	r.svc.planGate = make(chan struct{})
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_WAIT, Reason: "no placement"}
+	for _, g := range []string{"g", "h"} {
+		if _, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a-"+g, g), nil); st.IsSuccess() {
+			t.Fatalf("group %s: %v", g, st)
+		}
+	}
+	waitFor(t, "the first call", func() bool { return r.svc.Calls("PlanForPod") == 1 })
+	time.Sleep(50 * time.Millisecond) // the second group's call would have reached the service by now
+	if n := r.svc.Calls("PlanForPod"); n != 1 {
+		t.Fatalf("calls in flight at once: %d, want 1", n)
+	}
+	close(r.svc.planGate)
+	waitFor(t, "the second call", func() bool { return r.svc.Calls("PlanForPod") == 2 })
+}
+
+func TestPreEnqueueHoldsMembersOfWaitingGroupsAndActivatesThemWhenComplete(t *testing.T) {
+	r := newRig(t, true)
+	r.svc.snapshots <- &pb.Reservations{Version: 1, WaitingGroups: []string{"ns/g"}}
+	waitFor(t, "the snapshot", func() bool { return r.plugin.Mirror().Waiting("ns/g") })
+	if st := r.plugin.PreEnqueue(context.Background(), member("a", "g")); st.Code() != fwk.UnschedulableAndUnresolvable {
+		t.Fatalf("waiting member: %v", st)
+	}
+	if st := r.plugin.PreEnqueue(context.Background(), member("a", "other")); !st.IsSuccess() {
+		t.Fatalf("member of a complete group: %v", st)
+	}
+	if st := r.plugin.PreEnqueue(context.Background(), plain("p")); !st.IsSuccess() {
+		t.Fatalf("plain pod: %v", st)
+	}
+	progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 2})
+	if len(progress) != 1 || progress[0] != "ns/g" {
+		t.Fatalf("a group no longer waiting is progress: %v", progress)
+	}
+	// the service said "members missing" before any snapshot listed the group as waiting
+	r.plugin.Mirror().MembersMissing("ns/h")
+	if progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 3, WaitingGroups: []string{"ns/h"}}); len(progress) != 0 {
+		t.Fatalf("still waiting: %v", progress)
+	}
+	if progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 4}); len(progress) != 1 || progress[0] != "ns/h" {
+		t.Fatalf("complete now: %v", progress)
+	}
+	if progress := r.plugin.Mirror().Apply(&pb.Reservations{Version: 5}); len(progress) != 0 {
+		t.Fatalf("reported once: %v", progress)
+	}
+}
