@@ -308,8 +308,9 @@ def per_domain(snapshot: "Snapshot", key: str, per_node: np.ndarray) -> np.ndarr
     return np.bincount(ids[ok], weights=per_node[ok], minlength=len(values)).astype(np.int64)
 
 
-def _node_level(snapshot: "Snapshot", key: str) -> bool:
-    """Every domain of ``key`` is one node (kubernetes.io/hostname, as clusters label it)."""
+def node_level(snapshot: "Snapshot", key: str) -> bool:
+    """Every domain of ``key`` is one node (kubernetes.io/hostname, as clusters label it): rules over
+    such a key are per-node rules (the exact model checks them per packing pattern)."""
     cache = snapshot._static
     ck = ("node-level", key)
     if ck not in cache:
@@ -528,7 +529,7 @@ class _Builder:
         others = tuple(t for t in selected if t != s)
         if not self_match and not others:
             return
-        if _node_level(self.snap, term.topology_key):
+        if node_level(self.snap, term.topology_key):
             if self_match:
                 self.rules.limits.append(NodeLimit((s,), (1,), np.ones(len(self.snap.nodes), dtype=np.int64),
                                                    f"{REASON_ANTI_AFFINITY} on {term.topology_key}"))

@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
 
+from .cpsat import ModelTooLarge
 from .errors import InvalidInput
-from .exact import ModelTooLarge, solve_domain
+from .exact import solve_domain
 from .explain import Explanation, explain
 from .greedy import greedy_domain
 from .model import Pod, PodGroup

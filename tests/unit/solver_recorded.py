@@ -45,7 +45,8 @@ from solver import (
     place,
     plan_preemption,
 )
-from solver.exact import ModelTooLarge, solve_domain
+from solver.cpsat import ModelTooLarge
+from solver.exact import solve_domain
 from solver.greedy import greedy_domain
 from solver.problem import Problem
 
