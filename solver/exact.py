@@ -31,13 +31,13 @@ from .problem import DomainBound, Problem
 ClassKey = tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, ...]]
 #: Pattern variables' terms per shape (pods of that shape the variable places), inside a domain.
 PerShape = dict[int, list[cp_model.LinearExpr]]
-#: Picks of one domain: shape index -> [(node index, pods)]
+#: shape index -> [(node index, pods)] in one domain, as greedy and exact return it
 Picks = dict[int, list[tuple[int, int]]]
 
 
 @dataclass
 class DomainSolution:
-    picks: Picks  # shape index -> [(node index, count)]
+    picks: Picks
     optimal: bool
     scalar: int  # objective as the model scored it
     bound: int  # CP-SAT's proven lower bound on that scalar

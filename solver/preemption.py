@@ -23,7 +23,7 @@ key) and takes victims only from units with a pod on a node of that domain that 
 * **exact** — one CP-SAT model per domain, seeded with the greedy answer and capped by the best
   answer so far: a boolean per ``all`` unit, an integer per class of interchangeable ``single``
   victims on a node, the group's pods per shape on every node that holds victims, and the rest of
-  the domain as node classes with packing patterns (as in :mod:`solver.exact`); the four criteria
+  the domain as node classes with packing patterns (:mod:`solver.cpsat`); the four criteria
   above as one weighted sum.
 
 Every answer is then checked the way it will be acted on: remove the victims from the snapshot,
