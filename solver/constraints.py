@@ -27,7 +27,7 @@ kube-scheduler's order differs, so spread holds for identical members in any ord
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterable, Mapping, TypedDict
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, TypedDict
 
 import numpy as np
 
@@ -223,10 +223,10 @@ def _bound_cache(snapshot: "Snapshot") -> dict[Any, Any]:
     """A cache for what depends only on the bound pods, shared by every snapshot over the same
     nodes whose bound-pod tuple is the very same object (a watch cache hands the same tuple to
     each cycle until a pod changes), so 100,000 bound pods are indexed once, not per cycle."""
-    entry: tuple[tuple[Pod, ...], dict[Any, Any]] | None = snapshot._static.get("bound-cache")
+    entry: tuple[tuple[Pod, ...], dict[Any, Any]] | None = snapshot.node_cache.get("bound-cache")
     if entry is None or entry[0] is not snapshot.bound:
         entry = (snapshot.bound, {})
-        snapshot._static["bound-cache"] = entry
+        snapshot.node_cache["bound-cache"] = entry
     return entry[1]
 
 
@@ -253,7 +253,7 @@ def placed_index(snapshot: "Snapshot") -> PlacedIndex:
     """Placed pods (bound + assumed) by namespace, the ones with required anti-affinity, and the
     host ports in use per node."""
     key = ("placed-index", id(snapshot.assumed))
-    index: PlacedIndex | None = snapshot._caches.get(key)
+    index: PlacedIndex | None = snapshot.usage_cache.get(key)
     if index is None:
         index = _bound_index(snapshot)
         if snapshot.assumed:
@@ -265,7 +265,7 @@ def placed_index(snapshot: "Snapshot") -> PlacedIndex:
             for i, v in extra["ports"].items():
                 ports.setdefault(i, []).extend(v)
             index = {"by_ns": by_ns, "anti": index["anti"] + extra["anti"], "ports": ports}
-        snapshot._caches[key] = index
+        snapshot.usage_cache[key] = index
     return index
 
 
@@ -288,7 +288,7 @@ def _count(snapshot: "Snapshot", pods: Iterable[Pod], scope: Scope) -> np.ndarra
 def placed_counts(snapshot: "Snapshot", scope: Scope) -> np.ndarray:
     """Matching placed pods per node (bound ones counted once per bound-pod tuple)."""
     key = ("placed-counts", id(snapshot.assumed), scope)
-    counts: np.ndarray | None = snapshot._caches.get(key)
+    counts: np.ndarray | None = snapshot.usage_cache.get(key)
     if counts is None:
         shared = _bound_cache(snapshot)
         base: np.ndarray | None = shared.get(("counts", scope, id(snapshot.namespaces)))
@@ -298,7 +298,7 @@ def placed_counts(snapshot: "Snapshot", scope: Scope) -> np.ndarray:
         counts = base
         if snapshot.assumed:  # few: Scope.selects checks their namespace itself
             counts = base + _count(snapshot, snapshot.assumed, scope)
-        snapshot._caches[key] = counts
+        snapshot.usage_cache[key] = counts
     return counts
 
 
@@ -308,9 +308,10 @@ def per_domain(snapshot: "Snapshot", key: str, per_node: np.ndarray) -> np.ndarr
     return np.bincount(ids[ok], weights=per_node[ok], minlength=len(values)).astype(np.int64)
 
 
-def _node_level(snapshot: "Snapshot", key: str) -> bool:
-    """Every domain of ``key`` is one node (kubernetes.io/hostname, as clusters label it)."""
-    cache = snapshot._static
+def node_level(snapshot: "Snapshot", key: str) -> bool:
+    """Every domain of ``key`` is one node (kubernetes.io/hostname, as clusters label it): rules over
+    such a key are per-node rules (the exact model checks them per packing pattern)."""
+    cache = snapshot.node_cache
     ck = ("node-level", key)
     if ck not in cache:
         values, ids = snapshot.domains(key)
@@ -322,14 +323,14 @@ def _node_level(snapshot: "Snapshot", key: str) -> bool:
 def _value_index(snapshot: "Snapshot", key: str) -> dict[str, np.ndarray]:
     """Label value of ``key`` -> node indices holding it; once per snapshot's nodes."""
     ck = ("value-index", key)
-    index: dict[str, np.ndarray] | None = snapshot._static.get(ck)
+    index: dict[str, np.ndarray] | None = snapshot.node_cache.get(ck)
     if index is None:
         positions: dict[str, list[int]] = {}
         for i, v in enumerate(snapshot.label_values(key)):
             if v is not None:
                 positions.setdefault(v, []).append(i)
         index = {v: np.array(ix, dtype=np.int64) for v, ix in positions.items()}
-        snapshot._static[ck] = index
+        snapshot.node_cache[ck] = index
     return index
 
 
@@ -356,7 +357,7 @@ def node_affinity_mask(snapshot: "Snapshot", affinity: NodeAffinity) -> np.ndarr
     requirement and cached on the snapshot's static part: a thousand local PVs on ten thousand
     nodes is a thousand index look-ups, not ten million label comparisons."""
     ck = ("node-affinity", affinity)
-    mask: np.ndarray | None = snapshot._static.get(ck)
+    mask: np.ndarray | None = snapshot.node_cache.get(ck)
     if mask is None:
         if not affinity.terms:
             mask = np.ones(len(snapshot.nodes), dtype=bool)
@@ -367,7 +368,7 @@ def node_affinity_mask(snapshot: "Snapshot", affinity: NodeAffinity) -> np.ndarr
                 for r in term:
                     part &= _requirement_mask(snapshot, r)
                 mask |= part
-        snapshot._static[ck] = mask
+        snapshot.node_cache[ck] = mask
     return mask
 
 
@@ -438,12 +439,7 @@ class _Builder:
             spec = pod.spec
             nodes = allowed.get(pod.uid)
             if nodes is not None:
-                keep = np.zeros(len(self.snap.nodes), dtype=bool)
-                for name in nodes:
-                    i = self.snap.index.get(name)
-                    if i is not None:
-                        keep[i] = True
-                self.exclude(s, ~keep, REASON_KUBE_SCHEDULER)
+                self.kube_scheduler_verdict(s, nodes)
             if spec.host_ports:
                 self.ports(s)
             self.existing_anti(s)
@@ -464,6 +460,15 @@ class _Builder:
         if self.p.group.default_preference == "spread":
             self.default_spread()
         return self.rules
+
+    def kube_scheduler_verdict(self, s: int, nodes: Collection[str]) -> None:
+        """Shape ``s`` only on the ``nodes`` kube-scheduler itself accepted for it."""
+        keep = np.zeros(len(self.snap.nodes), dtype=bool)
+        for name in nodes:
+            i = self.snap.index.get(name)
+            if i is not None:
+                keep[i] = True
+        self.exclude(s, ~keep, REASON_KUBE_SCHEDULER)
 
     def default_spread(self) -> None:
         """A group that asks to be spread: members without a soft rule of their own prefer distinct
@@ -528,7 +533,7 @@ class _Builder:
         others = tuple(t for t in selected if t != s)
         if not self_match and not others:
             return
-        if _node_level(self.snap, term.topology_key):
+        if node_level(self.snap, term.topology_key):
             if self_match:
                 self.rules.limits.append(NodeLimit((s,), (1,), np.ones(len(self.snap.nodes), dtype=np.int64),
                                                    f"{REASON_ANTI_AFFINITY} on {term.topology_key}"))
@@ -579,7 +584,7 @@ class _Builder:
         if c.node_affinity_policy == HONOR:
             counted_nodes &= self._node_affinity_mask(pod.spec)
         if c.node_taints_policy == HONOR:
-            counted_nodes &= ~self.snap._taint_mask(pod.spec)
+            counted_nodes &= ~self.snap.taint_mask(pod.spec)
         scope = Scope(c.selector, frozenset((pod.namespace,)))
         per_node = np.where(counted_nodes, placed_counts(self.snap, scope), 0)
         existing = per_domain(self.snap, c.topology_key, per_node)
@@ -641,14 +646,14 @@ class _Builder:
         per snapshot and claim signature (greedy and exact build the same problem)."""
         volumes = self.snap.volumes
         key = ("local-pvs", id(volumes), claim.signature)
-        cached: tuple[object, list[PersistentVolume], np.ndarray] | None = self.snap._caches.get(key)
+        cached: tuple[object, list[PersistentVolume], np.ndarray] | None = self.snap.usage_cache.get(key)
         if cached is None or cached[0] is not volumes:
             pvs = [pv for pv in volumes.available if not pv.claim_ref and pv.serves(claim)]
             local = np.zeros(len(self.snap.nodes), dtype=np.int64)
             for pv in pvs:
                 local += self._affinity(pv.node_affinity) if pv.node_affinity is not None else 1
             cached = (volumes, pvs, local)
-            self.snap._caches[key] = cached
+            self.snap.usage_cache[key] = cached
         return cached[1], cached[2]
 
     def _claim_in_use(self, claim: VolumeClaim) -> bool:

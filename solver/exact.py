@@ -4,22 +4,26 @@ Nodes of a domain that are interchangeable for this group (same per-shape capaci
 eligibility, same free main resource, same preferred-topology path; for mixed-shape groups the
 same free vector) form a *class* with a count. A *pattern* is what one node of a class can host
 (pods per shape). Variables are "how many nodes of class k take pattern p" — the cutting-stock
-formulation — so a 1,000-pod gang on a 100-node rack is a few dozen integers, and the model is
-exact: every solution maps back to a real per-node placement, no relaxation involved.
+formulation of :mod:`solver.cpsat` — so a 1,000-pod gang on a 100-node rack is a few dozen
+integers, and the model is exact: every solution maps back to a real per-node placement, no
+relaxation involved.
 
-The objective is :class:`solver.objective.Objective` as a weighted sum; CP-SAT's proven bound
-certifies the answer (gap 0 when the status is OPTIMAL).
+:class:`PlacementModel` builds it from named parts: the node classes, the rules of
+:mod:`solver.constraints` (:class:`RuleEncoder`, one method per rule family), the group's size, and
+one method per term of :class:`solver.objective.Objective`, summed with its weights. CP-SAT's
+proven bound certifies the answer (gap 0 when the status is OPTIMAL).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Mapping, Sequence
+from typing import Mapping
 
 import numpy as np
 from ortools.sat.python import cp_model
 
-from .constraints import SOFT_SPREAD_WEIGHT, Coloc, Spread, _node_level, spread_fixed_min
+from .constraints import SOFT_SPREAD_WEIGHT, Coloc, DomainAnti, Soft, Spread, node_level, spread_fixed_min
+from .cpsat import ModelBuilder, Pattern, Solved, packing_patterns
 from .problem import DomainBound, Problem
 
 #: A node class: (per-shape capacities, free vector when mixed, free main resource, preferred
@@ -27,181 +31,182 @@ from .problem import DomainBound, Problem
 ClassKey = tuple[tuple[int, ...], tuple[int, ...], int, tuple[int, ...], tuple[int, ...]]
 #: Pattern variables' terms per shape (pods of that shape the variable places), inside a domain.
 PerShape = dict[int, list[cp_model.LinearExpr]]
-
-#: Patterns enumerated per class before the model is declared too large for the exact path.
-MAX_PATTERNS_PER_CLASS = 4000
-
-
-class ModelTooLarge(Exception):
-    """A mixed-shape class has more packing patterns than the exact path enumerates."""
+#: shape index -> [(node index, pods)] in one domain, as greedy and exact return it
+Picks = dict[int, list[tuple[int, int]]]
 
 
 @dataclass
 class DomainSolution:
-    picks: dict[int, list[tuple[int, int]]]  # shape index -> [(node index, count)]
+    picks: Picks
     optimal: bool
     scalar: int  # objective as the model scored it
     bound: int  # CP-SAT's proven lower bound on that scalar
 
 
-def _patterns(caps: tuple[int, ...], free: np.ndarray, vecs: Sequence[np.ndarray]) -> list[tuple[int, ...]]:
-    """Non-empty pod-count vectors (one entry per shape) that fit on one node of a class."""
-    if len(caps) == 1:
-        return [(n,) for n in range(1, caps[0] + 1)]
-    out: list[tuple[int, ...]] = []
-
-    def walk(s: int, left: np.ndarray, prefix: tuple[int, ...]) -> None:
-        if s == len(caps):
-            if any(prefix):
-                out.append(prefix)
-                if len(out) > MAX_PATTERNS_PER_CLASS:
-                    raise ModelTooLarge(f"more than {MAX_PATTERNS_PER_CLASS} packing patterns")
-            return
-        for n in range(caps[s] + 1):
-            rest = left - vecs[s] * n
-            if np.any(rest < 0):
-                break
-            walk(s + 1, rest, prefix + (n,))
-
-    walk(0, free, ())
-    return out
-
-
 def solve_domain(
     problem: Problem,
     bound: DomainBound,
-    hint: dict[int, list[tuple[int, int]]] | None,
+    hint: Picks | None,
     seed: int = 0,
     deterministic_time: float = 2.0,
     time_limit: float = 10.0,
 ) -> DomainSolution | None:
-    """Solve the group's placement inside one domain; None when it is infeasible there."""
-    shapes = problem.shapes
-    hosts = bound.nodes
-    snap = problem.snapshot
-    caps = np.minimum(problem.caps[:, hosts], np.array([s.count for s in shapes])[:, None])
-    mixed = len(shapes) > 1
-    rel_cols = np.nonzero(np.any(np.stack([s.vec for s in shapes]), axis=0))[0]
-    paths = [p[hosts] for p in problem.pref]
-    enc = RuleEncoder(problem, hosts) if problem.constrained else None
-    classes: dict[ClassKey, list[int]] = {}
-    for local in range(len(hosts)):
-        key: ClassKey = (
-            tuple(int(c) for c in caps[:, local]),
-            tuple(int(x) for x in snap.free[hosts[local], rel_cols]) if mixed else (),
-            int(problem.free_main[hosts[local]]),
-            tuple(int(p[local]) for p in paths),
-            enc.features(local) if enc else (),
-        )
-        classes.setdefault(key, []).append(local)
-
-    weights = problem.weights
-    w_unplaced, w_spread, w_nodes, w_stranded, w_df = weights.coefficients()
-    unit = weights.unit
-    model = cp_model.CpModel()
-    placed: list[list[cp_model.LinearExpr]] = [[] for _ in shapes]
-    objective: list[cp_model.LinearExprT] = []
-    members_by_path: list[dict[int, list[tuple[cp_model.LinearExprT, int]]]] = [dict() for _ in paths]
-    class_of_pattern: dict[tuple[ClassKey, tuple[int, ...]], cp_model.IntVar] = {}
-    vecs = [s.vec[rel_cols] for s in shapes]
-    w_pref = weights.preference_weight()
-    for key, locals_ in classes.items():
-        cap_tuple, _, free_main, path_ids, feats = key
-        count = len(locals_)
-        free_vec = snap.free[hosts[locals_[0]], rel_cols]
-        class_vars: list[cp_model.IntVar] = []
-        for pattern in _patterns(cap_tuple, free_vec, vecs):
-            if enc is not None and not enc.pattern_ok(pattern, feats):
-                continue
-            var = model.new_int_var(0, count, "")
-            class_vars.append(var)
-            class_of_pattern[(key, pattern)] = var
-            used_main = sum(n * shapes[s].main for s, n in enumerate(pattern))
-            for s, n in enumerate(pattern):
-                if n:
-                    placed[s].append(var * n)
-            cost = w_nodes + w_stranded * (max(0, free_main - used_main) // unit)
-            if enc is not None:
-                cost += w_pref * enc.pattern_cost(pattern, feats)
-                enc.add_class_pattern(locals_[0], pattern, var)
-            objective.append(var * cost)
-        if not class_vars:
-            continue
-        model.add(sum(class_vars) <= count)
-        for level, pid in enumerate(path_ids):
-            members_by_path[level].setdefault(pid, []).append((sum(class_vars), count))
-    if not class_of_pattern:
+    """Solve the group's placement inside one domain; None when it is infeasible there. Raises
+    :class:`solver.cpsat.ModelTooLarge` when a class has too many packing patterns."""
+    model = PlacementModel(problem, bound)
+    if not model.build_model():
         return None
-    total_placed: list[cp_model.LinearExprT] = []
-    for s, shape in enumerate(shapes):
-        if placed[s]:
-            model.add(sum(placed[s]) <= shape.count)
-            total_placed.append(sum(placed[s]))
-    placed_expr = sum(total_placed)
-    model.add(placed_expr >= max(problem.needed, 1))
-    if enc is not None:
-        objective.append(w_pref * enc.encode(model, placed))
-    # unplaced and domain_free are both linear in the pods placed per shape
-    df_base = int(problem.domain_free_main[bound.domain])
-    objective.append(w_unplaced * (problem.pending_total - placed_expr))
-    for s, shape in enumerate(shapes):
-        if placed[s]:
-            objective.append(-(w_df * shape.main // unit) * sum(placed[s]))
-    const_df = w_df * (df_base // unit)
-    for level, groups in enumerate(members_by_path):
-        for members in groups.values():
-            used = model.new_bool_var("")
-            for expr, count in members:
-                model.add(expr <= count * used)
-            objective.append(w_spread[level] * used)
-    model.minimize(sum(objective) + const_df)
-
     if hint:
-        _add_hint(model, problem, hosts, classes, class_of_pattern, hint)
-    solver = cp_model.CpSolver()
-    solver.parameters.num_workers = 1
-    solver.parameters.random_seed = seed
-    solver.parameters.max_deterministic_time = deterministic_time
-    solver.parameters.max_time_in_seconds = time_limit
-    status = solver.solve(model)
-    if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
+        model.add_hint(hint)
+    solved = model.builder.solve(seed, deterministic_time, time_limit)
+    if solved is None:
         return None
-    picks: dict[int, list[tuple[int, int]]] = {s: [] for s in range(len(shapes))}
-    cursor = {key: 0 for key in classes}
-    for (key, pattern), var in class_of_pattern.items():
-        taken = solver.value(var)
-        for _ in range(taken):
-            local = classes[key][cursor[key]]
-            cursor[key] += 1
-            for s, n in enumerate(pattern):
-                if n:
-                    picks[s].append((int(hosts[local]), n))
-    return DomainSolution(
-        picks=picks,
-        optimal=status == cp_model.OPTIMAL,
-        scalar=int(round(solver.objective_value)),
-        bound=int(round(solver.best_objective_bound)),
-    )
+    return DomainSolution(model.picks(solved), solved.optimal, solved.objective, solved.bound)
 
 
-def _add_hint(model: cp_model.CpModel, problem: Problem, hosts: np.ndarray, classes: Mapping[ClassKey, list[int]],
-              class_of_pattern: Mapping[tuple[ClassKey, tuple[int, ...]], cp_model.IntVar],
-              hint: Mapping[int, list[tuple[int, int]]]) -> None:
-    """Start CP-SAT from the greedy solution of this domain."""
-    position = {int(h): i for i, h in enumerate(hosts)}
-    per_node: dict[int, list[int]] = {}
-    for s, picks in hint.items():
-        for node, count in picks:
-            per_node.setdefault(position[node], [0] * len(problem.shapes))[s] += count
-    class_key = {local: key for key, members in classes.items() for local in members}
-    counts: dict[tuple[ClassKey, tuple[int, ...]], int] = {}
-    for local, pattern in per_node.items():
-        k = (class_key[local], tuple(pattern))
-        if k not in class_of_pattern:
-            return  # the greedy used a pattern the model does not have: no hint rather than a wrong one
-        counts[k] = counts.get(k, 0) + 1
-    for k, var in class_of_pattern.items():
-        model.add_hint(var, counts.get(k, 0))
+class PlacementModel:
+    """The CP-SAT model of one group inside one domain: its parts in the order they are added."""
+
+    def __init__(self, problem: Problem, bound: DomainBound) -> None:
+        self.problem = problem
+        self.bound = bound
+        self.hosts = hosts = bound.nodes
+        shapes = problem.shapes
+        self.caps = np.minimum(problem.caps[:, hosts], np.array([s.count for s in shapes])[:, None])
+        self.rel_cols = np.nonzero(np.any(np.stack([s.vec for s in shapes]), axis=0))[0]
+        self.vecs = [s.vec[self.rel_cols] for s in shapes]
+        weights = problem.weights
+        self.unit = weights.unit
+        #: weights of (unplaced, spread levels, nodes, stranded, domain_free), and of preference
+        self.w_unplaced, self.w_spread, self.w_nodes, self.w_stranded, self.w_df = weights.coefficients()
+        self.w_pref = weights.preference_weight()
+        self.enc = RuleEncoder(problem, hosts) if problem.constrained else None
+        self.classes = self.node_classes()
+        self.builder = ModelBuilder(len(shapes))
+        #: the variable of each (class, pattern) the model holds, in creation order
+        self.pattern_vars: dict[tuple[ClassKey, Pattern], cp_model.IntVar] = {}
+        #: per preferred level, per path id: (nodes of a class there, class size)
+        self.members_by_path: list[dict[int, list[tuple[cp_model.LinearExprT, int]]]] = [
+            dict() for _ in problem.pref]
+        self.objective: list[cp_model.LinearExprT] = []
+
+    def node_classes(self) -> dict[ClassKey, list[int]]:
+        """The domain's nodes (local positions) grouped by what makes them interchangeable."""
+        problem, hosts = self.problem, self.hosts
+        mixed = len(problem.shapes) > 1
+        free = problem.snapshot.free
+        paths = [p[hosts] for p in problem.pref]
+        classes: dict[ClassKey, list[int]] = {}
+        for local in range(len(hosts)):
+            key: ClassKey = (
+                tuple(int(c) for c in self.caps[:, local]),
+                tuple(int(x) for x in free[hosts[local], self.rel_cols]) if mixed else (),
+                int(problem.free_main[hosts[local]]),
+                tuple(int(p[local]) for p in paths),
+                self.enc.features(local) if self.enc else (),
+            )
+            classes.setdefault(key, []).append(local)
+        return classes
+
+    # -- the model, part by part -----------------------------------------------------------------
+    def build_model(self) -> bool:
+        """Add every part; False when no node of the domain can take any pod (nothing to solve)."""
+        for k, (key, locals_) in enumerate(self.classes.items()):
+            self.add_node_class(k, key, locals_)
+        if not self.pattern_vars:
+            return False
+        problem = self.problem
+        placed = self.builder.group_size([s.count for s in problem.shapes], problem.needed)
+        assert placed is not None  # a pattern places at least one pod
+        if self.enc is not None:
+            self.objective.append(self.w_pref * self.enc.encode(self.builder))
+        self.objective.append(self.unplaced_term(placed))
+        self.objective += self.domain_free_terms()
+        self.objective += self.spread_terms()
+        self.builder.model.minimize(sum(self.objective) + self.domain_free_constant())
+        return True
+
+    def add_node_class(self, k: int, key: ClassKey, locals_: list[int]) -> None:
+        """A class's pattern variables, their packing cost (nodes, stranded, preference) and the
+        preferred-level paths they use."""
+        cap_tuple, _, free_main, path_ids, feats = key
+        free_vec = self.problem.snapshot.free[self.hosts[locals_[0]], self.rel_cols]
+        enc = self.enc
+        patterns = [p for p in packing_patterns(cap_tuple, free_vec, self.vecs)
+                    if enc is None or enc.pattern_ok(p, feats)]
+        node = self.problem.snapshot.nodes[self.hosts[locals_[0]]].name
+        variables = self.builder.node_class(f"class={k},first={node},nodes={len(locals_)}", len(locals_), patterns)
+        for pattern, var in zip(patterns, variables, strict=True):
+            self.pattern_vars[(key, pattern)] = var
+            if enc is not None:
+                enc.add_class_pattern(locals_[0], pattern, var)
+            self.objective.append(var * self.packing_cost(pattern, free_main, feats))
+        if variables:
+            for level, pid in enumerate(path_ids):
+                self.members_by_path[level].setdefault(pid, []).append((sum(variables), len(locals_)))
+
+    def packing_cost(self, pattern: Pattern, free_main: int, feats: tuple[int, ...]) -> int:
+        """Objective terms ``nodes`` and ``stranded`` (and the per-node rules' ``preference``) of one
+        node taking ``pattern``."""
+        used_main = sum(n * self.problem.shapes[s].main for s, n in enumerate(pattern))
+        cost = self.w_nodes + self.w_stranded * (max(0, free_main - used_main) // self.unit)
+        if self.enc is not None:
+            cost += self.w_pref * self.enc.pattern_cost(pattern, feats)
+        return cost
+
+    def unplaced_term(self, placed: cp_model.LinearExprT) -> cp_model.LinearExprT:
+        """Objective term ``unplaced``: pending pods the model leaves out."""
+        return self.w_unplaced * (self.problem.pending_total - placed)
+
+    def domain_free_terms(self) -> list[cp_model.LinearExprT]:
+        """Objective term ``domain_free``, the part that depends on the pods placed (linear in the
+        pods placed per shape); the rest is :meth:`domain_free_constant`."""
+        return [-(self.w_df * shape.main // self.unit) * sum(terms)
+                for shape, terms in zip(self.problem.shapes, self.builder.placed, strict=True) if terms]
+
+    def domain_free_constant(self) -> int:
+        return self.w_df * (int(self.problem.domain_free_main[self.bound.domain]) // self.unit)
+
+    def spread_terms(self) -> list[cp_model.LinearExprT]:
+        """Objective term ``spread``: per preferred level, a boolean per domain the group uses."""
+        keys = self.problem.group.preferred_keys
+        terms: list[cp_model.LinearExprT] = []
+        for level, groups in enumerate(self.members_by_path):
+            for pid, members in groups.items():
+                used = self.builder.indicator(f"uses[key={keys[level]},path={pid}]", *members)
+                terms.append(self.w_spread[level] * used)
+        return terms
+
+    # -- in and out ------------------------------------------------------------------------------
+    def add_hint(self, hint: Mapping[int, list[tuple[int, int]]]) -> None:
+        """Start CP-SAT from the greedy solution of this domain."""
+        position = {int(h): i for i, h in enumerate(self.hosts)}
+        per_node: dict[int, list[int]] = {}
+        for s, picks in hint.items():
+            for node, count in picks:
+                per_node.setdefault(position[node], [0] * len(self.problem.shapes))[s] += count
+        class_key = {local: key for key, members in self.classes.items() for local in members}
+        counts: dict[tuple[ClassKey, Pattern], int] = {}
+        for local, pattern in per_node.items():
+            k = (class_key[local], tuple(pattern))
+            if k not in self.pattern_vars:
+                return  # the greedy used a pattern the model does not have: no hint rather than a wrong one
+            counts[k] = counts.get(k, 0) + 1
+        for k, var in self.pattern_vars.items():
+            self.builder.model.add_hint(var, counts.get(k, 0))
+
+    def picks(self, solved: Solved) -> Picks:
+        """The solution as per-node pod counts: each class hands its nodes out in order."""
+        picks: Picks = {s: [] for s in range(len(self.problem.shapes))}
+        cursor = {key: 0 for key in self.classes}
+        for (key, pattern), var in self.pattern_vars.items():
+            for _ in range(solved.value(var)):
+                local = self.classes[key][cursor[key]]
+                cursor[key] += 1
+                for s, n in enumerate(pattern):
+                    if n:
+                        picks[s].append((int(self.hosts[local]), n))
+        return picks
 
 
 class RuleEncoder:
@@ -210,8 +215,9 @@ class RuleEncoder:
     Rules over a per-node key (hostname) and node limits are checked per packing pattern: a class
     of nodes shares the features they read, so a pattern is valid (and costs the same) on every node
     of the class. Rules over wider keys (zone, rack) split classes by domain and become linear
-    constraints over the pods each domain receives; a spread's global minimum is a variable unless
-    the placement cannot move it (:func:`solver.constraints.spread_fixed_min`)."""
+    constraints over the pods each domain receives (one method per rule family); a spread's global
+    minimum is a variable unless the placement cannot move it
+    (:func:`solver.constraints.spread_fixed_min`)."""
 
     def __init__(self, problem: Problem, hosts: np.ndarray) -> None:
         self.problem = problem
@@ -222,14 +228,14 @@ class RuleEncoder:
         self.dom_spreads: list[Spread] = []
         for sp in rules.spreads:
             m0 = spread_fixed_min(sp, sum(self.counts[t] for t in sp.members))
-            if _node_level(snap, sp.key) and m0 is not None:
+            if node_level(snap, sp.key) and m0 is not None:
                 self.node_spreads.append((sp, m0))
             else:
                 self.dom_spreads.append(sp)
-        self.node_soft = [t for t in rules.soft if _node_level(snap, t.key)]
-        self.dom_soft = [t for t in rules.soft if not _node_level(snap, t.key)]
-        self.node_coloc = [c for c in rules.coloc if _node_level(snap, c.key)]
-        self.dom_coloc = [c for c in rules.coloc if not _node_level(snap, c.key)]
+        self.node_soft = [t for t in rules.soft if node_level(snap, t.key)]
+        self.dom_soft = [t for t in rules.soft if not node_level(snap, t.key)]
+        self.node_coloc = [c for c in rules.coloc if node_level(snap, c.key)]
+        self.dom_coloc = [c for c in rules.coloc if not node_level(snap, c.key)]
         keys = [r.key for r in rules.anti] + [c.key for c in self.dom_coloc] + [sp.key for sp in self.dom_spreads]
         self.keys = list(dict.fromkeys(keys + [t.key for t in self.dom_soft]))
         self.ids: dict[str, np.ndarray] = {k: snap.domains(k)[1][hosts] for k in self.keys}
@@ -251,10 +257,15 @@ class RuleEncoder:
         out[ok] = np.asarray(per_domain_values, dtype=np.int64)[ids[ok]]
         return out
 
+    def _where(self, key: str, d: int) -> str:
+        """``key=value`` of domain ``d`` of ``key``, for variable names."""
+        return f"{key}={self.problem.snapshot.domains(key)[0][d]}"
+
+    # -- per packing pattern -------------------------------------------------------------------
     def features(self, local: int) -> tuple[int, ...]:
         return tuple(int(self.ids[k][local]) for k in self.keys) + tuple(int(v) for v in self.cols[:, local])
 
-    def pattern_ok(self, pattern: tuple[int, ...], feats: tuple[int, ...]) -> bool:
+    def pattern_ok(self, pattern: Pattern, feats: tuple[int, ...]) -> bool:
         off = len(self.keys)
         for i, lim in enumerate(self.rules.limits):
             if sum(c * pattern[s] for s, c in zip(lim.shapes, lim.coeffs, strict=False)) > feats[off + i]:
@@ -268,7 +279,7 @@ class RuleEncoder:
                 return False
         return True
 
-    def pattern_cost(self, pattern: tuple[int, ...], feats: tuple[int, ...]) -> int:
+    def pattern_cost(self, pattern: Pattern, feats: tuple[int, ...]) -> int:
         cost = 0
         for j, t in enumerate(self.node_soft):
             has = feats[self._off_soft + j]
@@ -286,7 +297,7 @@ class RuleEncoder:
                 cost += SOFT_SPREAD_WEIGHT * (max(0, c - m0 - sp.skew) - max(0, e - m0 - sp.skew))
         return cost
 
-    def add_class_pattern(self, local: int, pattern: tuple[int, ...], var: cp_model.IntVar) -> None:
+    def add_class_pattern(self, local: int, pattern: Pattern, var: cp_model.IntVar) -> None:
         for k in self.keys:
             d = int(self.ids[k][local])
             if d < 0:
@@ -299,127 +310,151 @@ class RuleEncoder:
             if any(pattern[t] for t in c.shapes):
                 self.coloc_vars[i].append(var)
 
-    def encode(self, model: cp_model.CpModel, placed: list[list[cp_model.LinearExpr]]) -> cp_model.LinearExprT:
+    # -- per domain, one method per rule family --------------------------------------------------
+    def encode(self, builder: ModelBuilder) -> cp_model.LinearExprT:
         """Add the domain-level rules; return the preference expression they contribute."""
-        counts = self.counts
-        pref: list[cp_model.LinearExprT] = []
-        const = 0
-
-        def pods(per: PerShape, shapes: tuple[int, ...]) -> list[cp_model.LinearExpr]:
-            return [e for t in shapes for e in per.get(t, ())]
-
-        def used(expr: cp_model.LinearExprT, bound: int) -> cp_model.IntVar:
-            y = model.new_bool_var("")
-            model.add(expr <= bound * y)
-            return y
-
         for r in self.rules.anti:
-            for per in self.terms[r.key].values():
-                mine = per.get(r.shape)
-                if not mine:
-                    continue
-                y = used(sum(mine), counts[r.shape])
-                if r.self_match:
-                    model.add(sum(mine) <= 1)
-                for t in r.others:
-                    if per.get(t):
-                        model.add(sum(per[t]) <= counts[t] * (1 - y))
-        def owner_placed(c: Coloc) -> cp_model.IntVar | int:
-            """1 when any pod of the term's owner is placed (the rule then binds), else free."""
-            owned = placed[c.owner] if c.owner >= 0 else []
-            return used(sum(owned), counts[c.owner]) if owned else 0
-
+            self.add_anti(builder, r)
         for i, c in enumerate(self.node_coloc):
-            if self.coloc_vars[i]:
-                o = owner_placed(c)
-                if isinstance(o, int):
-                    continue  # the owner can go nowhere: nothing to keep together
-                model.add(sum(self.coloc_vars[i]) <= 1 + len(self.coloc_vars[i]) * (1 - o))
-        for c in self.dom_coloc:
-            o = owner_placed(c)
-            if isinstance(o, int):
-                continue
-            zs: list[cp_model.IntVar] = []
-            for per in self.terms[c.key].values():
-                if not pods(per, c.shapes):
-                    continue
-                z = model.new_bool_var("")
-                zs.append(z)
-                for t in c.shapes:
-                    if per.get(t):  # the owner's pods always follow z; the others only when it is placed
-                        slack = 0 if t == c.owner else counts[t] * (1 - o)
-                        model.add(sum(per[t]) <= counts[t] * z + slack)
-            if zs:
-                model.add(sum(zs) <= 1)
+            self.add_node_coloc(builder, i, c)
+        for i, c in enumerate(self.dom_coloc):
+            self.add_domain_coloc(builder, i, c)
+        pref: list[cp_model.LinearExprT] = []
         for sp in self.dom_spreads:
-            pref_part, c0 = self._spread(model, sp, pods, used)
-            pref += pref_part
-            const += c0
+            pref += self.add_spread(builder, sp)
         for soft in self.dom_soft:
-            for d, per in self.terms[soft.key].items():
-                has = int(soft.existing[d] > 0)
-                mine = per.get(soft.shape)
-                if soft.kind == "anti" and soft.self_match:
-                    crowd = pods(per, soft.members)
-                    if crowd:
-                        e = model.new_int_var(0, sum(counts), "")
-                        model.add(e >= sum(crowd) + has - 1)
-                        pref.append(soft.weight * e)
-                elif soft.kind == "anti":
-                    if has and mine:
-                        pref.append(soft.weight * sum(mine))
-                elif mine and not has:
-                    pref.append(soft.weight * used(sum(mine), counts[soft.shape]))
-        for sp, m0 in self.node_spreads:
-            if not sp.hard:
-                const += SOFT_SPREAD_WEIGHT * int(np.maximum(sp.existing[sp.counted] - m0 - sp.skew, 0).sum())
-        for shapes, cap, _ in self.rules.totals:
-            exprs = [e for s in shapes for e in placed[s]]
-            if exprs:
-                model.add(sum(exprs) <= cap)
-        return sum(pref) + const
+            pref += self.soft_terms(builder, soft)
+        self.add_totals(builder)
+        return sum(pref) + self.node_spread_excess()
 
-    def _spread(
-        self,
-        model: cp_model.CpModel,
-        sp: Spread,
-        pods: Callable[[PerShape, tuple[int, ...]], list[cp_model.LinearExpr]],
-        used: Callable[[cp_model.LinearExprT, int], cp_model.IntVar],
-    ) -> tuple[list[cp_model.LinearExprT], int]:
+    @staticmethod
+    def _pods(per: PerShape, shapes: tuple[int, ...]) -> list[cp_model.LinearExpr]:
+        return [e for t in shapes for e in per.get(t, ())]
+
+    def add_anti(self, builder: ModelBuilder, r: DomainAnti) -> None:
+        """Required anti-affinity over a wider key: where the shape goes, the pods it avoids do not
+        (and at most one of its own when it selects itself)."""
+        for d, per in self.terms[r.key].items():
+            mine = per.get(r.shape)
+            if not mine:
+                continue
+            y = builder.indicator(f"anti[{self._where(r.key, d)},shape={r.shape}]", (sum(mine), self.counts[r.shape]))
+            if r.self_match:
+                builder.model.add(sum(mine) <= 1)
+            for t in r.others:
+                if per.get(t):
+                    builder.model.add(sum(per[t]) <= self.counts[t] * (1 - y))
+
+    def _owner_placed(self, builder: ModelBuilder, c: Coloc, name: str) -> cp_model.IntVar | int:
+        """1 when any pod of the term's owner is placed (the rule then binds), else free."""
+        owned = builder.placed[c.owner] if c.owner >= 0 else []
+        return builder.indicator(name, (sum(owned), self.counts[c.owner])) if owned else 0
+
+    def add_node_coloc(self, builder: ModelBuilder, i: int, c: Coloc) -> None:
+        """Required affinity among members over a per-node key: all on one node."""
+        if not self.coloc_vars[i]:
+            return
+        o = self._owner_placed(builder, c, f"coloc_owner[{c.key},rule={i}]")
+        if isinstance(o, int):
+            return  # the owner can go nowhere: nothing to keep together
+        builder.model.add(sum(self.coloc_vars[i]) <= 1 + len(self.coloc_vars[i]) * (1 - o))
+
+    def add_domain_coloc(self, builder: ModelBuilder, i: int, c: Coloc) -> None:
+        """Required affinity among members over a wider key: all in one domain."""
+        o = self._owner_placed(builder, c, f"coloc_owner[{c.key},rule={i}]")
+        if isinstance(o, int):
+            return
+        zs: list[cp_model.IntVar] = []
+        for d, per in self.terms[c.key].items():
+            if not self._pods(per, c.shapes):
+                continue
+            z = builder.bool_var(f"coloc[{self._where(c.key, d)},rule={i}]")
+            zs.append(z)
+            for t in c.shapes:
+                if per.get(t):  # the owner's pods always follow z; the others only when it is placed
+                    slack = 0 if t == c.owner else self.counts[t] * (1 - o)
+                    builder.model.add(sum(per[t]) <= self.counts[t] * z + slack)
+        if zs:
+            builder.model.add(sum(zs) <= 1)
+
+    def add_spread(self, builder: ModelBuilder, sp: Spread) -> list[cp_model.LinearExprT]:
+        """A spread over a wider key (or one whose global minimum can move); the preference terms of
+        a soft one."""
         per_domain = self.terms[sp.key]
         top = int(sp.existing.max()) + sum(self.counts) if len(sp.existing) else sum(self.counts)
         c: dict[int, cp_model.LinearExpr | int] = {}
         for d in range(len(sp.existing)):
-            ex = pods(per_domain.get(d, {}), sp.members)
+            ex = self._pods(per_domain.get(d, {}), sp.members)
             c[d] = int(sp.existing[d]) + (sum(ex) if ex else 0)
         m: cp_model.IntVar | int
         if sp.min_zero or not sp.counted.any():
             m = 0
         else:
-            m = model.new_int_var(0, top, "")
+            m = builder.int_var(top, f"spread_min[{sp.key},shape={sp.shape}]")
             for k in np.nonzero(sp.counted)[0]:
-                model.add(m <= c[int(k)])
-        pref: list[cp_model.LinearExprT] = []
+                builder.model.add(m <= c[int(k)])
         if sp.hard:
-            # when the shape is the only one counted, a domain without its pods keeps its existing
-            # count; where that is within maxSkew of the lowest existing count, the bound holds either
-            # way (m can be the true minimum), so state it without the indicator: same solutions, a
-            # much tighter relaxation (``low``: the least the global minimum can be)
-            low = 0 if sp.min_zero or not sp.counted.any() else int(sp.existing[sp.counted].min())
-            alone = sp.members == (sp.shape,)
-            for d, per in per_domain.items():
-                mine = per.get(sp.shape)
-                if not mine:
-                    continue
-                if alone and int(sp.existing[d]) <= low + sp.skew:
-                    model.add(c[d] <= m + sp.skew)
-                    continue
-                y = used(sum(mine), self.counts[sp.shape])
-                model.add(sum(mine) >= y)
-                model.add(c[d] <= m + sp.skew).only_enforce_if(y)
-            return pref, 0
+            self._hard_spread(builder, sp, c, m)
+            return []
+        pref: list[cp_model.LinearExprT] = []
         for k in np.nonzero(sp.counted)[0]:
-            e = model.new_int_var(0, top, "")
-            model.add(e >= c[int(k)] - m - sp.skew)
+            e = builder.int_var(top, f"spread_excess[{self._where(sp.key, int(k))},shape={sp.shape}]")
+            builder.model.add(e >= c[int(k)] - m - sp.skew)
             pref.append(SOFT_SPREAD_WEIGHT * e)
-        return pref, 0
+        return pref
+
+    def _hard_spread(self, builder: ModelBuilder, sp: Spread, c: Mapping[int, cp_model.LinearExpr | int],
+                     m: cp_model.IntVar | int) -> None:
+        # when the shape is the only one counted, a domain without its pods keeps its existing
+        # count; where that is within maxSkew of the lowest existing count, the bound holds either
+        # way (m can be the true minimum), so state it without the indicator: same solutions, a
+        # much tighter relaxation (``low``: the least the global minimum can be)
+        low = 0 if sp.min_zero or not sp.counted.any() else int(sp.existing[sp.counted].min())
+        alone = sp.members == (sp.shape,)
+        for d, per in self.terms[sp.key].items():
+            mine = per.get(sp.shape)
+            if not mine:
+                continue
+            if alone and int(sp.existing[d]) <= low + sp.skew:
+                builder.model.add(c[d] <= m + sp.skew)
+                continue
+            y = builder.indicator(f"spread_used[{self._where(sp.key, d)},shape={sp.shape}]",
+                                  (sum(mine), self.counts[sp.shape]))
+            builder.model.add(sum(mine) >= y)
+            builder.model.add(c[d] <= m + sp.skew).only_enforce_if(y)
+
+    def soft_terms(self, builder: ModelBuilder, soft: Soft) -> list[cp_model.LinearExprT]:
+        """A preferred (anti-)affinity term over a wider key, as preference terms."""
+        pref: list[cp_model.LinearExprT] = []
+        for d, per in self.terms[soft.key].items():
+            has = int(soft.existing[d] > 0)
+            mine = per.get(soft.shape)
+            where = f"{self._where(soft.key, d)},shape={soft.shape}"
+            if soft.kind == "anti" and soft.self_match:
+                crowd = self._pods(per, soft.members)
+                if crowd:
+                    e = builder.int_var(sum(self.counts), f"soft_crowd[{where}]")
+                    builder.model.add(e >= sum(crowd) + has - 1)
+                    pref.append(soft.weight * e)
+            elif soft.kind == "anti":
+                if has and mine:
+                    pref.append(soft.weight * sum(mine))
+            elif mine and not has:
+                alone = builder.indicator(f"soft_alone[{where}]", (sum(mine), self.counts[soft.shape]))
+                pref.append(soft.weight * alone)
+        return pref
+
+    def node_spread_excess(self) -> int:
+        """The part of the per-node soft spreads' excess that the placement cannot change."""
+        const = 0
+        for sp, m0 in self.node_spreads:
+            if not sp.hard:
+                const += SOFT_SPREAD_WEIGHT * int(np.maximum(sp.existing[sp.counted] - m0 - sp.skew, 0).sum())
+        return const
+
+    def add_totals(self, builder: ModelBuilder) -> None:
+        """Caps on the pods of some shapes in all (e.g. the PersistentVolumes available)."""
+        for shapes, cap, _ in self.rules.totals:
+            exprs = [e for s in shapes for e in builder.placed[s]]
+            if exprs:
+                builder.model.add(sum(exprs) <= cap)

@@ -170,26 +170,13 @@ class _State:
         return ~(self.on_domain(sp.key, crowded.astype(np.int64)) > 0)
 
     def candidates(self, s: int) -> np.ndarray:
-        problem = self.problem
-        shape = problem.shapes[s]
-        rules = problem.rules
+        """Where one more pod of shape ``s`` may go now (per local node): room, then every rule."""
+        shape = self.problem.shapes[s]
         cols = np.nonzero(shape.vec)[0]
         ok: np.ndarray = shape.eligibility.mask[self.hosts] & np.all(self.free[:, cols] >= shape.vec[cols], axis=1)
-        for lim in rules.limits:
-            if s in lim.shapes:
-                used = sum(c * self.x[t] for t, c in zip(lim.shapes, lim.coeffs, strict=False))
-                ok &= used + lim.coeffs[lim.shapes.index(s)] <= lim.limit[self.hosts]
-        for a, b in rules.pairs:
-            if s in (a, b):
-                ok &= self.x[b if s == a else a] == 0
-        for r in rules.anti:
-            if r.shape == s:
-                blocked = self.per_domain(r.key, r.others) > 0
-                if r.self_match:
-                    blocked |= self.per_domain(r.key, (s,)) > 0
-                ok &= ~(self.on_domain(r.key, blocked.astype(np.int64)) > 0)
-            elif s in r.others:
-                ok &= ~(self.on_domain(r.key, (self.per_domain(r.key, (r.shape,)) > 0).astype(np.int64)) > 0)
+        self.keep_limits(s, ok)
+        self.keep_anti(s, ok)
+        rules = self.problem.rules
         for i, c in enumerate(rules.coloc):
             if s in c.shapes and i in self.coloc_domain:
                 ok &= self.ids_or_nodes(c.key) == self.coloc_domain[i]
@@ -202,6 +189,28 @@ class _State:
             if s in shapes and self.total_left[j] <= 0:
                 ok[:] = False
         return ok
+
+    def keep_limits(self, s: int, ok: np.ndarray) -> None:
+        """Narrow ``ok`` to nodes where node limits and pair conflicts allow one more pod of ``s``."""
+        rules = self.problem.rules
+        for lim in rules.limits:
+            if s in lim.shapes:
+                used = sum(c * self.x[t] for t, c in zip(lim.shapes, lim.coeffs, strict=False))
+                ok &= used + lim.coeffs[lim.shapes.index(s)] <= lim.limit[self.hosts]
+        for a, b in rules.pairs:
+            if s in (a, b):
+                ok &= self.x[b if s == a else a] == 0
+
+    def keep_anti(self, s: int, ok: np.ndarray) -> None:
+        """Narrow ``ok`` to nodes outside the domains required anti-affinity closes to ``s``."""
+        for r in self.problem.rules.anti:
+            if r.shape == s:
+                blocked = self.per_domain(r.key, r.others) > 0
+                if r.self_match:
+                    blocked |= self.per_domain(r.key, (s,)) > 0
+                ok &= ~(self.on_domain(r.key, blocked.astype(np.int64)) > 0)
+            elif s in r.others:
+                ok &= ~(self.on_domain(r.key, (self.per_domain(r.key, (r.shape,)) > 0).astype(np.int64)) > 0)
 
     def ids_or_nodes(self, key: str) -> np.ndarray:
         ids: np.ndarray = self.ids[key] if key in self.ids else np.arange(len(self.hosts))

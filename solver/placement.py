@@ -21,8 +21,9 @@ import time
 from dataclasses import dataclass, field
 from typing import Collection, Iterable, Mapping
 
+from .cpsat import ModelTooLarge
 from .errors import InvalidInput
-from .exact import ModelTooLarge, solve_domain
+from .exact import Picks, solve_domain
 from .explain import Explanation, explain
 from .greedy import greedy_domain
 from .model import Pod, PodGroup
@@ -32,8 +33,6 @@ from .snapshot import Snapshot
 
 PATHS = ("greedy", "exact")
 
-#: shape index -> [(node index, pods)] in one domain, as greedy and exact return it
-Picks = dict[int, list[tuple[int, int]]]
 #: the incumbent: its objective, its domain, its picks
 Best = tuple[Objective, DomainBound, Picks]
 
@@ -103,23 +102,7 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     # with the tighter one: a domain it prunes cannot beat the incumbent
     order = sorted(viable, key=lambda b: (problem.objective_lower_bound(b, b.placed_ub, tight=False), b.domain))
     ranked = [(problem.objective_lower_bound(b, b.placed_ub), b) for b in order]
-    best: Best | None = None
-    greedy_picks: dict[int, Picks] = {}
-    greedy_fits: dict[int, int] = {}
-    pruned = 0
-    for lower, bound in ranked:
-        if best is not None and lower >= best[0]:
-            pruned += 1
-            continue
-        picks = greedy_domain(problem, bound.nodes)
-        if picks is None:
-            greedy_fits[bound.domain] = _count_fitting(problem, bound)
-            continue
-        greedy_picks[bound.domain] = picks
-        objective = evaluate(snapshot, group, _assign(problem, picks), problem)
-        if best is None or objective < best[0]:
-            best = (objective, bound, picks)
-    stats["domains_greedy_pruned"] = pruned
+    best, greedy_picks, greedy_fits, stats["domains_greedy_pruned"] = _greedy(problem, ranked)
 
     path = "greedy"
     optimal = False
@@ -138,6 +121,30 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     return Placement(
         group.key, _assign(problem, picks), domain, objective, path, optimal, gap, None, stats
     )
+
+
+def _greedy(problem: Problem, ranked: list[tuple[Objective, DomainBound]]
+            ) -> tuple[Best | None, dict[int, Picks], dict[int, int], int]:
+    """Greedy best fit in the ranked domains, skipping those whose bound cannot beat the incumbent:
+    the best answer, the picks per domain it fit in, how many pods fit where the group did not (for
+    the explanation), and how many domains were pruned."""
+    best: Best | None = None
+    greedy_picks: dict[int, Picks] = {}
+    greedy_fits: dict[int, int] = {}
+    pruned = 0
+    for lower, bound in ranked:
+        if best is not None and lower >= best[0]:
+            pruned += 1
+            continue
+        picks = greedy_domain(problem, bound.nodes)
+        if picks is None:
+            greedy_fits[bound.domain] = _count_fitting(problem, bound)
+            continue
+        greedy_picks[bound.domain] = picks
+        objective = evaluate(problem.snapshot, problem.group, _assign(problem, picks), problem)
+        if best is None or objective < best[0]:
+            best = (objective, bound, picks)
+    return best, greedy_picks, greedy_fits, pruned
 
 
 def _count_fitting(problem: Problem, bound: DomainBound) -> int:

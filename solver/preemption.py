@@ -23,7 +23,7 @@ key) and takes victims only from units with a pod on a node of that domain that 
 * **exact** — one CP-SAT model per domain, seeded with the greedy answer and capped by the best
   answer so far: a boolean per ``all`` unit, an integer per class of interchangeable ``single``
   victims on a node, the group's pods per shape on every node that holds victims, and the rest of
-  the domain as node classes with packing patterns (as in :mod:`solver.exact`); the four criteria
+  the domain as node classes with packing patterns (:mod:`solver.cpsat`); the four criteria
   above as one weighted sum.
 
 Every answer is then checked the way it will be acted on: remove the victims from the snapshot,
@@ -44,8 +44,8 @@ from typing import Iterable, Mapping
 import numpy as np
 from ortools.sat.python import cp_model
 
+from .cpsat import ModelBuilder, ModelTooLarge, Solved, packing_patterns
 from .errors import InvalidInput, SolverError
-from .exact import ModelTooLarge, _patterns
 from .greedy import greedy_domain
 from .model import PODS, DisruptionMode, Pod, PodGroup, PreemptionPolicy
 from .placement import Placement, SolveOptions, place
@@ -448,122 +448,151 @@ class _Search:
                      ceiling: int) -> tuple[list[int], bool] | None:
         """The CP-SAT model of domain ``d`` (see the module docstring); None when nothing under the
         ceiling exists, else (unit indices, proven optimal)."""
-        snap, base = self.snapshot, self.base
-        shapes = base.shapes
-        cols = np.nonzero(np.any(np.stack([s.vec for s in shapes]), axis=0))[0]
-        vecs = np.stack([s.vec[cols] for s in shapes])
-        raw = (snap.allocatable - snap.used)[:, cols]
-        units = self.domain_units[d]
-        nodes = np.nonzero((base.domain_ids == d) & self.eligible)[0]
-        in_domain = set(nodes.tolist())
-        model = cp_model.CpModel()
+        model = _VictimModel(self, d)
+        if not model.build_model(weights, ceiling):
+            return None
+        model.add_hint(hint)
+        solved = model.builder.solve(self.options.seed, self.options.deterministic_time, self.options.time_limit)
+        if solved is None:
+            return None
+        return model.evicted(solved), solved.optimal
 
-        # victims: a boolean per `all` unit, a count per class of interchangeable single pods
-        freed: dict[int, list[tuple[np.ndarray, cp_model.IntVar]]] = {}  # node -> [(vector, var)]
-        unit_vars: dict[int, cp_model.IntVar] = {}
-        #: (node, request vector, priority, budgets) -> unit indices
-        classes: dict[tuple[int, tuple[int, ...], int, tuple[str, ...]], list[int]] = {}
-        for k in units:
-            unit = self.units[k]
+
+#: A class of interchangeable ``single`` victims: (node, request vector, priority, budgets)
+VictimClass = tuple[int, tuple[int, ...], int, tuple[str, ...]]
+
+
+class _VictimModel:
+    """The CP-SAT model of one domain of a preemption search, part by part: the victims (a boolean
+    per ``all`` unit, a count per class of interchangeable ``single`` pods on a node), the group's
+    pods on every node that holds victims, the rest of the domain as node classes with packing
+    patterns, the group's size, and the eviction's cost (:meth:`_CostWeights.terms`)."""
+
+    def __init__(self, search: _Search, d: int) -> None:
+        self.search = search
+        snap, base = search.snapshot, search.base
+        self.cols = np.nonzero(np.any(np.stack([s.vec for s in base.shapes]), axis=0))[0]
+        self.vecs = np.stack([s.vec[self.cols] for s in base.shapes])
+        self.raw = (snap.allocatable - snap.used)[:, self.cols]
+        self.units = search.domain_units[d]
+        self.nodes = np.nonzero((base.domain_ids == d) & search.eligible)[0]
+        self.in_domain = set(self.nodes.tolist())
+        self.builder = ModelBuilder(len(base.shapes))
+        #: node -> [(request vector over cols, victim variable)]: what evicting frees there
+        self.freed: dict[int, list[tuple[np.ndarray, cp_model.IntVar]]] = {}
+        self.unit_vars: dict[int, cp_model.IntVar] = {}
+        self.class_vars: list[tuple[cp_model.IntVar, list[int]]] = []
+
+    def build_model(self, weights: "_CostWeights", ceiling: int) -> bool:
+        """Add every part, the cost at most ``ceiling``; False when the group can go nowhere."""
+        self.add_victims()
+        for i, terms in self.freed.items():
+            self.add_node_with_victims(i, terms)
+        self.add_other_nodes()
+        base = self.search.base
+        if self.builder.group_size([s.count for s in base.shapes], base.needed) is None:
+            return False
+        search = self.search
+        victims = [(search.units[k], var, 1) for k, var in self.unit_vars.items()]
+        victims += [(search.units[members[0]], var, len(members)) for var, members in self.class_vars]
+        objective = weights.terms(self.builder, victims, search.budgets)
+        self.builder.model.add(objective <= ceiling)
+        self.builder.model.minimize(objective)
+        return True
+
+    def _request(self, uid: str) -> np.ndarray:
+        snap = self.search.snapshot
+        return snap.request_vector(self.search.pods[uid].spec.requests)[0][self.cols]
+
+    def add_victims(self) -> None:
+        """A boolean per ``all`` unit, a count per class of interchangeable ``single`` pods."""
+        search, snap = self.search, self.search.snapshot
+        classes: dict[VictimClass, list[int]] = {}
+        for k in self.units:
+            unit = search.units[k]
             if unit.mode is DisruptionMode.ALL:
-                var = unit_vars[k] = model.new_bool_var("")
+                var = self.unit_vars[k] = self.builder.bool_var(f"evict[unit={unit.key}]")
                 per_node: dict[int, np.ndarray] = {}
                 for uid in unit.pods:
-                    i = snap.index[self.pods[uid].node]
-                    if i in in_domain:
-                        per_node[i] = per_node.get(i, 0) + snap.request_vector(self.pods[uid].spec.requests)[0][cols]
+                    i = snap.index[search.pods[uid].node]
+                    if i in self.in_domain:
+                        per_node[i] = per_node.get(i, 0) + self._request(uid)
                 for i, vec in per_node.items():
-                    freed.setdefault(i, []).append((vec, var))
+                    self.freed.setdefault(i, []).append((vec, var))
             else:
-                pod = self.pods[unit.pods[0]]
-                i = snap.index[pod.node]
-                vec = snap.request_vector(pod.spec.requests)[0][cols]
-                budgets = tuple(b.name for b in self.budgets if pod.uid in b.pods)
-                classes.setdefault((i, tuple(int(v) for v in vec), unit.priority, budgets), []).append(k)
-        class_vars: list[tuple[cp_model.IntVar, list[int]]] = []
-        for (i, vec_key, _, _), members in classes.items():
-            var = model.new_int_var(0, len(members), "")
-            class_vars.append((var, members))
-            freed.setdefault(i, []).append((np.array(vec_key), var))
+                pod = search.pods[unit.pods[0]]
+                vec = self._request(pod.uid)
+                budgets = tuple(b.name for b in search.budgets if pod.uid in b.pods)
+                key = (snap.index[pod.node], tuple(int(v) for v in vec), unit.priority, budgets)
+                classes.setdefault(key, []).append(k)
+        for (i, vec_key, priority, _), members in classes.items():
+            name = f"evict[node={snap.nodes[i].name},priority={priority},like={search.units[members[0]].key}]"
+            var = self.builder.int_var(len(members), name)
+            self.class_vars.append((var, members))
+            self.freed.setdefault(i, []).append((np.array(vec_key), var))
 
-        # the group's pods: per node where victims free room, per class of node elsewhere
-        placed: list[list[cp_model.LinearExprT]] = [[] for _ in shapes]
-        for i, terms in freed.items():
-            most = raw[i] + sum(vec for vec, _ in terms)
-            ys: dict[int, cp_model.IntVar] = {}
-            for s, shape in enumerate(shapes):
-                if not shape.eligibility.mask[i]:
-                    continue
-                nz = vecs[s] > 0
-                cap = int(np.min(np.maximum(most[nz], 0) // vecs[s][nz]))
-                if cap > 0:
-                    ys[s] = model.new_int_var(0, min(cap, shape.count), "")
-                    placed[s].append(ys[s])
-            if not ys:
-                continue
-            for j in range(len(cols)):
-                users = [s for s in ys if vecs[s][j] > 0]
-                if not users:
-                    continue
-                lhs = sum(int(vecs[s][j]) * ys[s] for s in users)
-                rhs = sum(int(vec[j]) * var for vec, var in terms if vec[j]) + int(raw[i, j])
-                if raw[i, j] >= 0:
-                    model.add(lhs <= rhs)
-                else:  # overcommitted already: only a node that takes a pod must fit it
-                    used = model.new_bool_var("")
-                    for s in users:
-                        model.add(ys[s] == 0).only_enforce_if(~used)
-                    model.add(lhs <= rhs).only_enforce_if(used)
-        static: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
-        caps = np.minimum(base.caps, np.array([s.count for s in shapes])[:, None])
-        for i in nodes.tolist():
-            if i in freed or not caps[:, i].any():
-                continue
-            key = (tuple(int(c) for c in caps[:, i]), tuple(int(x) for x in snap.free[i, cols]))
-            static[key] = static.get(key, 0) + 1
-        for (cap_tuple, free), count in static.items():
-            pattern_vars: list[cp_model.IntVar] = []
-            for pattern in _patterns(cap_tuple, np.array(free), list(vecs)):
-                var = model.new_int_var(0, count, "")
-                pattern_vars.append(var)
-                for s, n in enumerate(pattern):
-                    if n:
-                        placed[s].append(var * n)
-            if pattern_vars:
-                model.add(sum(pattern_vars) <= count)
-        totals: list[cp_model.LinearExprT] = []
+    def add_node_with_victims(self, i: int, terms: list[tuple[np.ndarray, cp_model.IntVar]]) -> None:
+        """The group's pods per shape on node ``i``, within what is free there plus what the evicted
+        victims give back."""
+        shapes, raw, vecs = self.search.base.shapes, self.raw, self.vecs
+        node = self.search.snapshot.nodes[i].name
+        most = raw[i] + sum(vec for vec, _ in terms)
+        ys: dict[int, cp_model.IntVar] = {}
         for s, shape in enumerate(shapes):
-            if placed[s]:
-                model.add(sum(placed[s]) <= shape.count)
-                totals.append(sum(placed[s]))
-        if not totals:
-            return None
-        model.add(sum(totals) >= max(base.needed, 1))
+            if not shape.eligibility.mask[i]:
+                continue
+            nz = vecs[s] > 0
+            cap = int(np.min(np.maximum(most[nz], 0) // vecs[s][nz]))
+            if cap > 0:
+                ys[s] = self.builder.int_var(min(cap, shape.count), f"pods[shape={s},node={node}]")
+                self.builder.placed[s].append(ys[s])
+        if not ys:
+            return
+        model = self.builder.model
+        for j in range(len(self.cols)):
+            users = [s for s in ys if vecs[s][j] > 0]
+            if not users:
+                continue
+            lhs = sum(int(vecs[s][j]) * ys[s] for s in users)
+            rhs = sum(int(vec[j]) * var for vec, var in terms if vec[j]) + int(raw[i, j])
+            if raw[i, j] >= 0:
+                model.add(lhs <= rhs)
+            else:  # overcommitted already: only a node that takes a pod must fit it
+                resource = self.search.snapshot.resources[self.cols[j]]
+                used = self.builder.bool_var(f"takes[node={node},resource={resource}]")
+                for s in users:
+                    model.add(ys[s] == 0).only_enforce_if(~used)
+                model.add(lhs <= rhs).only_enforce_if(used)
 
-        # the cost, tier by tier
-        victims = [(self.units[k], var, 1) for k, var in unit_vars.items()]
-        victims += [(self.units[members[0]], var, len(members)) for var, members in class_vars]
-        objective = weights.terms(model, victims, self.budgets)
-        model.add(objective <= ceiling)
-        model.minimize(objective)
-        for k, var in unit_vars.items():
+    def add_other_nodes(self) -> None:
+        """The domain's nodes without victims, as classes with packing patterns."""
+        snap, base = self.search.snapshot, self.search.base
+        static: dict[tuple[tuple[int, ...], tuple[int, ...]], int] = {}
+        caps = np.minimum(base.caps, np.array([s.count for s in base.shapes])[:, None])
+        for i in self.nodes.tolist():
+            if i in self.freed or not caps[:, i].any():
+                continue
+            key = (tuple(int(c) for c in caps[:, i]), tuple(int(x) for x in snap.free[i, self.cols]))
+            static[key] = static.get(key, 0) + 1
+        for k, ((cap_tuple, free), count) in enumerate(static.items()):
+            patterns = packing_patterns(cap_tuple, np.array(free), list(self.vecs))
+            self.builder.node_class(f"class={k},nodes={count}", count, patterns)
+
+    def add_hint(self, hint: list[int]) -> None:
+        """Start from the greedy answer's victims."""
+        model = self.builder.model
+        for k, var in self.unit_vars.items():
             model.add_hint(var, int(k in hint))
         chosen = set(hint)
-        for var, members in class_vars:
+        for var, members in self.class_vars:
             model.add_hint(var, sum(k in chosen for k in members))
 
-        solver = cp_model.CpSolver()
-        solver.parameters.num_workers = 1
-        solver.parameters.random_seed = self.options.seed
-        solver.parameters.max_deterministic_time = self.options.deterministic_time
-        solver.parameters.max_time_in_seconds = self.options.time_limit
-        status = solver.solve(model)
-        if status not in (cp_model.OPTIMAL, cp_model.FEASIBLE):
-            return None
-        out = [k for k, var in unit_vars.items() if solver.value(var)]
-        for var, members in class_vars:
-            out += members[: solver.value(var)]
-        return sorted(out), status == cp_model.OPTIMAL
+    def evicted(self, solved: Solved) -> list[int]:
+        """The units the answer evicts (a class's count as its first members)."""
+        out = [k for k, var in self.unit_vars.items() if solved.value(var)]
+        for var, members in self.class_vars:
+            out += members[: solved.value(var)]
+        return sorted(out)
 
 
 @dataclass(frozen=True)
@@ -607,23 +636,22 @@ class _CostWeights:
         return (w_viol * cost.pdb_violations + w_top * self.level(cost.highest_priority)
                 + w_pods * cost.pods + w_sum * (shifted // self.unit))
 
-    def terms(self, model: cp_model.CpModel, victims: list[tuple[VictimUnit, cp_model.IntVar, int]],
+    def terms(self, builder: ModelBuilder, victims: list[tuple[VictimUnit, cp_model.IntVar, int]],
               budgets: tuple[DisruptionBudget, ...]) -> cp_model.LinearExprT:
         """The weighted cost of the chosen victims: ``victims`` holds a unit (the representative of
         a class of interchangeable single pods), its eviction count variable and the class size."""
         w_viol, w_top, w_pods, w_sum = self.coefficients()
-        top = model.new_int_var(0, len(self.levels), "")
+        top = builder.int_var(len(self.levels), "highest_priority_level")
         pods: list[cp_model.LinearExpr] = []
         shifted: list[cp_model.LinearExpr] = []
         per_budget: dict[str, list[cp_model.LinearExpr]] = {}
         for unit, var, size in victims:
             level = self.level(unit.priority)
             if size > 1:  # a class count: evicting any of them reaches its level
-                some = model.new_bool_var("")
-                model.add(var <= size * some)
-                model.add(top >= level * some)
+                some = builder.indicator(f"evicts_any[like={unit.key}]", (var, size))
+                builder.model.add(top >= level * some)
             else:
-                model.add(top >= level * var)
+                builder.model.add(top >= level * var)
             pods.append(len(unit.pods) * var)
             shifted.append(((unit.priority - self.levels[0]) * len(unit.pods) // self.unit) * var)
             for b in budgets:
@@ -633,8 +661,8 @@ class _CostWeights:
         violations: list[cp_model.IntVar] = []
         for b in budgets:
             if b.name in per_budget:
-                excess = model.new_int_var(0, self.violations_max, "")
-                model.add(excess >= sum(per_budget[b.name]) - b.allowed)
+                excess = builder.int_var(self.violations_max, f"violations[budget={b.name}]")
+                builder.model.add(excess >= sum(per_budget[b.name]) - b.allowed)
                 violations.append(excess)
         return w_viol * sum(violations) + w_top * top + w_pods * sum(pods) + w_sum * sum(shifted)
 

@@ -68,9 +68,11 @@ class Snapshot:
             self._charge(self.used, pod.node, pod.spec.requests, pods=1, what=f"pod {pod.key}")
         for node_name, amounts in (reserved or {}).items():
             self._charge(self.used, node_name, amounts, pods=amounts.get(PODS, 0), what="reservation")
-        #: cache key -> derived value (an array, domains, an Eligibility)
-        self._caches: dict[Hashable, Any] = {}  # depends on usage: per snapshot
-        self._static: dict[Hashable, Any] = {}  # depends on nodes only: shared by every what-if copy
+        #: Derived values (cache key -> an array, domains, an Eligibility) that the solver's modules
+        #: compute once per snapshot. ``usage_cache`` holds what depends on usage (per snapshot);
+        #: ``node_cache`` what depends on the nodes only (shared by every what-if copy).
+        self.usage_cache: dict[Hashable, Any] = {}
+        self.node_cache: dict[Hashable, Any] = {}
 
     # -- construction helpers -------------------------------------------------------------
     def _charge(self, used: np.ndarray, node: str, amounts: Mapping[str, int], pods: int, what: str) -> None:
@@ -90,7 +92,7 @@ class Snapshot:
         clone = object.__new__(Snapshot)
         clone.__dict__.update(self.__dict__)
         clone.used = self.used.copy()
-        clone._caches = {}
+        clone.usage_cache = {}
         return clone
 
     def with_usage(self, extra: Mapping[str, Mapping[str, int]]) -> "Snapshot":
@@ -171,10 +173,10 @@ class Snapshot:
     # -- capacity -----------------------------------------------------------------------
     @property
     def free(self) -> np.ndarray:
-        cached: np.ndarray | None = self._caches.get(("free",))
+        cached: np.ndarray | None = self.usage_cache.get(("free",))
         if cached is None:
             cached = np.maximum(self.allocatable - self.used, 0)
-            self._caches[("free",)] = cached
+            self.usage_cache[("free",)] = cached
         return cached
 
     def request_vector(self, requests: Mapping[str, int]) -> tuple[np.ndarray, list[str]]:
@@ -196,17 +198,17 @@ class Snapshot:
     def label_values(self, key: str) -> np.ndarray:
         """The value of label ``key`` per node (object array; None where absent)."""
         cache_key = ("labels", key)
-        cached: np.ndarray | None = self._static.get(cache_key)
+        cached: np.ndarray | None = self.node_cache.get(cache_key)
         if cached is None:
             cached = np.array([n.labels.get(key) for n in self.nodes], dtype=object)
-            self._static[cache_key] = cached
+            self.node_cache[cache_key] = cached
         return cached
 
     def domains(self, key: str) -> tuple[tuple[str, ...], np.ndarray]:
         """Topology domains of ``key``: the sorted values and the domain id per node (-1 where the
         node lacks the label). An empty key means one domain holding every node."""
         cache_key = ("domains", key)
-        cached: tuple[tuple[str, ...], np.ndarray] | None = self._static.get(cache_key)
+        cached: tuple[tuple[str, ...], np.ndarray] | None = self.node_cache.get(cache_key)
         if cached is None:
             if not key:
                 cached = (("",), np.zeros(len(self.nodes), dtype=np.int64))
@@ -216,7 +218,7 @@ class Snapshot:
                 pos = {v: i for i, v in enumerate(values)}
                 ids = np.array([pos.get(v, -1) if v is not None else -1 for v in raw], dtype=np.int64)
                 cached = (values, ids)
-            self._static[cache_key] = cached
+            self.node_cache[cache_key] = cached
         return cached
 
     # -- eligibility ----------------------------------------------------------------------
@@ -224,7 +226,7 @@ class Snapshot:
         """Which nodes a pod may run on, ignoring capacity, and why the others may not."""
         sig = constraint_signature(spec)
         cache_key = ("elig", sig)
-        cached: Eligibility | None = self._static.get(cache_key)
+        cached: Eligibility | None = self.node_cache.get(cache_key)
         if cached is not None:
             return cached
         n = len(self.nodes)
@@ -239,23 +241,23 @@ class Snapshot:
                 mask[newly] = False
 
         exclude("unschedulable", self._unschedulable_mask())
-        exclude("taint", self._taint_mask(spec))
+        exclude("taint", self.taint_mask(spec))
         for key, value in spec.node_selector.items():
             exclude("selector", self.label_values(key) != value)
         if spec.affinity.terms:
             exclude("affinity", ~self._affinity_mask(spec))
         cached = Eligibility(mask=mask, excluded=excluded)
-        self._static[cache_key] = cached
+        self.node_cache[cache_key] = cached
         return cached
 
     def _unschedulable_mask(self) -> np.ndarray:
-        cached: np.ndarray | None = self._static.get(("unsched",))
+        cached: np.ndarray | None = self.node_cache.get(("unsched",))
         if cached is None:
             cached = np.array([n.unschedulable for n in self.nodes], dtype=bool)
-            self._static[("unsched",)] = cached
+            self.node_cache[("unsched",)] = cached
         return cached
 
-    def _taint_mask(self, spec: PodSpec) -> np.ndarray:
+    def taint_mask(self, spec: PodSpec) -> np.ndarray:
         """True where a NoSchedule/NoExecute taint is not tolerated. Evaluated once per distinct
         taint set: clusters have few of them."""
         verdict: dict[tuple[Taint, ...], bool] = {}

@@ -7,6 +7,7 @@ aggregation, classes or patterns cannot hide behind itself.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Mapping, Sequence
 
 from .errors import PlacementInvalid
@@ -47,6 +48,18 @@ def assert_placement_valid(snapshot: Snapshot, group: PodGroup, placement: Mappi
     """Raise :class:`PlacementInvalid` unless ``placement`` (pod uid -> node name) places only
     pending members of ``group``, on existing eligible nodes with room, inside one domain of the
     required topology key (together with the bound members), and at least minCount for a gang."""
+    _check_capacity(snapshot, group, _usage(snapshot, group, placement))
+    if group.topology_key:
+        _check_one_domain(snapshot, group, placement)
+    _check_pod_rules(snapshot, group, placement)
+    if placement and group.policy is Policy.GANG and len(placement) < group.needed:
+        raise PlacementInvalid(
+            f"{group.key}: gang placement of {len(placement)} pods is below the {group.needed} still needed"
+        )
+
+
+def _usage(snapshot: Snapshot, group: PodGroup, placement: Mapping[str, str]) -> dict[str, dict[str, int]]:
+    """What the placed pods use per node, each checked to be a pending member on a node it may take."""
     pending = {p.uid: p for p in group.pending}
     usage: dict[str, dict[str, int]] = {}
     for uid, node in placement.items():
@@ -62,6 +75,10 @@ def assert_placement_valid(snapshot: Snapshot, group: PodGroup, placement: Mappi
         slot[PODS] += 1
         for r, amount in pod.spec.requests.items():
             slot[r] = slot.get(r, 0) + amount
+    return usage
+
+
+def _check_capacity(snapshot: Snapshot, group: PodGroup, usage: Mapping[str, Mapping[str, int]]) -> None:
     for node, amounts in usage.items():
         i = snapshot.index[node]
         for r, amount in amounts.items():
@@ -71,20 +88,18 @@ def assert_placement_valid(snapshot: Snapshot, group: PodGroup, placement: Mappi
             free = int(snapshot.allocatable[i, j] - snapshot.used[i, j]) if j is not None else 0
             if amount > free:
                 raise PlacementInvalid(f"{group.key}: node {node} over capacity on {r}: {amount} > {free} free")
-    if group.topology_key:
-        nodes = set(placement.values()) | {p.node for p in group.bound}
-        values = {snapshot.nodes[snapshot.index[n]].labels.get(group.topology_key)
-                  for n in nodes if n in snapshot.index}
-        if None in values:
-            raise PlacementInvalid(f"{group.key}: a node lacks the topology label {group.topology_key}")
-        if len(values) > 1:
-            shown = sorted(v for v in values if v is not None)
-            raise PlacementInvalid(f"{group.key}: spans {len(values)} {group.topology_key} domains: {shown}")
-    _check_pod_rules(snapshot, group, placement)
-    if placement and group.policy is Policy.GANG and len(placement) < group.needed:
-        raise PlacementInvalid(
-            f"{group.key}: gang placement of {len(placement)} pods is below the {group.needed} still needed"
-        )
+
+
+def _check_one_domain(snapshot: Snapshot, group: PodGroup, placement: Mapping[str, str]) -> None:
+    """Placed and bound members share one domain of the required key."""
+    nodes = set(placement.values()) | {p.node for p in group.bound}
+    values = {snapshot.nodes[snapshot.index[n]].labels.get(group.topology_key)
+              for n in nodes if n in snapshot.index}
+    if None in values:
+        raise PlacementInvalid(f"{group.key}: a node lacks the topology label {group.topology_key}")
+    if len(values) > 1:
+        shown = sorted(v for v in values if v is not None)
+        raise PlacementInvalid(f"{group.key}: spans {len(values)} {group.topology_key} domains: {shown}")
 
 
 # -- inter-pod and volume rules, checked pod by pod on the final state --------------------------------
@@ -97,60 +112,83 @@ def _term_selects(term: PodAffinityTerm, pod: Pod, namespaces: Mapping[str, Mapp
     return in_scope and term.selector.matches(pod.labels)
 
 
+@dataclass(frozen=True)
+class _FinalState:
+    """The cluster after the placement: every placed pod (bound, held and new) and node labels."""
+
+    snapshot: Snapshot
+    new: list[Pod]
+    everyone: list[Pod]
+    labels_of: Mapping[str, Mapping[str, str]]
+
+    def same_domain(self, a: Pod, b: Pod, key: str) -> bool:
+        va = self.labels_of.get(a.node, {}).get(key)
+        return va is not None and va == self.labels_of.get(b.node, {}).get(key)
+
+    def selects(self, term: PodAffinityTerm, pod: Pod) -> bool:
+        return _term_selects(term, pod, self.snapshot.namespaces)
+
+
 def _check_pod_rules(snapshot: Snapshot, group: PodGroup, placement: Mapping[str, str]) -> None:
     pending = {p.uid: p for p in group.pending}
     new = [Pod(p.uid, p.name, p.spec, placement[p.uid], p.namespace, p.group, p.labels, p.volumes)
            for p in pending.values() if p.uid in placement]
     if not new:
         return
-    everyone = list(snapshot.placed_pods) + new
-    labels_of = {n.name: n.labels for n in snapshot.nodes}
-
-    def same_domain(a: Pod, b: Pod, key: str) -> bool:
-        va = labels_of.get(a.node, {}).get(key)
-        return va is not None and va == labels_of.get(b.node, {}).get(key)
-
+    state = _FinalState(snapshot, new, list(snapshot.placed_pods) + new, {n.name: n.labels for n in snapshot.nodes})
     for pod in new:
         where = f"{group.key}: pod {pod.key} on {pod.node}"
-        node_labels = labels_of[pod.node]
-        for port in pod.spec.host_ports:
-            for other in everyone:
-                if other.uid != pod.uid and other.node == pod.node and any(
-                        port.conflicts(q) for q in other.spec.host_ports):
-                    raise PlacementInvalid(f"{where}: host port {port.protocol}/{port.port} also used by {other.key}")
-        for other in everyone:
-            if other.uid == pod.uid:
-                continue
-            for term in pod.spec.pod_anti_affinity:
-                if same_domain(pod, other, term.topology_key) and _term_selects(term, other, snapshot.namespaces):
-                    raise PlacementInvalid(f"{where}: anti-affinity on {term.topology_key} with {other.key}")
-            for term in other.spec.pod_anti_affinity:
-                if same_domain(pod, other, term.topology_key) and _term_selects(term, pod, snapshot.namespaces):
-                    raise PlacementInvalid(f"{where}: {other.key}'s anti-affinity on {term.topology_key} selects it")
+        _check_ports(state, pod, where)
+        _check_anti_affinity(state, pod, where)
         for term in pod.spec.pod_affinity:
-            if term.topology_key not in node_labels:
-                raise PlacementInvalid(f"{where}: node lacks {term.topology_key} for pod affinity")
-            none_placed = not any(_term_selects(term, o, snapshot.namespaces) for o in snapshot.placed_pods)
-            # with matching pods already placed only they count: kube-scheduler taking this pod before
-            # the new member beside it would refuse it, and the plan must hold in any order
-            near = any(same_domain(pod, o, term.topology_key) and _term_selects(term, o, snapshot.namespaces)
-                       for o in snapshot.placed_pods)
-            first = none_placed and all(_term_selects(t, pod, snapshot.namespaces) for t in pod.spec.pod_affinity)
-            if not (first if none_placed else near):
-                # none placed: only a pod matching its own terms may open a domain (kube-scheduler may
-                # take this pod before the members it would follow)
-                raise PlacementInvalid(f"{where}: no pod matching its affinity on {term.topology_key}")
-            if none_placed and any(o.uid != pod.uid and _term_selects(term, o, snapshot.namespaces)
-                                   and not same_domain(pod, o, term.topology_key) for o in new):
-                # only the first pod kube-scheduler takes may open a domain: once it is placed, every
-                # later pod must join a domain holding a matching pod, so the members share one
-                raise PlacementInvalid(f"{where}: pods matching its affinity span several "
-                                       f"{term.topology_key} domains and none was there before")
+            _check_affinity(state, pod, term, where)
         for c in pod.spec.spread:
             if c.hard:
-                _check_spread(snapshot, pod, c, everyone, labels_of, where)
-        _check_volumes(snapshot, pod, new, node_labels, where)
-    _check_pv_matching(snapshot, group, new, labels_of)
+                _check_spread(snapshot, pod, c, state.everyone, state.labels_of, where)
+        _check_volumes(snapshot, pod, new, state.labels_of[pod.node], where)
+    _check_pv_matching(snapshot, group, new, state.labels_of)
+
+
+def _check_ports(state: _FinalState, pod: Pod, where: str) -> None:
+    for port in pod.spec.host_ports:
+        for other in state.everyone:
+            if other.uid != pod.uid and other.node == pod.node and any(
+                    port.conflicts(q) for q in other.spec.host_ports):
+                raise PlacementInvalid(f"{where}: host port {port.protocol}/{port.port} also used by {other.key}")
+
+
+def _check_anti_affinity(state: _FinalState, pod: Pod, where: str) -> None:
+    """Neither the pod's required anti-affinity nor any other pod's selects a pod beside it."""
+    for other in state.everyone:
+        if other.uid == pod.uid:
+            continue
+        for term in pod.spec.pod_anti_affinity:
+            if state.same_domain(pod, other, term.topology_key) and state.selects(term, other):
+                raise PlacementInvalid(f"{where}: anti-affinity on {term.topology_key} with {other.key}")
+        for term in other.spec.pod_anti_affinity:
+            if state.same_domain(pod, other, term.topology_key) and state.selects(term, pod):
+                raise PlacementInvalid(f"{where}: {other.key}'s anti-affinity on {term.topology_key} selects it")
+
+
+def _check_affinity(state: _FinalState, pod: Pod, term: PodAffinityTerm, where: str) -> None:
+    if term.topology_key not in state.labels_of[pod.node]:
+        raise PlacementInvalid(f"{where}: node lacks {term.topology_key} for pod affinity")
+    placed = state.snapshot.placed_pods
+    none_placed = not any(state.selects(term, o) for o in placed)
+    # with matching pods already placed only they count: kube-scheduler taking this pod before
+    # the new member beside it would refuse it, and the plan must hold in any order
+    near = any(state.same_domain(pod, o, term.topology_key) and state.selects(term, o) for o in placed)
+    first = none_placed and all(state.selects(t, pod) for t in pod.spec.pod_affinity)
+    if not (first if none_placed else near):
+        # none placed: only a pod matching its own terms may open a domain (kube-scheduler may
+        # take this pod before the members it would follow)
+        raise PlacementInvalid(f"{where}: no pod matching its affinity on {term.topology_key}")
+    if none_placed and any(o.uid != pod.uid and state.selects(term, o)
+                           and not state.same_domain(pod, o, term.topology_key) for o in state.new):
+        # only the first pod kube-scheduler takes may open a domain: once it is placed, every
+        # later pod must join a domain holding a matching pod, so the members share one
+        raise PlacementInvalid(f"{where}: pods matching its affinity span several "
+                               f"{term.topology_key} domains and none was there before")
 
 
 def _node_taints_tolerated(snapshot: Snapshot, node_name: str, pod: Pod) -> bool:

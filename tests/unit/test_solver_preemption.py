@@ -269,7 +269,7 @@ def test_without_pods_releases_usage_and_leaves_the_original_alone():
     after = snap.without_pods(["p-0", "p-2"])
     assert int(after.free[0, gpu]) == 3 and int(snap.free[0, gpu]) == 1
     assert [p.uid for p in after.bound] == ["p-1"] and len(snap.bound) == 3
-    assert after.nodes is snap.nodes and after._static[("unsched",)] is snap._static[("unsched",)]
+    assert after.nodes is snap.nodes and after.node_cache[("unsched",)] is snap.node_cache[("unsched",)]
 
 
 # -- the preempt verb: a pod without a group ----------------------------------------------------------
