@@ -6,9 +6,9 @@ annotations, owners, gates, its PodGroup), ResourceClaimTemplate, Lease, Admissi
 events. Each reader takes the raw JSON once, at the border, and returns a frozen record; a record
 passes through unchanged, so a function may be handed either. A field of the wrong type raises
 :class:`MalformedObject` naming the object and the field, never a KeyError. Records keep the JSON
-they were read from (``raw``) only to hand it back to the API (a patch's ``test`` value, a webhook
-answer). The writers build the JSON of what the controller creates or patches; what goes into them
-is the controller's decision, never this module's.
+they were read from (``raw``) only to hand it back as it came (a patch's ``test`` value, the
+PodGroup a webhook or a caller of the reconciler gets). The writers build the JSON of what the
+controller creates or patches; what goes into them is the controller's decision, never this module's.
 """
 
 from __future__ import annotations
@@ -151,12 +151,23 @@ def _owner(raw: JSON, where: str) -> OwnerRef:
                     bool(raw.get("controller")))
 
 
+def _named(kind: str, meta: JSON | Meta) -> str:
+    """``kind namespace/name`` (or ``kind name``, or ``kind``) for error messages."""
+    name, ns = (meta.name, meta.namespace) if isinstance(meta, Meta) else (meta.get("name"), meta.get("namespace"))
+    return f"{kind} {ns}/{name}" if ns and name else f"{kind} {name}" if name else kind
+
+
+def _meta_and_spec(obj: JSON, kind: str) -> tuple[Meta, JSON, str]:
+    """An object's metadata, its spec, and ``kind namespace/name: spec`` (where a spec field is)."""
+    meta = meta_of(obj, kind)
+    where = f"{_named(kind, meta)}: spec"
+    return meta, _mapping(obj.get("spec"), where), where
+
+
 def meta_of(obj: JSON, kind: str) -> Meta:
     """An object's metadata; ``kind`` names it in errors."""
-    where = kind
     meta = _mapping(_mapping(obj, kind).get("metadata"), f"{kind}: metadata")
-    if meta.get("name"):
-        where = f"{kind} {meta.get('namespace') or ''}/{meta.get('name')}".replace(" /", " ")
+    where = _named(kind, meta)
     owners = _objects(meta.get("ownerReferences"), f"{where}: metadata.ownerReferences")
     return Meta(
         name=_text(meta.get("name"), f"{where}: metadata.name"),
@@ -212,9 +223,7 @@ class StatefulSet:
 def statefulset(obj: StatefulSet | JSON) -> StatefulSet:
     if isinstance(obj, StatefulSet):
         return obj
-    meta = meta_of(obj, "StatefulSet")
-    where = f"StatefulSet {meta.key}: spec"
-    spec = _mapping(obj.get("spec"), where)
+    meta, spec, where = _meta_and_spec(obj, "StatefulSet")
     rolling = _mapping(_mapping(spec.get("updateStrategy"), f"{where}.updateStrategy").get("rollingUpdate"),
                        f"{where}.updateStrategy.rollingUpdate")
     return StatefulSet(
@@ -243,9 +252,7 @@ class LeaderWorkerSet:
 def leaderworkerset(obj: LeaderWorkerSet | JSON) -> LeaderWorkerSet:
     if isinstance(obj, LeaderWorkerSet):
         return obj
-    meta = meta_of(obj, "LeaderWorkerSet")
-    where = f"LeaderWorkerSet {meta.key}: spec"
-    spec = _mapping(obj.get("spec"), where)
+    meta, spec, where = _meta_and_spec(obj, "LeaderWorkerSet")
     lwt = _mapping(spec.get("leaderWorkerTemplate"), f"{where}.leaderWorkerTemplate")
     worker = _pod_template(lwt.get("workerTemplate"), f"{where}.leaderWorkerTemplate.workerTemplate")
     leader = (_pod_template(lwt.get("leaderTemplate"), f"{where}.leaderWorkerTemplate.leaderTemplate")
@@ -303,14 +310,14 @@ def group_fields(raw: Any, where: str) -> GroupFields:
                        raw)
 
 
-def group_template(raw: Any, where: str = "podGroupTemplate") -> GroupTemplate:
-    return GroupTemplate(_text(_mapping(raw, where).get("name"), f"{where}.name"), group_fields(raw, where))
-
-
 @dataclass(frozen=True)
 class GroupTemplate:
     name: str
     fields: GroupFields
+
+
+def group_template(raw: Any, where: str = "podGroupTemplate") -> GroupTemplate:
+    return GroupTemplate(_text(_mapping(raw, where).get("name"), f"{where}.name"), group_fields(raw, where))
 
 
 @dataclass(frozen=True)
@@ -328,9 +335,7 @@ class Workload:
 def workload(obj: Workload | JSON) -> Workload:
     if isinstance(obj, Workload):
         return obj
-    meta = meta_of(obj, "Workload")
-    where = f"Workload {meta.key}: spec"
-    spec = _mapping(obj.get("spec"), where)
+    meta, spec, where = _meta_and_spec(obj, "Workload")
     ref = spec.get("controllerRef")
     controller_ref = None
     if ref is not None:
@@ -355,9 +360,7 @@ class PodGroup:
 def podgroup(obj: PodGroup | JSON) -> PodGroup:
     if isinstance(obj, PodGroup):
         return obj
-    meta = meta_of(obj, "PodGroup")
-    where = f"PodGroup {meta.key}: spec"
-    spec = _mapping(obj.get("spec"), where)
+    meta, spec, where = _meta_and_spec(obj, "PodGroup")
     ref = _mapping(spec.get("workloadRef"), f"{where}.workloadRef")
     return PodGroup(meta, _text(ref.get("workloadName"), f"{where}.workloadRef.workloadName"),
                     _text(ref.get("templateName"), f"{where}.workloadRef.templateName"),
@@ -387,7 +390,7 @@ def pod(obj: Pod | JSON) -> Pod:
     if isinstance(obj, Pod):
         return obj
     meta = meta_of(obj, "pod")
-    where = f"pod {meta.key}"
+    where = _named("pod", meta)
     spec = _mapping(obj.get("spec"), f"{where}: spec")
     try:
         group = convert.pod_group_name(obj)
@@ -409,9 +412,7 @@ class ClaimTemplate:
 
 
 def claim_template(obj: JSON) -> ClaimTemplate:
-    meta = meta_of(obj, "ResourceClaimTemplate")
-    where = f"ResourceClaimTemplate {meta.key}: spec"
-    spec = _mapping(obj.get("spec"), where)
+    _, spec, where = _meta_and_spec(obj, "ResourceClaimTemplate")
     claim_meta = _mapping(spec.get("metadata"), f"{where}.metadata")
     return ClaimTemplate(_string_map(claim_meta.get("labels"), f"{where}.metadata.labels"),
                          _string_map(claim_meta.get("annotations"), f"{where}.metadata.annotations"),
@@ -535,11 +536,6 @@ def metadata_json(name: str, namespace: str, owners: list[dict[str, Any]], label
 def object_json(api_version: str, kind: str, metadata: Mapping[str, Any], spec: Mapping[str, Any]) -> dict[str, Any]:
     """A new object: its metadata (see ``metadata_json``) and spec."""
     return {"apiVersion": api_version, "kind": kind, "metadata": dict(metadata), "spec": dict(spec)}
-
-
-def claim_entry_json(entry: ClaimEntry) -> dict[str, Any]:
-    return {"name": entry.name, **({"resourceClaimName": entry.claim_name} if entry.claim_name else {}),
-            **({"resourceClaimTemplateName": entry.template_name} if entry.template_name else {})}
 
 
 def group_fields_json(gang_min_count: int | None, topology_keys: tuple[str, ...] = (),

@@ -128,9 +128,9 @@ class Watcher(threading.Thread):
             try:
                 items, rv = self.kube.list_pages(self.path)
                 if self.on_list is not None:
-                    self.on_list(items)
+                    self._guarded("list", self.on_list, items)
                 for obj in items:
-                    self.handle("ADDED", obj)
+                    self._guarded("ADDED", self.handle, "ADDED", obj)
                 while not self.halt.is_set():
                     for raw in self.kube.watch(self.path, rv, timeout_seconds=60):
                         if self.halt.is_set():
@@ -140,11 +140,19 @@ class Watcher(threading.Thread):
                             raise KubeError("WATCH", self.path, event.error_code, "")
                         rv = event.resource_version or rv
                         if event.type != "BOOKMARK":
-                            self.handle(event.type, event.object)
+                            self._guarded(event.type, self.handle, event.type, event.object)
             except Exception as err:  # noqa: BLE001 — a watch must survive anything; relist
                 if not self.halt.is_set():
                     log.info("watch %s: %s; relisting", self.path, err)
                     self.halt.wait(1.0)
+
+    def _guarded(self, what: str, call: Callable[..., None], *args: Any) -> None:
+        """``call(*args)``; a malformed object is skipped with a warning (a re-list would stop at it
+        again)."""
+        try:
+            call(*args)
+        except kinds.MalformedObject as err:
+            log.warning("watch %s: %s skipped: %s", self.path, what, err)
 
 
 class EventRecorder:
@@ -386,6 +394,9 @@ class Controller:
             except (CreationFailed, KubeError) as err:
                 delay = self.queue.retry(key)
                 log.warning("reconcile %s: %s (retry in %.2fs)", key, err, delay)
+            except kinds.MalformedObject as err:  # a retry cannot mend it: its next change (or resync) will
+                self.queue.done(key)
+                log.warning("reconcile %s: %s", key, err)
             except Exception:  # noqa: BLE001 — a bug must not kill the worker
                 log.exception("reconcile %s", key)
                 self.queue.retry(key)
