@@ -7,7 +7,8 @@ kube-scheduler (v1.37) reads it: pod (anti-)affinity with namespaces resolved an
 ``matchLabelKeys``/``mismatchLabelKeys`` merged into the selector as the API server merges them,
 topology spread with its defaults, host ports of containers and restartable init containers, and
 the PersistentVolumeClaims a pod mounts (resolved against claims, PVs and StorageClasses in
-:mod:`cluster.volumes`). This is the only module that parses Kubernetes JSON.
+:mod:`cluster.volumes`). This module and :mod:`cluster.kinds` (the controller's view of the
+objects it manages) are the only ones that parse Kubernetes JSON.
 """
 
 from __future__ import annotations

@@ -19,11 +19,11 @@ LeaderWorkerSet (its name label) go to ``controller.lws_admission``.
 
 from __future__ import annotations
 
-import base64
-import json
 import time
 from typing import Any, Callable, Mapping
 
+from cluster import kinds
+from cluster.kinds import admission_response as response
 from cluster.kube import api_path
 
 from . import lws_admission, objects
@@ -31,30 +31,17 @@ from .config import validate_statefulset
 from .objects import Flavor
 from .reconciler import Reconciler
 
+__all__ = ["response", "review_statefulset", "PodMutator", "MSG_GROUP_PENDING"]
+
 MSG_GROUP_PENDING = "phalanx: pod of StatefulSet {ns}/{name} is held until its PodGroup exists: {why}"
 
 
-def response(request: Mapping[str, Any], allowed: bool, message: str | None = None,
-             patch: list[dict] | None = None, warnings: list[str] | None = None) -> dict:
-    """An AdmissionReview v1 answering ``request``."""
-    answer: dict[str, Any] = {"uid": request.get("uid", ""), "allowed": allowed}
-    if message:
-        answer["status"] = {"code": 403 if not allowed else 200, "message": message,
-                            "reason": "Forbidden" if not allowed else ""}
-    if patch:
-        answer["patchType"] = "JSONPatch"
-        answer["patch"] = base64.b64encode(json.dumps(patch).encode()).decode()
-    if warnings:
-        answer["warnings"] = warnings
-    return {"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": answer}
-
-
 def review_statefulset(review: Mapping[str, Any]) -> dict:
-    request = review.get("request") or {}
-    if request.get("operation") not in ("CREATE", "UPDATE") or not request.get("object"):
+    request = kinds.review_request(review)
+    if request.operation not in ("CREATE", "UPDATE") or not request.object:
         return response(request, True)
-    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    errors, warnings = validate_statefulset(request["object"], old)
+    old = request.old_object if request.operation == "UPDATE" else None
+    errors, warnings = validate_statefulset(request.object, old)
     if errors:
         return response(request, False, "; ".join(errors))
     return response(request, True, warnings=warnings)
@@ -72,34 +59,35 @@ class PodMutator:
         self.lws = lws_admission.LwsMutator(kube, flavor, kick, wait, poll)
 
     def review(self, review: Mapping[str, Any]) -> dict:
-        request = review.get("request") or {}
-        pod = request.get("object") or {}
-        if request.get("operation") != "CREATE" or request.get("dryRun"):
+        request = kinds.review_request(review)
+        if request.operation != "CREATE" or request.dry_run:
             return response(request, True)
-        owner = objects.controller_of(pod)
-        if not owner or owner.get("kind") != "StatefulSet" or not str(owner.get("apiVersion")).startswith("apps/"):
+        pod = kinds.pod(request.object)
+        owner = pod.meta.controller
+        if not owner or owner.kind != "StatefulSet" or not owner.api_version.startswith("apps/"):
             return response(request, True)
         if lws_admission.lws.member(pod) is not None:
             return self.lws.review(request, pod)  # a LeaderWorkerSet's pod (controller.lws_admission)
-        if self.flavor.pod_group_of(pod):
+        if pod.group:
             return response(request, True)  # already names a group: the user's choice stands
-        ns = request.get("namespace") or (pod.get("metadata") or {}).get("namespace")
-        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, owner["name"]))
-        if sts is None or sts["metadata"].get("uid") != owner.get("uid"):
+        ns = request.namespace or pod.meta.namespace
+        raw_sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, owner.name))
+        sts = None if raw_sts is None else kinds.statefulset(raw_sts)
+        if sts is None or sts.meta.uid != owner.uid:
             return response(request, True)  # a predecessor's pod: not ours to stamp
         deadline = time.monotonic() + self.wait
         delay = self.poll
         while True:
             found = self.reconciler.sync(sts, write=False)
             if found.podgroup is not None:
-                self.kick(ns, owner["name"], 0.3)  # lift the gate once the pod exists
+                self.kick(ns, owner.name, 0.3)  # lift the gate once the pod exists
                 return response(request, True, patch=objects.pod_patch(pod, found.podgroup, self.flavor, found.claims))
             if not found.why:
                 return response(request, True)  # no scheduling configuration
             if found.has_pods:
                 return response(request, True, warnings=[f"phalanx: pod not in a PodGroup: {found.why}"])
             if not found.pending or time.monotonic() >= deadline:
-                return response(request, False, MSG_GROUP_PENDING.format(ns=ns, name=owner["name"], why=found.why))
-            self.kick(ns, owner["name"], 0.0)
+                return response(request, False, MSG_GROUP_PENDING.format(ns=ns, name=owner.name, why=found.why))
+            self.kick(ns, owner.name, 0.0)
             time.sleep(delay)
             delay = min(delay * 2, 0.5)

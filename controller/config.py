@@ -15,7 +15,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from cluster import names
+from cluster import kinds, names
 
 # Shared claims (story 4) are passed through to the Workload template and the PodGroup. A claim a
 # user shares by hand between pods is reserved per pod and stops at status.reservedFor's 256 entries;
@@ -55,14 +55,19 @@ class SchedulingConfig:
     resource_claims: tuple[Mapping[str, str], ...] = field(default_factory=tuple)
 
 
-def raw_scheduling(sts: Mapping[str, Any]) -> dict | None:
-    """The user's ``spec.scheduling`` as written (field first, then the annotation), or None."""
-    spec_value = (sts.get("spec") or {}).get("scheduling")
+Owner = kinds.StatefulSet | kinds.LeaderWorkerSet
+
+
+def raw_scheduling(owner: Owner | Mapping[str, Any]) -> dict | None:
+    """The user's ``spec.scheduling`` as written (field first, then the annotation), or None; of a
+    StatefulSet or LeaderWorkerSet (raw JSON is read as a StatefulSet)."""
+    owner = kinds.workload_owner(owner)
+    spec_value = owner.scheduling
     if spec_value is not None:
         if not isinstance(spec_value, dict):
             raise ConfigError("spec.scheduling: Invalid value: must be an object")
         return spec_value
-    text = ((sts.get("metadata") or {}).get("annotations") or {}).get(names.ANNOTATION_SCHEDULING)
+    text = owner.meta.annotations.get(names.ANNOTATION_SCHEDULING)
     if text is None:
         return None
     try:
@@ -161,11 +166,14 @@ def _validate_claims(claims: Any) -> list[str]:
     return errors
 
 
-def validate_statefulset(sts: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
+def validate_statefulset(sts: kinds.StatefulSet | Mapping[str, Any],
+                         old: kinds.StatefulSet | Mapping[str, Any] | None = None) -> tuple[list[str], list[str]]:
     """KEP-6277's admission rules for a StatefulSet create (``old`` None) or update.
 
     Returns (errors, warnings). A StatefulSet without scheduling is valid unless an update adds it.
     """
+    sts = kinds.statefulset(sts)
+    old = None if old is None else kinds.statefulset(old)
     try:
         raw = raw_scheduling(sts)
         old_raw = raw_scheduling(old) if old is not None else None
@@ -176,20 +184,17 @@ def validate_statefulset(sts: Mapping[str, Any], old: Mapping[str, Any] | None =
         return [MSG_IMMUTABLE.format(value=shown)], []
     if raw is None:
         return [], []
-    spec = sts.get("spec") or {}
     errors = validate_scheduling(raw)
     policy = raw.get("schedulingPolicy")
-    if isinstance(policy, dict) and "gang" in policy and spec.get("podManagementPolicy", "OrderedReady") != "Parallel":
+    if isinstance(policy, dict) and "gang" in policy and sts.pod_management_policy != "Parallel":
         errors.insert(0, MSG_GANG_ORDERED_READY)
-    partition = ((spec.get("updateStrategy") or {}).get("rollingUpdate") or {}).get("partition") or 0
-    if partition > 0:
+    if sts.partition > 0:
         errors.append(MSG_PARTITION)
-    return errors, claim_warnings(raw, spec)
+    return errors, claim_warnings(raw, sts.template.claims)
 
 
-def claim_warnings(raw: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]:
+def claim_warnings(raw: Mapping[str, Any], template_claims: tuple[kinds.ClaimEntry, ...]) -> list[str]:
     """A warning per shared claim the pod template does not consume (same name and same source)."""
-    template_claims = ((spec.get("template") or {}).get("spec") or {}).get("resourceClaims") or []
     warnings = []
     for i, claim in enumerate(raw.get("resourceClaims") or []):
         if not isinstance(claim, dict) or not any(_same_claim(claim, t) for t in template_claims):
@@ -198,6 +203,8 @@ def claim_warnings(raw: Mapping[str, Any], spec: Mapping[str, Any]) -> list[str]
     return warnings
 
 
-def _same_claim(group_claim: Mapping[str, Any], pod_claim: Mapping[str, Any]) -> bool:
-    keys = ("name", "resourceClaimName", "resourceClaimTemplateName")
-    return all(group_claim.get(k) == pod_claim.get(k) for k in keys)
+def _same_claim(group_claim: Mapping[str, Any], pod_claim: kinds.ClaimEntry) -> bool:
+    try:
+        return kinds.claim_entry(group_claim, "spec.scheduling.resourceClaims") == pod_claim
+    except kinds.MalformedObject:
+        return False  # a field of the wrong type matches no pod entry (validate_scheduling reports it)

@@ -15,6 +15,7 @@ import threading
 import time
 from typing import Any, Callable
 
+from cluster import kinds
 from cluster.kube import KubeError, api_path
 
 log = logging.getLogger(__name__)
@@ -69,8 +70,8 @@ class LeaderElector(threading.Thread):
                 return
             self._halt.wait(self.retry_period)
 
-    def _spec(self, transitions: int, acquire_time: str | None) -> dict:
-        now = _micro_time()
+    def _spec(self, transitions: int, acquire_time: str | None, now: str | None = None) -> dict:
+        now = now or _micro_time()
         return {"holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.lease_duration)),
                 "acquireTime": acquire_time or now, "renewTime": now, "leaseTransitions": transitions}
 
@@ -83,19 +84,19 @@ class LeaderElector(threading.Thread):
                         "spec": self._spec(0, None)}
                 self.kube.create(api_path("coordination.k8s.io/v1", "leases", self.namespace), body)
                 return True
-            spec = lease.get("spec") or {}
-            holder = spec.get("holderIdentity")
-            record = (holder, spec.get("renewTime"))
+            current = kinds.lease(lease)
+            record = (current.holder or None, current.renew_time or None)
             if record != self._observed[0]:
                 self._observed = (record, time.monotonic())
-            expired = time.monotonic() - self._observed[1] > (spec.get("leaseDurationSeconds") or self.lease_duration)
-            if holder and holder != self.identity and not expired:
+            expired = time.monotonic() - self._observed[1] > (current.duration or self.lease_duration)
+            if current.holder and current.holder != self.identity and not expired:
                 return False
-            ours = holder == self.identity
-            lease["spec"] = self._spec(spec.get("leaseTransitions", 0) + (0 if ours else 1),
-                                       spec.get("acquireTime") if ours else None)
-            self.kube.request("PUT", self._path, lease)  # carries resourceVersion: one winner
-            self._observed = ((self.identity, lease["spec"]["renewTime"]), time.monotonic())
+            ours = current.holder == self.identity
+            now = _micro_time()
+            acquired = (current.acquire_time or None) if ours else None
+            spec = self._spec(current.transitions + (0 if ours else 1), acquired, now)
+            self.kube.request("PUT", self._path, kinds.with_lease_spec(lease, spec))  # carries resourceVersion
+            self._observed = ((self.identity, now), time.monotonic())
             return True
         except KubeError as err:
             log.warning("leader election: %s", err)
@@ -104,10 +105,9 @@ class LeaderElector(threading.Thread):
     def _release(self) -> None:
         try:
             lease = self.kube.get_or_none(self._path)
-            if lease and (lease.get("spec") or {}).get("holderIdentity") == self.identity:
-                lease["spec"]["holderIdentity"] = None
-                lease["spec"]["renewTime"] = _micro_time()
-                lease["spec"]["leaseDurationSeconds"] = 1
-                self.kube.request("PUT", self._path, lease)
+            if lease and kinds.lease(lease).holder == self.identity:
+                released = {**kinds.lease(lease).raw_spec, "holderIdentity": None, "renewTime": _micro_time(),
+                            "leaseDurationSeconds": 1}
+                self.kube.request("PUT", self._path, kinds.with_lease_spec(lease, released))
         except KubeError as err:
             log.warning("releasing the Lease: %s", err)

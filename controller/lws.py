@@ -34,11 +34,10 @@ lifts it.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from cluster import names
+from cluster import kinds, names
 from cluster.kube import KubeError, api_path
 
 from . import naming, objects
@@ -59,6 +58,8 @@ KEY_PREFIX = "lws:"  # work-queue keys of LeaderWorkerSets: "lws:<namespace>/<na
 OWNER = (names.LWS_API_VERSION, "LeaderWorkerSet")
 INCARNATION_LENGTH = 5
 
+LWS = kinds.LeaderWorkerSet | Mapping[str, Any]
+
 
 def lws_key(namespace: str, name: str) -> str:
     return f"{KEY_PREFIX}{namespace}/{name}"
@@ -68,27 +69,25 @@ def lws_path(namespace: str | None = None, name: str | None = None) -> str:
     return api_path(names.LWS_API_VERSION, "leaderworkersets", namespace, name)
 
 
-def key_of(obj: Mapping[str, Any]) -> str | None:
+def key_of(meta: kinds.Meta) -> str | None:
     """The LWS key an object belongs to: LWS StatefulSets and pods by their name label, Workloads and
     PodGroups by their controller reference."""
-    meta = obj.get("metadata") or {}
-    ns = meta.get("namespace") or ""
-    ctrl = objects.controller_of(obj)
-    if ctrl and ctrl.get("kind") == OWNER[1] and str(ctrl.get("apiVersion", "")).startswith(names.LWS_API_GROUP):
-        return lws_key(ns, str(ctrl.get("name")))
-    name = (meta.get("labels") or {}).get(names.LABEL_LWS_NAME)
-    return lws_key(ns, name) if name else None
+    ctrl = meta.controller
+    if ctrl and ctrl.kind == OWNER[1] and ctrl.api_version.startswith(names.LWS_API_GROUP):
+        return lws_key(meta.namespace, ctrl.name)
+    name = meta.labels.get(names.LABEL_LWS_NAME)
+    return lws_key(meta.namespace, name) if name else None
 
 
 # -- reading an LWS and its pods (the one place their fields are parsed) ------------------------------
 
-def replicas(lws: Mapping[str, Any]) -> int:
-    value = (lws.get("spec") or {}).get("replicas")
-    return 1 if value is None else int(value)
+def replicas(lws: LWS) -> int:
+    value = kinds.leaderworkerset(lws).replicas
+    return 1 if value is None else value
 
 
-def size(lws: Mapping[str, Any]) -> int:
-    return int(((lws.get("spec") or {}).get("leaderWorkerTemplate") or {}).get("size") or 1)
+def size(lws: LWS) -> int:
+    return kinds.leaderworkerset(lws).size
 
 
 @dataclass(frozen=True)
@@ -104,48 +103,48 @@ class Member:
     incarnation: str
 
 
-def member(pod: Mapping[str, Any]) -> Member | None:
+def member(pod: kinds.Pod | Mapping[str, Any]) -> Member | None:
     """The pod as an LWS member, or None when it is not one. A worker carries its leader's name;
     a leader's group index comes from LWS's label, else from the StatefulSet's pod index."""
-    meta = pod.get("metadata") or {}
-    labels, annotations = meta.get("labels") or {}, meta.get("annotations") or {}
+    meta = kinds.pod(pod).meta
+    labels, annotations = meta.labels, meta.annotations
     name = labels.get(names.LABEL_LWS_NAME)
     if not name:
         return None
     leader_name = annotations.get(names.ANNOTATION_LWS_LEADER_NAME)
     index = labels.get(names.LABEL_LWS_GROUP_INDEX) or ("" if leader_name else labels.get(names.LABEL_POD_INDEX)) or ""
     try:
-        pod_size: int | None = int(annotations[names.ANNOTATION_LWS_SIZE])
-    except (KeyError, ValueError):
+        pod_size: int | None = int(annotations.get(names.ANNOTATION_LWS_SIZE, ""))
+    except ValueError:
         pod_size = None
     return Member(lws=name, leader=not leader_name, group_index=str(index),
                   revision=labels.get(names.LABEL_LWS_REVISION, ""), size=pod_size,
-                  leader_name=leader_name or str(meta.get("name", "")),
+                  leader_name=leader_name or meta.name,
                   incarnation=labels.get(names.LABEL_LWS_INCARNATION, ""))
 
 
 # -- names ----------------------------------------------------------------------------------------
 
-def workload_name(lws: Mapping[str, Any]) -> str:
-    meta = lws["metadata"]
-    return naming.workload_name(meta["name"], meta["uid"])
+def workload_name(lws: LWS) -> str:
+    meta = kinds.leaderworkerset(lws).meta
+    return naming.workload_name(meta.name, meta.uid)
 
 
-def whole_podgroup_name(lws: Mapping[str, Any]) -> str:
+def whole_podgroup_name(lws: LWS) -> str:
     """The whole-LWS PodGroup: it does not depend on a replica (nor on a revision)."""
-    meta = lws["metadata"]
-    return naming.fair_join([meta["name"]], naming.name_hash(meta["uid"]), naming.MAX_LABEL)
+    meta = kinds.leaderworkerset(lws).meta
+    return naming.fair_join([meta.name], naming.name_hash(meta.uid), naming.MAX_LABEL)
 
 
-def replica_podgroup_name(lws: Mapping[str, Any], incarnation: str, group_index: str, revision: str,
+def replica_podgroup_name(lws: LWS, incarnation: str, group_index: str, revision: str,
                           role: str | None = None) -> str:
     """``<lws>-<uid-hash>.<incarnation>-<group-index>[-<role>]-<revision>``, at most 63 characters."""
-    meta = lws["metadata"]
-    tail = f"{naming.name_hash(meta['uid'])}.{incarnation}-{group_index}" + (f"-{role}" if role else "")
-    return naming.fair_join([meta["name"]], f"{tail}-{revision}" if revision else tail, naming.MAX_LABEL)
+    meta = kinds.leaderworkerset(lws).meta
+    tail = f"{naming.name_hash(meta.uid)}.{incarnation}-{group_index}" + (f"-{role}" if role else "")
+    return naming.fair_join([meta.name], f"{tail}-{revision}" if revision else tail, naming.MAX_LABEL)
 
 
-def podgroup_for(lws: Mapping[str, Any], sched: LwsScheduling, pod: Member) -> str | None:
+def podgroup_for(lws: LWS, sched: LwsScheduling, pod: Member) -> str | None:
     """The PodGroup an LWS pod joins (None: a replica-level pod whose leader has no incarnation)."""
     if sched.level == LEVEL_WHOLE:
         return whole_podgroup_name(lws)
@@ -157,7 +156,7 @@ def podgroup_for(lws: Mapping[str, Any], sched: LwsScheduling, pod: Member) -> s
 
 # -- objects --------------------------------------------------------------------------------------
 
-def whole_min_count(lws: Mapping[str, Any], leaders: Mapping[str, Member]) -> int:
+def whole_min_count(lws: LWS, leaders: Mapping[str, Member]) -> int:
     """The guide's rollout rule: replicas the rollout has not replaced yet count with their
     previous size (their leader's), the others (and missing ones) with the current size."""
     current = size(lws)
@@ -165,7 +164,7 @@ def whole_min_count(lws: Mapping[str, Any], leaders: Mapping[str, Member]) -> in
     return max(1, total)
 
 
-def template_min_counts(lws: Mapping[str, Any], sched: LwsScheduling, leaders: Mapping[str, Member]) -> dict[str, int]:
+def template_min_counts(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Member]) -> dict[str, int]:
     if sched.level == LEVEL_WHOLE:
         return {TEMPLATE_WHOLE: whole_min_count(lws, leaders)}
     if sched.level == LEVEL_ROLE:
@@ -173,24 +172,17 @@ def template_min_counts(lws: Mapping[str, Any], sched: LwsScheduling, leaders: M
     return {TEMPLATE_REPLICA: size(lws)}
 
 
-def compile_workload(lws: Mapping[str, Any], sched: LwsScheduling, flavor: objects.Flavor,
-                     leaders: Mapping[str, Member]) -> dict:
-    meta = lws["metadata"]
+def compile_workload(lws: LWS, sched: LwsScheduling, flavor: objects.Flavor, leaders: Mapping[str, Member]) -> dict:
+    meta = kinds.leaderworkerset(lws).meta
     counts = template_min_counts(lws, sched, leaders)
-    return {
-        "apiVersion": flavor.api_version, "kind": "Workload",
-        "metadata": {
-            "name": workload_name(lws), "namespace": meta["namespace"],
-            "annotations": {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE,
-                            names.ANNOTATION_LWS_LEVEL: sched.level},
-            "labels": {names.LABEL_LWS_NAME: meta["name"]},
-            "ownerReferences": [objects.owner_ref(lws, *OWNER, controller=True)],
-        },
-        "spec": {
-            "controllerRef": {"apiGroup": names.LWS_API_GROUP, "kind": OWNER[1], "name": meta["name"]},
-            "podGroupTemplates": [{"name": t, **objects.policy_fields(c, counts[t])} for t, c in sched.units],
-        },
-    }
+    return kinds.object_json(
+        flavor.api_version, "Workload",
+        objects.managed_metadata(workload_name(lws), meta.namespace,
+                                 [kinds.owner_ref_json(meta, *OWNER, controller=True)],
+                                 annotations={names.ANNOTATION_LWS_LEVEL: sched.level},
+                                 labels={names.LABEL_LWS_NAME: meta.name}),
+        {"controllerRef": {"apiGroup": names.LWS_API_GROUP, "kind": OWNER[1], "name": meta.name},
+         "podGroupTemplates": [{"name": t, **objects.policy_fields(c, counts[t])} for t, c in sched.units]})
 
 
 @dataclass(frozen=True)
@@ -203,7 +195,7 @@ class Wanted:
     group_index: str = ""
 
 
-def wanted_podgroups(lws: Mapping[str, Any], sched: LwsScheduling, leaders: Mapping[str, Member]) -> list[Wanted]:
+def wanted_podgroups(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Member]) -> list[Wanted]:
     if sched.level == LEVEL_WHOLE:
         return [Wanted(whole_podgroup_name(lws), TEMPLATE_WHOLE, whole_min_count(lws, leaders))]
     out = []
@@ -222,28 +214,27 @@ def wanted_podgroups(lws: Mapping[str, Any], sched: LwsScheduling, leaders: Mapp
     return out
 
 
-def compile_podgroup(lws: Mapping[str, Any], workload: Mapping[str, Any], wanted: Wanted, level: str,
+def compile_podgroup(lws: LWS, workload: kinds.Workload | Mapping[str, Any], wanted: Wanted, level: str,
                      flavor: objects.Flavor) -> dict:
-    template = next(t for t in workload["spec"]["podGroupTemplates"] if t["name"] == wanted.template)
-    template = json.loads(json.dumps(template))
-    if objects.gang_min_count(template) is not None:
-        template["schedulingPolicy"]["gang"]["minCount"] = wanted.min_count
-    body = objects.compile_podgroup(lws, workload, template, flavor, True, name=wanted.name, owner=OWNER)
-    if klass := priority_class(lws):  # the group's priority (the API server defaults spec.priority to 0)
-        body["spec"]["priorityClassName"] = klass
-    body["metadata"]["annotations"][names.ANNOTATION_LWS_LEVEL] = level
-    labels = {names.LABEL_LWS_NAME: lws["metadata"]["name"]}
+    lws, workload = kinds.leaderworkerset(lws), kinds.workload(workload)
+    template = workload.template(wanted.template)
+    if template is None:
+        raise CreationFailed(f"Workload {workload.meta.name} has no podGroupTemplate {wanted.template}")
+    labels = {names.LABEL_LWS_NAME: lws.meta.name}
     if wanted.group_index:
         labels[names.LABEL_LWS_GROUP_INDEX] = wanted.group_index
-    body["metadata"]["labels"] = labels
-    return body
+    # the group's priority is its pods' (the API server defaults spec.priority to 0)
+    overrides = objects.GroupOverrides(wanted.min_count, wanted.name, priority_class(lws), labels,
+                                       {names.ANNOTATION_LWS_LEVEL: level})
+    return objects.compile_podgroup(lws, workload, template, flavor, True, owner=OWNER, overrides=overrides)
 
 
 # -- the reconciler -------------------------------------------------------------------------------
 
 @dataclass
 class LwsResolution:
-    """What a sync found: the LWS's PodGroups by name (created or existing), its pods, or why not."""
+    """What a sync found: the LWS's PodGroups by name (created or existing, as the API returned
+    them), its pods (kinds.Pod), or why not."""
 
     groups: dict = field(default_factory=dict)
     created: set = field(default_factory=set)  # names of the PodGroups this sync created
@@ -256,18 +247,20 @@ class LwsReconciler(Reconciler):
     """The StatefulSet reconciler's machinery (creates with events and the gone-check, minCount
     patches with a ``test`` op, gate lifting, cascade and finalizer) applied to LeaderWorkerSets."""
 
-    def _alive(self, lws: Mapping[str, Any]) -> bool:
-        meta = lws["metadata"]
-        live = self.kube.get_or_none(lws_path(meta["namespace"], meta["name"]))
-        return (live is not None and live["metadata"].get("uid") == meta.get("uid")
-                and not live["metadata"].get("deletionTimestamp"))
+    def _alive(self, lws: kinds.StatefulSet | kinds.LeaderWorkerSet) -> bool:
+        live = self.kube.get_or_none(lws_path(lws.meta.namespace, lws.meta.name))
+        if live is None:
+            return False
+        meta = kinds.meta_of(live, "LeaderWorkerSet")
+        return meta.uid == lws.meta.uid and not meta.deleting
 
-    def lws_pods(self, lws: Mapping[str, Any]) -> list[dict]:
-        meta = lws["metadata"]
-        return self.kube.list_pages(api_path("v1", "pods", meta["namespace"]),
-                                    labelSelector=f"{names.LABEL_LWS_NAME}={meta['name']}")[0]
+    def lws_pods(self, lws: LWS) -> list[kinds.Pod]:
+        meta = kinds.leaderworkerset(lws).meta
+        return [kinds.pod(p) for p in self.kube.list_pages(api_path("v1", "pods", meta.namespace),
+                                                           labelSelector=f"{names.LABEL_LWS_NAME}={meta.name}")[0]]
 
-    def sync_lws(self, lws: dict, write: bool = True) -> LwsResolution:
+    def sync_lws(self, lws: LWS, write: bool = True) -> LwsResolution:
+        lws = kinds.leaderworkerset(lws)
         try:
             raw = raw_scheduling(lws)
         except ConfigError as err:
@@ -282,18 +275,15 @@ class LwsReconciler(Reconciler):
         leaders = {}
         for pod in pods:
             m = member(pod)
-            if m and m.leader and not pod["metadata"].get("deletionTimestamp"):
+            if m and m.leader and not pod.meta.deleting:
                 leaders[m.group_index] = m
         found = LwsResolution(pods=pods, sched=sched)
         workload = self._lws_workload(lws, sched, leaders, write)
         if workload is None:
             found.why = "the Workload is not created yet"
             return found
-        ns = lws["metadata"]["namespace"]
-        mine = workload["metadata"]["name"]
-        existing = {g["metadata"]["name"]: g for g in self._list(self.flavor.path("podgroups", ns))
-                    if ((g.get("spec") or {}).get("workloadRef") or {}).get("workloadName") == mine
-                    and not _stale(g, lws)}
+        existing = {g.meta.name: g for g in self._podgroups(lws.meta.namespace)
+                    if g.workload_name == workload.meta.name and not _stale(g.meta, lws)}
         wanted = wanted_podgroups(lws, sched, leaders)
         for want in wanted:
             group = existing.get(want.name)
@@ -301,63 +291,66 @@ class LwsReconciler(Reconciler):
                 if not write:
                     continue
                 body = compile_podgroup(lws, workload, want, sched.level, self.flavor)
-                group = self._create(lws, "podgroups", body, names.EVENT_PODGROUP_CREATED)
+                found.groups[want.name] = self._create(lws, "podgroups", body, names.EVENT_PODGROUP_CREATED)
                 found.created.add(want.name)
-            elif write and objects.is_managed(group) and objects.gang_min_count(group.get("spec") or {}) is not None:
-                group = self._sync_min_count(group, "/spec", group["spec"], want.min_count, "podgroups")
-            found.groups[want.name] = group
+            elif write and group.meta.managed and group.fields.min_count is not None:
+                found.groups[want.name] = self._sync_min_count(group.raw, group.meta, "/spec", group.fields,
+                                                               want.min_count, "podgroups")
+            else:
+                found.groups[want.name] = group.raw
         if write and sched.level != LEVEL_WHOLE:
             keep = {w.name for w in wanted}
             for name, group in existing.items():
-                if name not in keep and objects.is_managed(group) and not group["metadata"].get("deletionTimestamp"):
+                if name not in keep and group.meta.managed and not group.meta.deleting:
                     self._delete_podgroup(group)
         return found
 
-    def _invalid_lws(self, lws: dict, errors: list[str], write: bool) -> LwsResolution:
+    def _invalid_lws(self, lws: kinds.LeaderWorkerSet, errors: list[str], write: bool) -> LwsResolution:
         return LwsResolution(why=self._invalid(lws, errors, write).why)  # the event, the metric
 
-    def _lws_workload(self, lws: dict, sched: LwsScheduling, leaders: Mapping[str, Member], write: bool) -> dict | None:
-        ns, name = lws["metadata"]["namespace"], lws["metadata"]["name"]
-        ref = {"apiGroup": names.LWS_API_GROUP, "kind": OWNER[1], "name": name}
-        found = [w for w in self._list(self.flavor.path("workloads", ns))
-                 if (w.get("spec") or {}).get("controllerRef") == ref and not _stale(w, lws)]
+    def _lws_workload(self, lws: kinds.LeaderWorkerSet, sched: LwsScheduling, leaders: Mapping[str, Member],
+                      write: bool) -> kinds.Workload | None:
+        ref = kinds.ControllerRef(names.LWS_API_GROUP, OWNER[1], lws.meta.name)
+        found = [w for w in self._workloads(lws.meta.namespace) if w.controller_ref == ref and not _stale(w.meta, lws)]
         if len(found) > 1:
-            self._ambiguous(lws, "Workloads", found, write)
+            self._ambiguous(lws, "Workloads", [w.meta for w in found], write)
             return None
         if not found:
             if not write:
                 return None
-            return self._create(lws, "workloads", compile_workload(lws, sched, self.flavor, leaders),
-                                names.EVENT_WORKLOAD_CREATED)
+            return kinds.workload(self._create(lws, "workloads", compile_workload(lws, sched, self.flavor, leaders),
+                                               names.EVENT_WORKLOAD_CREATED))
         workload = found[0]
-        if write and objects.is_managed(workload):
+        if write and workload.meta.managed:
             counts = template_min_counts(lws, sched, leaders)
-            for i, template in enumerate((workload.get("spec") or {}).get("podGroupTemplates") or []):
-                if template.get("name") in counts:
-                    workload = self._sync_min_count(workload, f"/spec/podGroupTemplates/{i}", template,
-                                                    counts[template["name"]], "workloads")
+            for i, template in enumerate(workload.templates):
+                if template.name in counts:
+                    workload = kinds.workload(self._sync_min_count(
+                        workload.raw, workload.meta, f"/spec/podGroupTemplates/{i}", template.fields,
+                        counts[template.name], "workloads"))
         return workload
 
-    def _delete_podgroup(self, group: Mapping[str, Any]) -> None:
+    def _delete_podgroup(self, group: kinds.PodGroup) -> None:
         """A PodGroup no live leader names (its leader was deleted, or replaced by the rollout):
         deleted; the protection finalizer keeps it while a terminating pod still names it."""
-        meta = group["metadata"]
+        meta = group.meta
         try:
-            self.kube.delete(self.flavor.path("podgroups", meta["namespace"], meta["name"]),
-                             {"preconditions": {"uid": meta["uid"]}})
+            self.kube.delete(self.flavor.path("podgroups", meta.namespace, meta.name),
+                             {"preconditions": {"uid": meta.uid}})
         except KubeError as err:
             if err.status not in (404, 409):
-                raise CreationFailed(f"deleting PodGroup {meta['name']}: {err}") from err
+                raise CreationFailed(f"deleting PodGroup {meta.name}: {err}") from err
 
     def reconcile_lws(self, namespace: str, name: str) -> tuple[bool, bool]:
         """One reconcile of the LWS ``namespace/name``: sync, then lift the gate of pods whose
         PodGroup is in sync. Returns (the LWS exists, reconcile again shortly): a PodGroup created
         by this sync has its pods released by the next one, so that every watcher (phalanx serve's
         cache above all) has seen the PodGroup before kube-scheduler sees its pods."""
-        lws = self.kube.get_or_none(lws_path(namespace, name))
-        if lws is None:
+        raw = self.kube.get_or_none(lws_path(namespace, name))
+        if raw is None:
             return False, False
-        if lws["metadata"].get("deletionTimestamp"):
+        lws = kinds.leaderworkerset(raw)
+        if lws.meta.deleting:
             return True, False
         try:
             found = self.sync_lws(lws)
@@ -369,15 +362,15 @@ class LwsReconciler(Reconciler):
         return True, bool(found.created)
 
 
-def complete(group: Mapping[str, Any], pods: list[dict], flavor: objects.Flavor) -> bool:
+def complete(group: kinds.PodGroup | Mapping[str, Any], pods: list, flavor: objects.Flavor) -> bool:
     """A gang's pods are released together, once minCount of them exist (LWS creates a replica's
     leader before its workers): kube-scheduler then takes them as one group, and none is parked as
     "waiting for members". Beyond minCount (a surge or replacement replica while the running pods
     meet it) each new pod is released as it comes. Basic groups are released at once."""
-    target = objects.gang_min_count(group.get("spec") or {})
+    group = kinds.podgroup(group)
+    target = group.fields.min_count
     if target is None:
         return True
-    name = group["metadata"]["name"]
-    present = sum(1 for p in pods if flavor.pod_group_of(p) == name and not p["metadata"].get("deletionTimestamp")
-                  and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"))
+    present = sum(1 for p in map(kinds.pod, pods) if p.group == group.meta.name and not p.meta.deleting
+                  and p.phase not in ("Succeeded", "Failed"))
     return present >= target

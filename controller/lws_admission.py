@@ -27,10 +27,11 @@ import secrets
 import time
 from typing import Any, Callable, Mapping
 
-from cluster import names
+from cluster import kinds, names
+from cluster.kinds import admission_response as response
 from cluster.kube import api_path
 
-from . import admission, lws, naming, objects
+from . import lws, naming, objects
 from .config import ConfigError, raw_scheduling
 from .lws_config import LEVEL_WHOLE, resolve_lws, validate_lws
 
@@ -38,12 +39,12 @@ MSG_WHOLE_PENDING = "phalanx: pod of LeaderWorkerSet {ns}/{name} is held until i
 
 
 def review_leaderworkerset(review: Mapping[str, Any]) -> dict:
-    request = review.get("request") or {}
-    if request.get("operation") not in ("CREATE", "UPDATE") or not request.get("object"):
-        return admission.response(request, True)
-    old = request.get("oldObject") if request.get("operation") == "UPDATE" else None
-    errors = validate_lws(request["object"], old)
-    return admission.response(request, False, "; ".join(errors)) if errors else admission.response(request, True)
+    request = kinds.review_request(review)
+    if request.operation not in ("CREATE", "UPDATE") or not request.object:
+        return response(request, True)
+    old = request.old_object if request.operation == "UPDATE" else None
+    errors = validate_lws(request.object, old)
+    return response(request, False, "; ".join(errors)) if errors else response(request, True)
 
 
 def new_incarnation() -> str:
@@ -51,7 +52,7 @@ def new_incarnation() -> str:
 
 
 def _label_op(key: str, value: str) -> dict:
-    return {"op": "add", "path": "/metadata/labels/" + key.replace("~", "~0").replace("/", "~1"), "value": value}
+    return {"op": "add", "path": kinds.json_pointer("metadata", "labels", key), "value": value}
 
 
 class LwsMutator:
@@ -66,29 +67,32 @@ class LwsMutator:
     def _kick(self, ns: str, name: str, delay: float) -> None:
         self.kick(f"{lws.KEY_PREFIX}{ns}", name, delay)
 
-    def review(self, request: Mapping[str, Any], pod: Mapping[str, Any]) -> dict:
+    def review(self, request: kinds.AdmissionRequest | Mapping[str, Any], pod: kinds.Pod | Mapping[str, Any]) -> dict:
+        """Admit ``pod``, the object of ``request`` (an AdmissionReview's request field)."""
+        request, pod = kinds.admission_request(request), kinds.pod(pod)
         me = lws.member(pod)
-        ns = request.get("namespace") or (pod.get("metadata") or {}).get("namespace") or ""
-        if me is None or self.flavor.pod_group_of(pod):
-            return admission.response(request, True)
-        obj = self.kube.get_or_none(lws.lws_path(ns, me.lws))
-        if obj is None:
-            return admission.response(request, True)
+        ns = request.namespace or pod.meta.namespace
+        if me is None or pod.group:
+            return response(request, True)
+        raw_lws = self.kube.get_or_none(lws.lws_path(ns, me.lws))
+        if raw_lws is None:
+            return response(request, True)
+        obj = kinds.leaderworkerset(raw_lws)
         try:
             raw = raw_scheduling(obj)
         except ConfigError as err:
-            return admission.response(request, True, warnings=[f"phalanx: pod not in a PodGroup: {err}"])
+            return response(request, True, warnings=[f"phalanx: pod not in a PodGroup: {err}"])
         if raw is None:
-            return admission.response(request, True)
+            return response(request, True)
         errors = validate_lws(obj)
         if errors:
-            return admission.response(request, True, warnings=[f"phalanx: pod not in a PodGroup: {'; '.join(errors)}"])
+            return response(request, True, warnings=[f"phalanx: pod not in a PodGroup: {'; '.join(errors)}"])
         sched = resolve_lws(raw)
         extra: list[dict] = []
         if sched.level == LEVEL_WHOLE:
             group = lws.whole_podgroup_name(obj)
             if not self._await_group(ns, me.lws, group, obj):
-                return admission.response(request, False, MSG_WHOLE_PENDING.format(ns=ns, name=me.lws, group=group))
+                return response(request, False, MSG_WHOLE_PENDING.format(ns=ns, name=me.lws, group=group))
         else:
             incarnation = me.incarnation
             if me.leader and not incarnation:
@@ -96,24 +100,24 @@ class LwsMutator:
                 extra.append(_label_op(names.LABEL_LWS_INCARNATION, incarnation))
             elif not me.leader:
                 leader = self.kube.get_or_none(api_path("v1", "pods", ns, me.leader_name))
-                leader_member = lws.member(leader) if leader else None
+                leader_member = lws.member(kinds.pod(leader)) if leader else None
                 if leader_member is None or not leader_member.incarnation:
-                    return admission.response(request, True, warnings=[
+                    return response(request, True, warnings=[
                         f"phalanx: pod not in a PodGroup: its leader {me.leader_name} is not in one"])
                 incarnation = leader_member.incarnation
                 extra.append(_label_op(names.LABEL_LWS_INCARNATION, incarnation))
             group = lws.podgroup_for(obj, sched, lws.Member(me.lws, me.leader, me.group_index, me.revision, me.size,
                                                             me.leader_name, incarnation)) or ""
         self._kick(ns, me.lws, 0.3)  # create the replica's PodGroups and lift the gate once the pod exists
-        stamp = objects.pod_patch(pod, {"metadata": {"name": group}}, self.flavor, owned=False)
-        return admission.response(request, True, patch=extra + stamp)
+        stamp = objects.pod_patch(pod, kinds.Meta(name=group), self.flavor, owned=False)
+        return response(request, True, patch=extra + stamp)
 
-    def _await_group(self, ns: str, name: str, group: str, obj: Mapping[str, Any]) -> bool:
+    def _await_group(self, ns: str, name: str, group: str, obj: kinds.LeaderWorkerSet) -> bool:
         deadline = time.monotonic() + self.wait
         delay = self.poll
         while True:
             found = self.kube.get_or_none(self.flavor.path("podgroups", ns, group))
-            if found is not None and (objects.controller_of(found) or {}).get("uid") == obj["metadata"]["uid"]:
+            if found is not None and kinds.podgroup(found).meta.controller_uid == obj.meta.uid:
                 return True
             if time.monotonic() >= deadline:
                 return False

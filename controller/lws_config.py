@@ -26,7 +26,7 @@ import json
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cluster import names
+from cluster import kinds, names
 
 from .config import MSG_MIN_COUNT, ConfigError, SchedulingConfig, raw_scheduling, resolve, validate_scheduling
 
@@ -138,19 +138,16 @@ def resolve_lws(raw: Mapping[str, Any]) -> LwsScheduling:
     return LwsScheduling(level, tuple((t, resolve(_with_default(b))) for t, _, b in blocks))
 
 
-def _templates(lws: Mapping[str, Any]) -> dict[str, Mapping[str, Any]]:
-    lwt = (lws.get("spec") or {}).get("leaderWorkerTemplate") or {}
-    worker = lwt.get("workerTemplate") or {}
-    return {"leaderTemplate": lwt.get("leaderTemplate") or worker, "workerTemplate": worker}
-
-
-def priority_class(lws: Mapping[str, Any]) -> str:
+def priority_class(lws: kinds.LeaderWorkerSet | Mapping[str, Any]) -> str:
     """The effective priority class: the worker template's (the leader must use the same)."""
-    return str((_templates(lws)["workerTemplate"].get("spec") or {}).get("priorityClassName") or "")
+    return kinds.leaderworkerset(lws).worker_template.priority_class
 
 
-def validate_lws(lws: Mapping[str, Any], old: Mapping[str, Any] | None = None) -> list[str]:
+def validate_lws(lws: kinds.LeaderWorkerSet | Mapping[str, Any],
+                 old: kinds.LeaderWorkerSet | Mapping[str, Any] | None = None) -> list[str]:
     """The guide's admission rules for a LeaderWorkerSet create (``old`` None) or update."""
+    lws = kinds.leaderworkerset(lws)
+    old = None if old is None else kinds.leaderworkerset(old)
     try:
         raw = raw_scheduling(lws)
         old_raw = raw_scheduling(old) if old is not None else None
@@ -166,17 +163,14 @@ def validate_lws(lws: Mapping[str, Any], old: Mapping[str, Any] | None = None) -
     if errors:
         return errors
     sched = resolve_lws(raw)
-    spec = lws.get("spec") or {}
-    annotations = (lws.get("metadata") or {}).get("annotations") or {}
-    if sched.gang and spec.get("startupPolicy") == "LeaderReady":
+    if sched.gang and lws.startup_policy == "LeaderReady":
         errors.append(MSG_LEADER_READY)
-    if sched.gang and names.ANNOTATION_LWS_EXCLUSIVE_TOPOLOGY in annotations:
+    if sched.gang and names.ANNOTATION_LWS_EXCLUSIVE_TOPOLOGY in lws.meta.annotations:
         errors.append(MSG_EXCLUSIVE)
-    templates = _templates(lws)
-    for which, template in templates.items():
-        if (template.get("spec") or {}).get("schedulingGroup") is not None:
+    for which, template in (("leaderTemplate", lws.leader_template), ("workerTemplate", lws.worker_template)):
+        if template.scheduling_group_set:
             errors.append(MSG_SCHEDULING_GROUP.format(template=which))
-    leader = str((templates["leaderTemplate"].get("spec") or {}).get("priorityClassName") or "")
+    leader = lws.leader_template.priority_class
     worker = priority_class(lws)
     if leader != worker:
         errors.append(MSG_PRIORITY.format(leader=json.dumps(leader), worker=json.dumps(worker)))

@@ -17,11 +17,11 @@ import copy
 from dataclasses import dataclass
 from typing import Any, Mapping
 
-from cluster import convert, names
+from cluster import convert, kinds, names
 from cluster.kube import api_path
 
 from . import naming
-from .config import SchedulingConfig
+from .config import Owner, SchedulingConfig
 
 STS_API_VERSION = "apps/v1"
 
@@ -43,8 +43,10 @@ class Flavor:
     def path(self, resource: str, namespace: str, name: str | None = None) -> str:
         return api_path(self.api_version, resource, namespace, name)
 
-    def pod_group_of(self, pod: Mapping[str, Any]) -> str | None:
+    def pod_group_of(self, pod: kinds.Pod | Mapping[str, Any]) -> str | None:
         """The PodGroup a pod names, if any, read as ``phalanx serve`` reads it (cluster.convert)."""
+        if isinstance(pod, kinds.Pod):
+            return pod.group or None
         try:
             return convert.pod_group_name(pod) or None
         except convert.InvalidInput:
@@ -55,117 +57,92 @@ BUILTIN = Flavor(names.SCHEDULING_GROUP)
 CRD = Flavor(names.CRD_GROUP)
 
 
-def replicas(sts: Mapping[str, Any]) -> int:
-    value = (sts.get("spec") or {}).get("replicas")
-    return 1 if value is None else int(value)
+def replicas(sts: kinds.StatefulSet | Mapping[str, Any]) -> int:
+    value = kinds.statefulset(sts).replicas
+    return 1 if value is None else value
 
 
-def min_count(sts: Mapping[str, Any]) -> int:
+def min_count(sts: kinds.StatefulSet | Mapping[str, Any]) -> int:
     """Gang minCount = replicas, clamped to 1 (minCount must be positive; replicas may be 0).
     Used controller-side only, never written back to the StatefulSet."""
     return max(1, replicas(sts))
 
 
-def owner_ref(obj: Mapping[str, Any], api_version: str, kind: str, controller: bool) -> dict:
-    meta = obj["metadata"]
-    ref = {"apiVersion": api_version, "kind": kind, "name": meta["name"], "uid": meta["uid"],
-           "blockOwnerDeletion": True}
-    if controller:
-        ref["controller"] = True
-    return ref
-
-
-def controller_of(obj: Mapping[str, Any]) -> dict | None:
-    return next((r for r in (obj.get("metadata") or {}).get("ownerReferences") or [] if r.get("controller")), None)
-
-
-def is_managed(obj: Mapping[str, Any]) -> bool:
-    """Created by phalanx (the managed-by annotation), as opposed to by a user or a parent controller."""
-    annotations = (obj.get("metadata") or {}).get("annotations") or {}
-    return annotations.get(names.ANNOTATION_MANAGED_BY) == names.MANAGED_BY_VALUE
-
-
-def template_fields(config: SchedulingConfig, sts: Mapping[str, Any]) -> dict:
+def template_fields(config: SchedulingConfig, sts: kinds.StatefulSet | Mapping[str, Any]) -> dict:
     """The fields a PodGroupTemplate carries for this StatefulSet (the PodGroup snapshots them),
     with the pod template's priorityClassName (as upstream's Job integration does): the group's
     priority is its pods'."""
-    fields = policy_fields(config, min_count(sts))
-    if klass := pod_priority_class(sts):
-        fields["priorityClassName"] = klass
-    return fields
+    sts = kinds.statefulset(sts)
+    return policy_fields(config, min_count(sts), sts.template.priority_class)
 
 
-def pod_priority_class(owner: Mapping[str, Any]) -> str:
-    """``spec.template.spec.priorityClassName`` of a pod-template owner, "" when unset."""
-    return str(((((owner.get("spec") or {}).get("template") or {}).get("spec") or {})
-                .get("priorityClassName")) or "")
-
-
-def policy_fields(config: SchedulingConfig, gang_min_count: int) -> dict:
+def policy_fields(config: SchedulingConfig, gang_min_count: int, priority_class: str = "") -> dict:
     """A PodGroupTemplate's fields for ``config``, a gang's minCount given."""
-    fields: dict[str, Any] = {
-        "schedulingPolicy": {"gang": {"minCount": gang_min_count}} if config.gang else {"basic": {}},
-    }
-    if config.topology_keys:
-        fields["schedulingConstraints"] = {"topology": [{"key": k} for k in config.topology_keys]}
-    if config.disruption_mode:
-        fields["disruptionMode"] = {config.disruption_mode: {}}
-    if config.resource_claims:
-        fields["resourceClaims"] = [dict(c) for c in config.resource_claims]
-    return fields
+    return kinds.group_fields_json(gang_min_count if config.gang else None, config.topology_keys,
+                                   config.disruption_mode, config.resource_claims, priority_class)
 
 
-def compile_workload(sts: Mapping[str, Any], config: SchedulingConfig, flavor: Flavor) -> dict:
-    meta = sts["metadata"]
-    return {
-        "apiVersion": flavor.api_version, "kind": "Workload",
-        "metadata": {
-            "name": naming.workload_name(meta["name"], meta["uid"]),
-            "namespace": meta["namespace"],
-            "annotations": {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
-            "ownerReferences": [owner_ref(sts, STS_API_VERSION, "StatefulSet", controller=True)],
-        },
-        "spec": {
-            "controllerRef": {"apiGroup": "apps", "kind": "StatefulSet", "name": meta["name"]},
-            "podGroupTemplates": [{"name": naming.template_name(meta["name"]), **template_fields(config, sts)}],
-        },
-    }
+def managed_metadata(name: str, namespace: str, owners: list[dict], labels: Mapping[str, str] | None = None,
+                     annotations: Mapping[str, str] | None = None, finalizers: tuple[str, ...] = ()) -> dict:
+    """The metadata of an object phalanx creates: the managed-by annotation besides ``annotations``."""
+    return kinds.metadata_json(name, namespace, owners, labels,
+                               {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE, **(annotations or {})}, finalizers)
 
 
-def compile_podgroup(sts: Mapping[str, Any], workload: Mapping[str, Any], template: Mapping[str, Any],
-                     flavor: Flavor, owns_workload: bool, parent_composite: str | None = None,
-                     name: str | None = None, owner: tuple[str, str] = (STS_API_VERSION, "StatefulSet")) -> dict:
+def compile_workload(sts: kinds.StatefulSet | Mapping[str, Any], config: SchedulingConfig, flavor: Flavor) -> dict:
+    sts = kinds.statefulset(sts)
+    meta = sts.meta
+    return kinds.object_json(
+        flavor.api_version, "Workload",
+        managed_metadata(naming.workload_name(meta.name, meta.uid), meta.namespace,
+                         [kinds.owner_ref_json(meta, STS_API_VERSION, "StatefulSet", controller=True)]),
+        {"controllerRef": {"apiGroup": "apps", "kind": "StatefulSet", "name": meta.name},
+         "podGroupTemplates": [{"name": naming.template_name(meta.name), **template_fields(config, sts)}]})
+
+
+@dataclass(frozen=True)
+class GroupOverrides:
+    """What an LWS PodGroup sets beyond its template: minCount (None: the template's), name (None: the
+    StatefulSet scheme), priority class, labels and annotations added to phalanx's."""
+
+    min_count: int | None = None
+    name: str | None = None
+    priority_class: str = ""
+    labels: Mapping[str, str] | None = None
+    annotations: Mapping[str, str] | None = None
+
+
+def compile_podgroup(sts: Owner | Mapping[str, Any], workload: kinds.Workload | Mapping[str, Any],
+                     template: kinds.GroupTemplate | Mapping[str, Any], flavor: Flavor, owns_workload: bool,
+                     parent_composite: str | None = None, owner: tuple[str, str] = (STS_API_VERSION, "StatefulSet"),
+                     overrides: GroupOverrides = GroupOverrides()) -> dict:
     """The PodGroup instantiated from ``template`` of ``workload`` (a snapshot of its fields).
-    ``sts`` is its controller, of kind ``owner`` (apiVersion, kind); ``name`` None: the StatefulSet
-    naming scheme."""
-    wmeta = workload["metadata"]
-    owners = [owner_ref(sts, owner[0], owner[1], controller=True)]
+    ``sts`` is its controller, of kind ``owner`` (apiVersion, kind)."""
+    owner_meta = kinds.workload_owner(sts).meta
+    wl = kinds.workload(workload)
+    if not isinstance(template, kinds.GroupTemplate):
+        template = kinds.group_template(template)
+    owners = [kinds.owner_ref_json(owner_meta, owner[0], owner[1], controller=True)]
     if owns_workload:
-        owners.append(owner_ref(workload, flavor.api_version, "Workload", controller=False))
-    spec = {k: copy.deepcopy(v) for k, v in template.items() if k != "name"}
-    spec["workloadRef"] = {"workloadName": wmeta["name"], "templateName": template["name"]}
-    if parent_composite:
-        spec["parentCompositePodGroupName"] = parent_composite
-    return {
-        "apiVersion": flavor.api_version, "kind": "PodGroup",
-        "metadata": {
-            "name": name or naming.podgroup_name(wmeta["name"], template["name"], wmeta["uid"], sts["metadata"]["uid"]),
-            "namespace": wmeta.get("namespace") or sts["metadata"]["namespace"],
-            "annotations": {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
-            "ownerReferences": owners,
-            "finalizers": [names.FINALIZER_PODGROUP_PROTECTION],
-        },
-        "spec": spec,
-    }
+        owners.append(kinds.owner_ref_json(wl.meta, flavor.api_version, "Workload", controller=False))
+    spec = kinds.podgroup_spec_json(template.fields, wl.meta.name, template.name, overrides.min_count,
+                                    overrides.priority_class, parent_composite)
+    metadata = managed_metadata(
+        overrides.name or naming.podgroup_name(wl.meta.name, template.name, wl.meta.uid, owner_meta.uid),
+        wl.meta.namespace or owner_meta.namespace, owners, overrides.labels, overrides.annotations,
+        (names.FINALIZER_PODGROUP_PROTECTION,))
+    return kinds.object_json(flavor.api_version, "PodGroup", metadata, spec)
 
 
-def gang_min_count(fields: Mapping[str, Any]) -> int | None:
+def gang_min_count(fields: kinds.GroupFields | Mapping[str, Any]) -> int | None:
     """minCount of a template or PodGroup spec; None for Basic."""
-    gang = (fields.get("schedulingPolicy") or {}).get("gang")
-    return None if gang is None else gang.get("minCount")
+    if not isinstance(fields, kinds.GroupFields):
+        fields = kinds.group_fields(fields, "schedulingPolicy")
+    return fields.min_count
 
 
-def min_count_patch(path_to_fields: str, current: Mapping[str, Any], target: int) -> list[dict] | None:
+def min_count_patch(path_to_fields: str, current: kinds.GroupFields | Mapping[str, Any],
+                    target: int) -> list[dict] | None:
     """A JSON patch setting gang minCount at ``path_to_fields``, or None when nothing changes
     (Basic, or already in sync). The ``test`` op makes a concurrent change fail, not clobber."""
     value = gang_min_count(current)
@@ -177,47 +154,47 @@ def min_count_patch(path_to_fields: str, current: Mapping[str, Any], target: int
 
 # -- pods -------------------------------------------------------------------------------------------
 
-def _escape(key: str) -> str:
-    return key.replace("~", "~0").replace("/", "~1")
-
-
-def pod_patch(pod: Mapping[str, Any], podgroup: Mapping[str, Any], flavor: Flavor,
+def pod_patch(pod: kinds.Pod | Mapping[str, Any], podgroup: kinds.PodGroup | kinds.Meta | Mapping[str, Any],
+              flavor: Flavor,
               shared: tuple["SharedClaim", ...] = (), owned: bool = True) -> list[dict]:
     """JSON patch for a new pod: its PodGroup reference, an ownerReference to the PodGroup (not with
     ``owned`` False: the PodGroup need not exist yet), the ``podgroup-sync`` scheduling gate (lifted
     by the reconciler once minCount is in sync and the shared claims exist), and its exactly
-    matching claim entries pointed at ``shared``."""
-    meta, spec = pod.get("metadata") or {}, pod.get("spec") or {}
-    group = podgroup["metadata"]["name"]
+    matching claim entries pointed at ``shared``. ``podgroup``: the PodGroup, or its metadata."""
+    pod = kinds.pod(pod)
+    group_meta = podgroup if isinstance(podgroup, kinds.Meta) else kinds.podgroup(podgroup).meta
+    group = group_meta.name
     ops: list[dict] = []
     if flavor.builtin:
         ops.append({"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": group}})
-    elif meta.get("labels"):
-        ops.append({"op": "add", "path": f"/metadata/labels/{_escape(names.LABEL_POD_GROUP)}", "value": group})
+    elif pod.meta.labels:
+        at = kinds.json_pointer("metadata", "labels", names.LABEL_POD_GROUP)
+        ops.append({"op": "add", "path": at, "value": group})
     else:
         ops.append({"op": "add", "path": "/metadata/labels", "value": {names.LABEL_POD_GROUP: group}})
     if owned:
-        ref = {"apiVersion": flavor.api_version, "kind": "PodGroup", "name": group, "uid": podgroup["metadata"]["uid"]}
-        if meta.get("ownerReferences"):
+        ref = {"apiVersion": flavor.api_version, "kind": "PodGroup", "name": group, "uid": group_meta.uid}
+        if pod.meta.owners:
             ops.append({"op": "add", "path": "/metadata/ownerReferences/-", "value": ref})
         else:
             ops.append({"op": "add", "path": "/metadata/ownerReferences", "value": [ref]})
     gate = {"name": names.GATE_PODGROUP_SYNC}
-    if spec.get("schedulingGates"):
+    if pod.gates:
         ops.append({"op": "add", "path": "/spec/schedulingGates/-", "value": gate})
     else:
         ops.append({"op": "add", "path": "/spec/schedulingGates", "value": [gate]})
     return ops + claim_patch(pod, shared)
 
 
-def has_sync_gate(pod: Mapping[str, Any]) -> bool:
-    return any(g.get("name") == names.GATE_PODGROUP_SYNC for g in (pod.get("spec") or {}).get("schedulingGates") or [])
+def has_sync_gate(pod: kinds.Pod | Mapping[str, Any]) -> bool:
+    return names.GATE_PODGROUP_SYNC in kinds.pod(pod).gate_names
 
 
-def ungate_patch(pod: Mapping[str, Any]) -> list[dict]:
+def ungate_patch(pod: kinds.Pod | Mapping[str, Any]) -> list[dict]:
     """JSON patch removing the sync gate (gates may only be removed after creation)."""
-    gates = (pod.get("spec") or {}).get("schedulingGates") or []
-    kept = [g for g in gates if g.get("name") != names.GATE_PODGROUP_SYNC]
+    pod = kinds.pod(pod)
+    gates = [dict(g) for g in pod.gates]
+    kept = [g for g, name in zip(gates, pod.gate_names, strict=True) if name != names.GATE_PODGROUP_SYNC]
     return [{"op": "test", "path": "/spec/schedulingGates", "value": gates},
             {"op": "replace", "path": "/spec/schedulingGates", "value": kept}]
 
@@ -246,7 +223,8 @@ class SharedClaim:
     claim: str
 
 
-def shared_claims(podgroup: Mapping[str, Any], configured: Any, flavor: Flavor) -> tuple[SharedClaim, ...]:
+def shared_claims(podgroup: kinds.PodGroup | Mapping[str, Any], configured: Any,
+                  flavor: Flavor) -> tuple[SharedClaim, ...]:
     """The template-sourced shared claims phalanx must create for ``podgroup``.
 
     None when the cluster implements PodGroup-level claims (built-in flavor and the stored PodGroup
@@ -254,42 +232,40 @@ def shared_claims(podgroup: Mapping[str, Any], configured: Any, flavor: Flavor) 
     dropped them, the StatefulSet's ``configured`` ones. Entries naming a ``resourceClaimName`` are
     shared as they are: nothing is created for them and pods keep them unchanged.
     """
-    stored = (podgroup.get("spec") or {}).get("resourceClaims") or []
+    group = kinds.podgroup(podgroup)
+    stored = group.fields.claims
     if flavor.builtin and stored:
         return ()
-    meta = podgroup["metadata"]
-    return tuple(SharedClaim(c["name"], c["resourceClaimTemplateName"],
-                             naming.claim_name(meta["name"], c["name"], meta.get("uid", "")))
-                 for c in stored or configured or () if c.get("name") and c.get("resourceClaimTemplateName"))
+    entries = stored or kinds.claim_entries(list(configured or ()), "spec.scheduling.resourceClaims")
+    return tuple(SharedClaim(c.name, c.template_name, naming.claim_name(group.meta.name, c.name, group.meta.uid))
+                 for c in entries if c.name and c.template_name)
 
 
-def compile_claim(podgroup: Mapping[str, Any], shared: SharedClaim, template: Mapping[str, Any],
-                  flavor: Flavor) -> dict:
+def compile_claim(podgroup: kinds.PodGroup | Mapping[str, Any], shared: SharedClaim,
+                  template: kinds.ClaimTemplate | Mapping[str, Any], flavor: Flavor) -> dict:
     """The ResourceClaim for ``shared`` from its ResourceClaimTemplate: the template's
     ``spec.spec`` and its labels and annotations, plus phalanx's marks, owned by the PodGroup."""
-    meta = (template.get("spec") or {}).get("metadata") or {}
-    return {
-        "apiVersion": names.RESOURCE_API_VERSION, "kind": "ResourceClaim",
-        "metadata": {
-            "name": shared.claim,
-            "namespace": podgroup["metadata"]["namespace"],
-            "labels": {**(meta.get("labels") or {}), names.LABEL_PODGROUP_CLAIM: shared.name},
-            "annotations": {**(meta.get("annotations") or {}), names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
-            "ownerReferences": [owner_ref(podgroup, flavor.api_version, "PodGroup", controller=True)],
-        },
-        "spec": copy.deepcopy((template.get("spec") or {}).get("spec") or {}),
-    }
+    group = kinds.podgroup(podgroup).meta
+    if not isinstance(template, kinds.ClaimTemplate):
+        template = kinds.claim_template(template)
+    return kinds.object_json(names.RESOURCE_API_VERSION, "ResourceClaim", {
+        "name": shared.claim,
+        "namespace": group.namespace,
+        "labels": {**template.labels, names.LABEL_PODGROUP_CLAIM: shared.name},
+        "annotations": {**template.annotations, names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE},
+        "ownerReferences": [kinds.owner_ref_json(group, flavor.api_version, "PodGroup", controller=True)],
+    }, copy.deepcopy(dict(template.spec)))
 
 
-def claim_patch(pod: Mapping[str, Any], shared: tuple[SharedClaim, ...]) -> list[dict]:
+def claim_patch(pod: kinds.Pod | Mapping[str, Any], shared: tuple[SharedClaim, ...]) -> list[dict]:
     """JSON patch pointing the pod's claim entries at the PodGroup's claims. Only an exact match is
     rewritten: same ``name`` and ``resourceClaimTemplateName`` equal to the group entry's template
     (and no ``resourceClaimName``); every other entry stays a per-pod claim."""
     by_name = {s.name: s for s in shared}
     ops = []
-    for i, entry in enumerate((pod.get("spec") or {}).get("resourceClaims") or []):
-        match = by_name.get(entry.get("name"))
-        if match and entry.get("resourceClaimTemplateName") == match.template and not entry.get("resourceClaimName"):
+    for i, entry in enumerate(kinds.pod(pod).claims):
+        match = by_name.get(entry.name)
+        if match and entry.template_name == match.template and not entry.claim_name:
             ops.append({"op": "replace", "path": f"/spec/resourceClaims/{i}",
                         "value": {"name": match.name, "resourceClaimName": match.claim}})
     return ops

@@ -37,11 +37,12 @@ import threading
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Protocol
 
-from cluster import names
+from cluster import kinds, names
+from cluster.kinds import selector_query as label_selector
 from cluster.kube import JSON_PATCH, KubeError, api_path
 
 from . import objects
-from .config import ConfigError, raw_scheduling, resolve, validate_statefulset
+from .config import ConfigError, Owner, raw_scheduling, resolve, validate_statefulset
 from .objects import Flavor
 
 log = logging.getLogger(__name__)
@@ -50,31 +51,23 @@ TERMINAL_PHASES = ("Succeeded", "Failed")
 MAX_REMEMBERED = 10_000  # created-object UIDs kept until their watch event arrives
 
 
-def label_selector(selector: Mapping[str, Any] | None) -> str:
-    """A metav1.LabelSelector in the API's query syntax ("" for none: everything matches)."""
-    selector = selector or {}
-    terms = [f"{k}={v}" for k, v in sorted((selector.get("matchLabels") or {}).items())]
-    for expr in selector.get("matchExpressions") or []:
-        key, op, values = expr["key"], expr["operator"], ",".join(expr.get("values") or [])
-        terms.append({"In": f"{key} in ({values})", "NotIn": f"{key} notin ({values})",
-                      "Exists": key, "DoesNotExist": f"!{key}"}[op])
-    return ",".join(terms)
+__all__ = ["label_selector", "Reconciler", "Resolution", "CreationFailed", "StatefulSetGone", "Repair"]
 
 
 class Recorder(Protocol):
-    def event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None: ...
+    def event(self, obj: Any, kind: str, reason: str, message: str) -> None: ...
 
 
 @dataclass
 class Resolution:
-    """What discovery found for one StatefulSet. ``podgroup`` None means pods cannot be stamped;
-    ``why`` says why (empty: no scheduling configuration at all)."""
+    """What discovery found for one StatefulSet. ``podgroup`` (the PodGroup as the API returned it)
+    None means pods cannot be stamped; ``why`` says why (empty: no scheduling configuration at all)."""
 
-    podgroup: dict | None
+    podgroup: Mapping[str, Any] | None
     why: str = ""
     has_pods: bool = False
     pending: bool = False  # the leader is expected to create what is missing
-    pods: list = field(default_factory=list)  # the StatefulSet's pods as listed during the sync
+    pods: list = field(default_factory=list)  # the StatefulSet's pods as listed during the sync (kinds.Pod)
     claims: tuple = ()  # objects.SharedClaim: the PodGroup's claims phalanx provides (see ensure_claims)
 
 
@@ -106,27 +99,27 @@ def _listed(pod_names: list[str]) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def owned_pods(pods: list[dict], sts: Mapping[str, Any]) -> list[dict]:
-    uid = sts["metadata"]["uid"]
-    return [p for p in pods if (objects.controller_of(p) or {}).get("uid") == uid]
+def owned_pods(pods: list[kinds.Pod], sts: kinds.StatefulSet) -> list[kinds.Pod]:
+    return [p for p in pods if p.meta.controller_uid == sts.meta.uid]
 
 
-def unstamped(pod: Mapping[str, Any], flavor: Flavor) -> bool:
+def unstamped(pod: kinds.Pod | Mapping[str, Any], flavor: Flavor) -> bool:
     """A live pod that names no PodGroup (admitted while the pod webhook was unavailable)."""
-    return flavor.pod_group_of(pod) is None and (pod.get("status") or {}).get("phase") not in TERMINAL_PHASES
+    pod = kinds.pod(pod)
+    return not pod.group and pod.phase not in TERMINAL_PHASES
 
 
-def repairable(pod: Mapping[str, Any], flavor: Flavor) -> bool:
+def repairable(pod: kinds.Pod | Mapping[str, Any], flavor: Flavor) -> bool:
     """Unstamped and bound to no node: deleting it loses nothing, and the StatefulSet controller
     recreates it through the webhook. Such pods do not count as "the StatefulSet has pods"."""
-    return unstamped(pod, flavor) and not (pod.get("spec") or {}).get("nodeName")
+    return unstamped(pod, flavor) and not kinds.pod(pod).node_name
 
 
-def _stale(obj: Mapping[str, Any], sts: Mapping[str, Any]) -> bool:
-    """A managed object whose controller is another StatefulSet of this name (UIDs differ): it
-    belongs to a deleted predecessor and waits for the garbage collector."""
-    ctrl = objects.controller_of(obj)
-    return objects.is_managed(obj) and ctrl is not None and ctrl.get("uid") != sts["metadata"]["uid"]
+def _stale(meta: kinds.Meta, owner: Owner) -> bool:
+    """A managed object whose controller is another owner of this name (UIDs differ): it belongs to
+    a deleted predecessor and waits for the garbage collector."""
+    ctrl = meta.controller
+    return meta.managed and ctrl is not None and ctrl.uid != owner.meta.uid
 
 
 class Reconciler:
@@ -141,15 +134,25 @@ class Reconciler:
     def _list(self, resource_path: str) -> list[dict]:
         return self.kube.list_pages(resource_path)[0]
 
-    def pods_of(self, sts: Mapping[str, Any]) -> list[dict]:
+    def _workloads(self, namespace: str) -> list[kinds.Workload]:
+        return [kinds.workload(w) for w in self._list(self.flavor.path("workloads", namespace))]
+
+    def _podgroups(self, namespace: str) -> list[kinds.PodGroup]:
+        return [kinds.podgroup(g) for g in self._list(self.flavor.path("podgroups", namespace))]
+
+    def pods_of(self, sts: kinds.StatefulSet | Mapping[str, Any]) -> list[Mapping[str, Any]]:
+        """The StatefulSet's pods as the API returned them (see ``_pods``)."""
+        return [p.raw for p in self._pods(kinds.statefulset(sts))]
+
+    def _pods(self, sts: kinds.StatefulSet) -> list[kinds.Pod]:
         """The StatefulSet's pods: those matching its selector (filtered by the API server, so a
         busy namespace is not listed whole on every sync) that it controls."""
-        path = api_path("v1", "pods", sts["metadata"]["namespace"])
-        selector = label_selector((sts.get("spec") or {}).get("selector"))
+        path = api_path("v1", "pods", sts.meta.namespace)
+        selector = label_selector(sts.selector)
         found = self.kube.list_pages(path, labelSelector=selector)[0] if selector else self._list(path)
-        return owned_pods(found, sts)
+        return owned_pods([kinds.pod(p) for p in found], sts)
 
-    def _holding(self, pods: list[dict]) -> bool:
+    def _holding(self, pods: list[kinds.Pod]) -> bool:
         """Pods that forbid creating the Workload/PodGroup now (KEP-6277: none once pods exist):
         every pod but those admitted unstamped and still unbound, which ``repair_unstamped``
         replaces."""
@@ -163,7 +166,7 @@ class Reconciler:
     def forget_created(self, uid: str | None) -> None:
         """The object is gone (its DELETED event): no ADDED event will come for it."""
         with self._created_lock:
-            self._created.pop(uid, None)
+            self._created.pop(uid or "", None)
 
     def prune_created(self, resource: str, listed_uids: set[str]) -> None:
         """After a re-list of ``resource``: objects created here that the list lacks are gone."""
@@ -176,12 +179,13 @@ class Reconciler:
             return len(self._created)
 
     # -- the workflow ----------------------------------------------------------------------------
-    def sync(self, sts: dict, write: bool = True) -> Resolution:
+    def sync(self, sts: kinds.StatefulSet | Mapping[str, Any], write: bool = True) -> Resolution:
         """Discover (and with ``write``, create and sync) the StatefulSet's objects.
 
         ``write=False`` is the webhook's read-only view: it never changes the cluster, so only the
         leader writes. Raises CreationFailed when a write failed (retry with backoff).
         """
+        sts = kinds.statefulset(sts)
         try:
             raw = raw_scheduling(sts)
         except ConfigError as err:
@@ -191,10 +195,9 @@ class Reconciler:
         errors, _ = validate_statefulset(sts)
         if errors:
             return self._invalid(sts, errors, write)
-        pods = self.pods_of(sts)
-        annotations = sts["metadata"].get("annotations") or {}
-        template_name = annotations.get(names.ANNOTATION_GROUP_TEMPLATE_NAME)
-        parent = objects.controller_of(sts)
+        pods = self._pods(sts)
+        template_name = sts.meta.annotations.get(names.ANNOTATION_GROUP_TEMPLATE_NAME)
+        parent = sts.meta.controller
         if template_name and parent:
             found = self._delegated(sts, parent, template_name, pods, write)
         else:
@@ -205,82 +208,75 @@ class Reconciler:
             found = self._managed(sts, raw, pods, write)
         found.pods = pods
         if found.podgroup is not None:
-            found.claims = objects.shared_claims(found.podgroup, resolve(raw).resource_claims, self.flavor)
+            group = kinds.podgroup(found.podgroup)
+            found.claims = objects.shared_claims(group, resolve(raw).resource_claims, self.flavor)
             if write and found.claims:
-                self.ensure_claims(sts, found.podgroup, found.claims)
+                self.ensure_claims(sts, group, found.claims)
         return found
 
-    def _invalid(self, sts: dict, errors: list[str], write: bool) -> Resolution:
+    def _invalid(self, owner: Owner, errors: list[str], write: bool) -> Resolution:
         why = "invalid scheduling configuration: " + "; ".join(errors)
         if write:
             self.on_creation_error()
-            self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED, why)
+            self.recorder.event(owner, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED, why)
         return Resolution(None, why)
 
-    def _managed(self, sts: dict, raw: Mapping[str, Any], pods: list[dict], write: bool) -> Resolution:
-        ns, name = sts["metadata"]["namespace"], sts["metadata"]["name"]
-        ref = {"apiGroup": "apps", "kind": "StatefulSet", "name": name}
-        found = [w for w in self._list(self.flavor.path("workloads", ns))
-                 if (w.get("spec") or {}).get("controllerRef") == ref and not _stale(w, sts)]
+    def _managed(self, sts: kinds.StatefulSet, raw: Mapping[str, Any], pods: list[kinds.Pod],
+                 write: bool) -> Resolution:
+        ref = kinds.ControllerRef("apps", "StatefulSet", sts.meta.name)
+        found = [w for w in self._workloads(sts.meta.namespace)
+                 if w.controller_ref == ref and not _stale(w.meta, sts)]
         if len(found) > 1:
-            return self._ambiguous(sts, "Workloads", found, write)
+            return self._ambiguous(sts, "Workloads", [w.meta for w in found], write)
         if not found:
             if self._holding(pods):
                 return Resolution(None, "no Workload, and the StatefulSet already has pods", True)
             if not write:
                 return Resolution(None, "the Workload is not created yet", pending=True)
-            workload = self._create(sts, "workloads", objects.compile_workload(sts, resolve(raw), self.flavor),
-                                    names.EVENT_WORKLOAD_CREATED)
-            template = workload["spec"]["podGroupTemplates"][0]
-            body = objects.compile_podgroup(sts, workload, template, self.flavor, True)
+            workload = kinds.workload(self._create(sts, "workloads", objects.compile_workload(
+                sts, resolve(raw), self.flavor), names.EVENT_WORKLOAD_CREATED))
+            body = objects.compile_podgroup(sts, workload, workload.templates[0], self.flavor, True)
             return Resolution(self._create(sts, "podgroups", body, names.EVENT_PODGROUP_CREATED))
-        else:
-            workload = found[0]
-        templates = (workload.get("spec") or {}).get("podGroupTemplates") or []
-        if len(templates) != 1:
+        workload = found[0]
+        if len(workload.templates) != 1:
             if write:
                 self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_IGNORED,
-                                    f"Workload {workload['metadata']['name']} has {len(templates)} podGroupTemplates; "
+                                    f"Workload {workload.meta.name} has {len(workload.templates)} podGroupTemplates; "
                                     "a StatefulSet needs exactly 1")
             return Resolution(None, "the Workload does not have exactly one template", bool(pods))
-        owns_workload = objects.is_managed(workload)
+        owns_workload = workload.meta.managed
         if owns_workload and write:
-            workload = self._sync_min_count(workload, "/spec/podGroupTemplates/0", templates[0],
-                                            objects.min_count(sts), "workloads")
-        template = workload["spec"]["podGroupTemplates"][0]
-        return self._podgroup(sts, workload, template, pods, owns_workload, False, None, write)
+            workload = kinds.workload(self._sync_min_count(workload.raw, workload.meta, "/spec/podGroupTemplates/0",
+                                                           workload.templates[0].fields, objects.min_count(sts),
+                                                           "workloads"))
+        return self._podgroup(sts, workload, workload.templates[0], pods, owns_workload, False, None, write)
 
-    def _delegated(self, sts: dict, parent: Mapping[str, Any], template_name: str, pods: list[dict],
-                   write: bool) -> Resolution:
-        ns = sts["metadata"]["namespace"]
-        group = parent.get("apiVersion", "").rpartition("/")[0]  # "" for the core group
-        ref = {"apiGroup": group, "kind": parent.get("kind"), "name": parent.get("name")}
-        found = [w for w in self._list(self.flavor.path("workloads", ns))
-                 if (w.get("spec") or {}).get("controllerRef") == ref]
-        templates = [t for w in found for t in (w.get("spec") or {}).get("podGroupTemplates") or []
-                     if t.get("name") == template_name]
+    def _delegated(self, sts: kinds.StatefulSet, parent: kinds.OwnerRef, template_name: str,
+                   pods: list[kinds.Pod], write: bool) -> Resolution:
+        ref = kinds.ControllerRef(parent.group, parent.kind, parent.name)
+        found = [w for w in self._workloads(sts.meta.namespace) if w.controller_ref == ref]
+        templates = [(w, t) for w in found for t in w.templates if t.name == template_name]
         if len(found) != 1 or len(templates) != 1:
-            why = (f"parent {parent.get('kind')}/{parent.get('name')}: {len(found)} Workload(s) and "
+            why = (f"parent {parent.kind}/{parent.name}: {len(found)} Workload(s) and "
                    f"{len(templates)} template(s) named {template_name!r}; creating nothing")
             if write:
                 self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_IGNORED, why)
             return Resolution(None, why, bool(pods))
-        annotations = sts["metadata"].get("annotations") or {}
-        composite = (annotations.get(names.ANNOTATION_PARENT_COMPOSITE)
-                     or annotations.get(names.ANNOTATION_PARENT_COMPOSITE_ALT))
-        return self._podgroup(sts, found[0], templates[0], pods, False, True, composite, write)
+        composite = (sts.meta.annotations.get(names.ANNOTATION_PARENT_COMPOSITE)
+                     or sts.meta.annotations.get(names.ANNOTATION_PARENT_COMPOSITE_ALT))
+        return self._podgroup(sts, found[0], templates[0][1], pods, False, True, composite, write)
 
-    def _podgroup(self, sts: dict, workload: Mapping[str, Any], template: Mapping[str, Any], pods: list[dict],
-                  owns_workload: bool, delegated: bool, composite: str | None, write: bool) -> Resolution:
-        ns, uid = sts["metadata"]["namespace"], sts["metadata"]["uid"]
-        ref = {"workloadName": workload["metadata"]["name"], "templateName": template["name"]}
-        found = [g for g in self._list(self.flavor.path("podgroups", ns))
-                 if (g.get("spec") or {}).get("workloadRef") == ref and not _stale(g, sts)]
+    def _podgroup(self, sts: kinds.StatefulSet, workload: kinds.Workload, template: kinds.GroupTemplate,
+                  pods: list[kinds.Pod], owns_workload: bool, delegated: bool, composite: str | None,
+                  write: bool) -> Resolution:
+        found = [g for g in self._podgroups(sts.meta.namespace)
+                 if (g.workload_name, g.template_name) == (workload.meta.name, template.name)
+                 and not _stale(g.meta, sts)]
         if delegated:
             # A parent's template may serve several StatefulSets: ours is the one we control.
-            found = [g for g in found if (objects.controller_of(g) or {}).get("uid") == uid]
+            found = [g for g in found if g.meta.controller_uid == sts.meta.uid]
         if len(found) > 1:
-            return self._ambiguous(sts, "PodGroups", found, write)
+            return self._ambiguous(sts, "PodGroups", [g.meta for g in found], write)
         if not found:
             if self._holding(pods):
                 return Resolution(None, "no PodGroup, and the StatefulSet already has pods", True)
@@ -288,46 +284,48 @@ class Reconciler:
                 return Resolution(None, "the PodGroup is not created yet", pending=True)
             body = objects.compile_podgroup(sts, workload, template, self.flavor, owns_workload, composite)
             return Resolution(self._create(sts, "podgroups", body, names.EVENT_PODGROUP_CREATED), has_pods=bool(pods))
-        podgroup = found[0]
-        target = objects.gang_min_count(template)
-        if write and objects.is_managed(podgroup) and target is not None:
-            podgroup = self._sync_min_count(podgroup, "/spec", podgroup["spec"], target, "podgroups")
+        group = found[0]
+        podgroup = group.raw
+        target = template.fields.min_count
+        if write and group.meta.managed and target is not None:
+            podgroup = self._sync_min_count(group.raw, group.meta, "/spec", group.fields, target, "podgroups")
         return Resolution(podgroup, has_pods=bool(pods))
 
     # -- writes ----------------------------------------------------------------------------------
-    def _ambiguous(self, sts: dict, what: str, found: list[dict], write: bool) -> Resolution:
-        listed = ", ".join(sorted(o["metadata"]["name"] for o in found))
+    def _ambiguous(self, owner: Owner, what: str, found: list[kinds.Meta], write: bool) -> Resolution:
+        listed = ", ".join(sorted(m.name for m in found))
         why = f"{len(found)} {what} match this StatefulSet ({listed}); creating and changing nothing"
         if write:
-            self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_AMBIGUOUS, why)
+            self.recorder.event(owner, "Warning", names.EVENT_WORKLOAD_AMBIGUOUS, why)
         return Resolution(None, why)
 
-    def _alive(self, sts: Mapping[str, Any]) -> bool:
+    def _alive(self, owner: Owner) -> bool:
         """The StatefulSet, read live, is this one (same UID) and not being deleted."""
-        meta = sts["metadata"]
-        live = self.kube.get_or_none(api_path("apps/v1", "statefulsets", meta["namespace"], meta["name"]))
-        return (live is not None and live["metadata"].get("uid") == meta.get("uid")
-                and not live["metadata"].get("deletionTimestamp"))
+        live = self.kube.get_or_none(api_path("apps/v1", "statefulsets", owner.meta.namespace, owner.meta.name))
+        return live is not None and _same_and_alive(kinds.meta_of(live, "StatefulSet"), owner.meta.uid)
 
-    def _create(self, sts: dict, resource: str, body: dict, reason: str) -> dict:
-        ns = sts["metadata"]["namespace"]
-        if not self._alive(sts):  # a deleted StatefulSet (stale cache, queued key) gets nothing new
-            raise StatefulSetGone(f"StatefulSet {ns}/{sts['metadata']['name']} is gone or being deleted")
+    def _create(self, owner: Owner, resource: str, body: Mapping[str, Any], reason: str) -> Mapping[str, Any]:
+        """Create ``body`` (what this module compiled, so its kind and name are known) for ``owner``."""
+        ns = owner.meta.namespace
+        kind, name = _kind_and_name(resource, body)
+        if not self._alive(owner):  # a deleted StatefulSet (stale cache, queued key) gets nothing new
+            raise StatefulSetGone(f"StatefulSet {ns}/{owner.meta.name} is gone or being deleted")
         try:
             created = self.kube.create(self.flavor.path(resource, ns), body)
         except KubeError as err:
             self.on_creation_error()
-            self.recorder.event(sts, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED,
-                                f"creating {body['kind']} {body['metadata']['name']}: {err}")
+            self.recorder.event(owner, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED,
+                                f"creating {kind} {name}: {err}")
             raise CreationFailed(str(err)) from err
-        self.recorder.event(sts, "Normal", reason, f"Created {body['kind']} {created['metadata']['name']}")
+        meta = kinds.meta_of(created, kind)
+        self.recorder.event(owner, "Normal", reason, f"Created {kind} {meta.name}")
         with self._created_lock:
-            self._created[created["metadata"]["uid"]] = resource
+            self._created[meta.uid] = resource
             while len(self._created) > MAX_REMEMBERED:  # an ADDED event that never came
                 del self._created[next(iter(self._created))]
         return created
 
-    def ensure_claims(self, sts: dict, podgroup: Mapping[str, Any], shared: tuple) -> None:
+    def ensure_claims(self, sts: kinds.StatefulSet, podgroup: kinds.PodGroup, shared: tuple) -> None:
         """Create the PodGroup's shared ResourceClaims that do not exist yet (KEP-6277 story 4 where
         the cluster lacks KEP-5729's PodGroup-level claims; see ``objects.shared_claims``).
 
@@ -339,27 +337,26 @@ class Reconciler:
         The claim is reserved pod by pod (``status.reservedFor``, at most 256 entries), so a group
         sharing it is limited to 256 pods, unlike a KEP-5729 PodGroup-level reservation.
         """
-        meta = podgroup["metadata"]
-        if meta.get("deletionTimestamp"):
+        meta = podgroup.meta
+        if meta.deleting:
             return
-        ns, uid = meta["namespace"], meta.get("uid")
         for claim in shared:
-            path = api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns, claim.claim)
+            path = api_path(names.RESOURCE_API_VERSION, "resourceclaims", meta.namespace, claim.claim)
             existing = self.kube.get_or_none(path)
             if existing is None:
                 existing = self._create_claim(sts, podgroup, claim)
-            if (objects.controller_of(existing) or {}).get("uid") != uid:
+            if kinds.meta_of(existing, "ResourceClaim").controller_uid != meta.uid:
                 self._claim_failed(sts, f"ResourceClaim {claim.claim} exists and is not owned by PodGroup "
-                                        f"{meta['name']}; pods stay gated")
+                                        f"{meta.name}; pods stay gated")
 
-    def _create_claim(self, sts: dict, podgroup: Mapping[str, Any], claim: Any) -> dict:
-        ns = podgroup["metadata"]["namespace"]
+    def _create_claim(self, sts: kinds.StatefulSet, podgroup: kinds.PodGroup, claim: Any) -> Mapping[str, Any]:
+        ns = podgroup.meta.namespace
         template = self.kube.get_or_none(api_path(names.RESOURCE_API_VERSION, "resourceclaimtemplates", ns,
                                                   claim.template))
         if template is None:
             self._claim_failed(sts, f"shared claim {claim.name}: ResourceClaimTemplate {ns}/{claim.template} "
                                     "not found; pods stay gated")
-        body = objects.compile_claim(podgroup, claim, template, self.flavor)
+        body = objects.compile_claim(podgroup, claim, kinds.claim_template(template), self.flavor)
         try:
             created = self.kube.create(api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns), body)
         except KubeError as err:
@@ -369,34 +366,40 @@ class Reconciler:
                     return found
             self._claim_failed(sts, f"creating ResourceClaim {claim.claim}: {err}")
         self.recorder.event(sts, "Normal", names.EVENT_RESOURCECLAIM_CREATED,
-                            f"Created ResourceClaim {created['metadata']['name']} for PodGroup "
-                            f"{podgroup['metadata']['name']} from ResourceClaimTemplate {claim.template}")
+                            f"Created ResourceClaim {kinds.meta_of(created, 'ResourceClaim').name} for PodGroup "
+                            f"{podgroup.meta.name} from ResourceClaimTemplate {claim.template}")
         return created
 
-    def _claim_failed(self, sts: dict, why: str) -> None:
+    def _claim_failed(self, sts: kinds.StatefulSet, why: str) -> None:
         self.recorder.event(sts, "Warning", names.EVENT_RESOURCECLAIM_FAILED, why)
         raise CreationFailed(why)
 
-    def _sync_min_count(self, obj: dict, at: str, fields: Mapping[str, Any], target: int, resource: str) -> dict:
+    def _sync_min_count(self, obj: Mapping[str, Any], meta: kinds.Meta, at: str, fields: kinds.GroupFields,
+                        target: int, resource: str) -> Mapping[str, Any]:
+        """``obj`` (of ``resource``) with gang minCount at ``at`` patched to ``target``."""
         patch = objects.min_count_patch(at, fields, target)
         if patch is None:
             return obj
-        meta = obj["metadata"]
         try:
-            return self.kube.patch(self.flavor.path(resource, meta["namespace"], meta["name"]), patch, JSON_PATCH)
+            return self.kube.patch(self.flavor.path(resource, meta.namespace, meta.name), patch, JSON_PATCH)
         except KubeError as err:
-            raise CreationFailed(f"syncing minCount of {obj.get('kind')} {meta['name']}: {err}") from err
+            raise CreationFailed(f"syncing minCount of {_KINDS[resource]} {meta.name}: {err}") from err
 
-    def release_pods(self, sts: Mapping[str, Any], podgroup: Mapping[str, Any], pods: list[dict] | None = None) -> int:
-        """Lift the sync gate from the StatefulSet's pods in ``podgroup`` (minCount is in sync);
-        ``pods``: the StatefulSet's pods when just listed."""
+    def release_pods(self, owner: Owner | Mapping[str, Any], podgroup: kinds.PodGroup | Mapping[str, Any],
+                     pods: list | None = None) -> int:
+        """Lift the sync gate from the owner's pods in ``podgroup`` (minCount is in sync); ``pods``:
+        the owner's pods when just listed (raw JSON or ``kinds.Pod``)."""
         released = 0
-        group = podgroup["metadata"]["name"]
-        for pod in self.pods_of(sts) if pods is None else pods:
-            if objects.has_sync_gate(pod) and self.flavor.pod_group_of(pod) == group:
-                meta = pod["metadata"]
+        group = kinds.podgroup(podgroup).meta.name
+        owner = kinds.workload_owner(owner)
+        if pods is None:
+            if not isinstance(owner, kinds.StatefulSet):
+                raise TypeError("release_pods: a LeaderWorkerSet's pods must be given")
+            pods = self._pods(owner)
+        for pod in map(kinds.pod, pods):
+            if objects.has_sync_gate(pod) and pod.group == group:
                 try:
-                    self.kube.patch(api_path("v1", "pods", meta["namespace"], meta["name"]),
+                    self.kube.patch(api_path("v1", "pods", pod.meta.namespace, pod.meta.name),
                                     objects.ungate_patch(pod), JSON_PATCH)
                     released += 1
                 except KubeError as err:
@@ -404,7 +407,8 @@ class Reconciler:
                         raise
         return released
 
-    def repair_unstamped(self, sts: Mapping[str, Any], found: Resolution, delete: bool = True) -> Repair:
+    def repair_unstamped(self, sts: kinds.StatefulSet | Mapping[str, Any], found: Resolution,
+                         delete: bool = True) -> Repair:
         """Mend the gang after a pod-webhook outage (``failurePolicy: Ignore`` admitted the
         StatefulSet's pods without their PodGroup reference and gate).
 
@@ -416,38 +420,20 @@ class Reconciler:
         says what to do, and the PodGroup phalanx manages carries their names in the
         ``unstamped-bound-pods`` annotation until none is left. ``found`` is this sync's result.
         """
-        group = found.podgroup
+        sts = kinds.statefulset(sts)
+        group = None if found.podgroup is None else kinds.podgroup(found.podgroup)
         if group is None and not found.has_pods:
             return Repair()
-        loose = [p for p in found.pods if unstamped(p, self.flavor)]
-        bound = sorted(p["metadata"]["name"] for p in loose if (p.get("spec") or {}).get("nodeName"))
+        loose = [p for p in map(kinds.pod, found.pods) if unstamped(p, self.flavor)]
+        bound = sorted(p.meta.name for p in loose if p.node_name)
         result = Repair(bound=bound)
-        meta = sts["metadata"]
-        ns, name = meta["namespace"], meta["name"]
-        if group is not None and not group["metadata"].get("deletionTimestamp"):
-            for pod in loose:
-                pmeta = pod["metadata"]
-                if (pod.get("spec") or {}).get("nodeName") or pmeta.get("deletionTimestamp"):
-                    continue
-                if not delete:
-                    result.deferred += 1
-                    continue
-                try:
-                    self.kube.delete(api_path("v1", "pods", ns, pmeta["name"]), {"preconditions": {
-                        "uid": pmeta["uid"], "resourceVersion": pmeta.get("resourceVersion")}})
-                    result.deleted.append(pmeta["name"])
-                except KubeError as err:
-                    if err.status not in (404, 409):  # gone, or changed (e.g. bound) since listed
-                        raise
-            if result.deleted:
-                self.recorder.event(sts, "Normal", names.EVENT_UNSTAMPED_PODS_RECREATED,
-                                    f"Deleted unbound pods {_listed(result.deleted)}: admitted without PodGroup "
-                                    f"{group['metadata']['name']} (the pod webhook was unavailable); the "
-                                    "StatefulSet controller recreates them in the group")
+        ns, name = sts.meta.namespace, sts.meta.name
+        if group is not None and not group.meta.deleting:
+            self._recreate_unbound(sts, group, loose, delete, result)
             self._mark_unstamped_bound(group, bound)
         if bound:
             if group is not None:
-                where = f"PodGroup {group['metadata']['name']} waits for them"
+                where = f"PodGroup {group.meta.name} waits for them"
                 todo = (f"delete them when convenient (kubectl delete pod -n {ns} "
                         f"{' '.join(bound[:MAX_LISTED_PODS])}) and the StatefulSet controller recreates them in "
                         "the gang")
@@ -461,34 +447,54 @@ class Reconciler:
                                 f"pods: {todo}")
         return result
 
-    def _mark_unstamped_bound(self, group: Mapping[str, Any], bound: list[str]) -> None:
+    def _recreate_unbound(self, sts: kinds.StatefulSet, group: kinds.PodGroup, loose: list[kinds.Pod],
+                          delete: bool, result: Repair) -> None:
+        """Delete the unbound ``loose`` pods (``delete`` False: count them as deferred)."""
+        for pod in loose:
+            if pod.node_name or pod.meta.deleting:
+                continue
+            if not delete:
+                result.deferred += 1
+                continue
+            try:
+                self.kube.delete(api_path("v1", "pods", sts.meta.namespace, pod.meta.name), {"preconditions": {
+                    "uid": pod.meta.uid, "resourceVersion": pod.meta.resource_version or None}})
+                result.deleted.append(pod.meta.name)
+            except KubeError as err:
+                if err.status not in (404, 409):  # gone, or changed (e.g. bound) since listed
+                    raise
+        if result.deleted:
+            self.recorder.event(sts, "Normal", names.EVENT_UNSTAMPED_PODS_RECREATED,
+                                f"Deleted unbound pods {_listed(result.deleted)}: admitted without PodGroup "
+                                f"{group.meta.name} (the pod webhook was unavailable); the "
+                                "StatefulSet controller recreates them in the group")
+
+    def _mark_unstamped_bound(self, group: kinds.PodGroup, bound: list[str]) -> None:
         """Keep the managed PodGroup's unstamped-bound-pods annotation equal to ``bound``."""
-        gmeta = group["metadata"]
-        if not objects.is_managed(group):
+        gmeta = group.meta
+        if not gmeta.managed:
             return  # a user's or parent's PodGroup is never mutated
-        annotations = gmeta.get("annotations") or {}
-        current = annotations.get(names.ANNOTATION_UNSTAMPED_BOUND)
+        current = gmeta.annotations.get(names.ANNOTATION_UNSTAMPED_BOUND)
         wanted = _listed(bound) if bound else None
         if current == wanted:
             return
-        at = "/metadata/annotations/" + names.ANNOTATION_UNSTAMPED_BOUND.replace("~", "~0").replace("/", "~1")
+        at = kinds.json_pointer("metadata", "annotations", names.ANNOTATION_UNSTAMPED_BOUND)
         if wanted is None:
             patch = [{"op": "test", "path": at, "value": current}, {"op": "remove", "path": at}]
         else:
             patch = [{"op": "add", "path": at, "value": wanted}]
         try:
-            self.kube.patch(self.flavor.path("podgroups", gmeta["namespace"], gmeta["name"]), patch, JSON_PATCH)
+            self.kube.patch(self.flavor.path("podgroups", gmeta.namespace, gmeta.name), patch, JSON_PATCH)
         except KubeError as err:
             if err.status not in (404, 409, 422):  # gone or changed: the next sync sets it
                 raise
 
-    def _live_members(self, podgroup: Mapping[str, Any]) -> list[dict]:
-        meta = podgroup["metadata"]
-        return [p for p in self._list(api_path("v1", "pods", meta["namespace"]))
-                if self.flavor.pod_group_of(p) == meta["name"]
-                and (p.get("status") or {}).get("phase") not in TERMINAL_PHASES]
+    def _live_members(self, podgroup: kinds.PodGroup) -> list[kinds.Pod]:
+        meta = podgroup.meta
+        return [p for p in map(kinds.pod, self._list(api_path("v1", "pods", meta.namespace)))
+                if p.group == meta.name and p.phase not in TERMINAL_PHASES]
 
-    def finish_cascade(self, podgroup: Mapping[str, Any]) -> int:
+    def finish_cascade(self, podgroup: kinds.PodGroup | Mapping[str, Any]) -> int:
         """Delete the pods of a deleted PodGroup phalanx created whose StatefulSet is gone.
 
         The garbage collector keeps a dependent while any owner still exists, and the
@@ -496,41 +502,54 @@ class Reconciler:
         StatefulSet is deleted, its pods (owners: StatefulSet, PodGroup) and its PodGroup would
         wait for each other forever. phalanx does the step the collector cannot.
         """
-        meta = podgroup["metadata"]
-        if not meta.get("deletionTimestamp") or not objects.is_managed(podgroup):
+        group = kinds.podgroup(podgroup)
+        meta = group.meta
+        if not meta.deleting or not meta.managed:
             return 0
         deleted = 0
-        for pod in self._live_members(podgroup):
-            owner = objects.controller_of(pod)
-            if pod["metadata"].get("deletionTimestamp") or (owner and self._owner_alive(pod, owner)):
+        for pod in self._live_members(group):
+            owner = pod.meta.controller
+            if pod.meta.deleting or (owner and self._owner_alive(pod, owner)):
                 continue
-            path = api_path("v1", "pods", meta["namespace"], pod["metadata"]["name"])
+            path = api_path("v1", "pods", meta.namespace, pod.meta.name)
             try:
-                self.kube.delete(path, {"preconditions": {"uid": pod["metadata"]["uid"]}})
+                self.kube.delete(path, {"preconditions": {"uid": pod.meta.uid}})
                 deleted += 1
             except KubeError as err:
                 if err.status not in (404, 409):
                     raise
         return deleted
 
-    def _owner_alive(self, pod: Mapping[str, Any], owner: Mapping[str, Any]) -> bool:
-        if owner.get("kind") != "StatefulSet":
+    def _owner_alive(self, pod: kinds.Pod, owner: kinds.OwnerRef) -> bool:
+        if owner.kind != "StatefulSet":
             return True  # not ours to judge
-        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", pod["metadata"]["namespace"], owner["name"]))
-        return (sts is not None and sts["metadata"]["uid"] == owner.get("uid")
-                and not sts["metadata"].get("deletionTimestamp"))
+        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", pod.meta.namespace, owner.name))
+        return sts is not None and _same_and_alive(kinds.meta_of(sts, "StatefulSet"), owner.uid)
 
-    def release_finalizer(self, podgroup: Mapping[str, Any]) -> bool:
+    def release_finalizer(self, podgroup: kinds.PodGroup | Mapping[str, Any]) -> bool:
         """CRD flavor: drop podgroup-protection from a deleted PodGroup once no non-terminal pod
         references it (upstream, kube-controller-manager does this for the built-in API)."""
-        meta = podgroup["metadata"]
-        finalizers = meta.get("finalizers") or []
-        if not meta.get("deletionTimestamp") or names.FINALIZER_PODGROUP_PROTECTION not in finalizers:
+        group = kinds.podgroup(podgroup)
+        meta = group.meta
+        finalizers = list(meta.finalizers)
+        if not meta.deleting or names.FINALIZER_PODGROUP_PROTECTION not in finalizers:
             return False
-        if self._live_members(podgroup):
+        if self._live_members(group):
             return False
         kept = [f for f in finalizers if f != names.FINALIZER_PODGROUP_PROTECTION]
         patch = [{"op": "test", "path": "/metadata/finalizers", "value": finalizers},
                  {"op": "replace", "path": "/metadata/finalizers", "value": kept}]
-        self.kube.patch(self.flavor.path("podgroups", meta["namespace"], meta["name"]), patch, JSON_PATCH)
+        self.kube.patch(self.flavor.path("podgroups", meta.namespace, meta.name), patch, JSON_PATCH)
         return True
+
+
+_KINDS = {"workloads": "Workload", "podgroups": "PodGroup"}
+
+
+def _kind_and_name(resource: str, body: Mapping[str, Any]) -> tuple[str, str]:
+    return _KINDS[resource], kinds.meta_of(body, _KINDS[resource]).name
+
+
+def _same_and_alive(live: kinds.Meta, uid: str) -> bool:
+    """The object read live is the one with ``uid`` and is not being deleted."""
+    return live.uid == uid and not live.deleting

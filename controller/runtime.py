@@ -30,10 +30,10 @@ from typing import Any, Callable, Mapping
 
 from prometheus_client import CollectorRegistry, Counter, Gauge
 
-from cluster import apiserver, names
+from cluster import apiserver, kinds, names
 from cluster.kube import KubeError, api_path
 
-from . import lws, objects
+from . import lws
 from .leader import LeaderElector
 from .objects import BUILTIN, CRD, Flavor
 from .reconciler import CreationFailed, Reconciler, StatefulSetGone
@@ -117,7 +117,7 @@ class Watcher(threading.Thread):
     """List, then watch, one collection; every object seen goes to ``handle``. Relists on 410 Gone
     and on any error (after a pause)."""
 
-    def __init__(self, kube: Any, path: str, handle: Callable[[str, dict], None], halt: threading.Event,
+    def __init__(self, kube: Any, path: str, handle: Callable[[str, Mapping[str, Any]], None], halt: threading.Event,
                  on_list: Callable[[list[dict]], None] | None = None):
         super().__init__(name=f"watch {path}", daemon=True)
         self.kube, self.path, self.handle, self.halt = kube, path, handle, halt
@@ -128,23 +128,31 @@ class Watcher(threading.Thread):
             try:
                 items, rv = self.kube.list_pages(self.path)
                 if self.on_list is not None:
-                    self.on_list(items)
+                    self._guarded("list", self.on_list, items)
                 for obj in items:
-                    self.handle("ADDED", obj)
+                    self._guarded("ADDED", self.handle, "ADDED", obj)
                 while not self.halt.is_set():
-                    for event in self.kube.watch(self.path, rv, timeout_seconds=60):
+                    for raw in self.kube.watch(self.path, rv, timeout_seconds=60):
                         if self.halt.is_set():
                             return
-                        obj = event.get("object") or {}
-                        if event.get("type") == "ERROR":
-                            raise KubeError("WATCH", self.path, obj.get("code", 0), "")
-                        rv = obj.get("metadata", {}).get("resourceVersion", rv)
-                        if event.get("type") != "BOOKMARK":
-                            self.handle(event["type"], obj)
+                        event = kinds.watch_event(raw)
+                        if event.type == "ERROR":
+                            raise KubeError("WATCH", self.path, event.error_code, "")
+                        rv = event.resource_version or rv
+                        if event.type != "BOOKMARK":
+                            self._guarded(event.type, self.handle, event.type, event.object)
             except Exception as err:  # noqa: BLE001 — a watch must survive anything; relist
                 if not self.halt.is_set():
                     log.info("watch %s: %s; relisting", self.path, err)
                     self.halt.wait(1.0)
+
+    def _guarded(self, what: str, call: Callable[..., None], *args: Any) -> None:
+        """``call(*args)``; a malformed object is skipped with a warning (a re-list would stop at it
+        again)."""
+        try:
+            call(*args)
+        except kinds.MalformedObject as err:
+            log.warning("watch %s: %s skipped: %s", self.path, what, err)
 
 
 class EventRecorder:
@@ -157,21 +165,22 @@ class EventRecorder:
         self._recent: dict[str, dict[tuple[str, str], float]] = {}  # uid -> (reason, message) -> sent at
         self._swept = time.monotonic()
         self._lock = threading.Lock()
-        self._outbox: queue.SimpleQueue[dict] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[kinds.Meta, str, dict]] = queue.SimpleQueue()
         threading.Thread(target=self._post_loop, name="events", daemon=True).start()
 
     def _post_loop(self) -> None:
         while True:
-            body = self._outbox.get()
+            subject, reason, body = self._outbox.get()
             try:
-                self.kube.create(api_path("v1", "events", body["metadata"]["namespace"]), body)
+                self.kube.create(api_path("v1", "events", subject.namespace), body)
             except KubeError as err:
-                log.warning("event %s on %s/%s: %s", body["reason"], body["metadata"]["namespace"],
-                            body["involvedObject"]["name"], err)
+                log.warning("event %s on %s/%s: %s", reason, subject.namespace, subject.name, err)
 
-    def event(self, obj: Mapping[str, Any], kind: str, reason: str, message: str) -> None:
-        meta = obj["metadata"]
-        uid, key = meta.get("uid", ""), (reason, message)
+    def event(self, obj: Any, kind: str, reason: str, message: str) -> None:
+        """An Event on ``obj`` (a StatefulSet or LeaderWorkerSet, read or raw)."""
+        subject = kinds.workload_owner(obj)
+        meta = subject.meta
+        uid, key = meta.uid, (reason, message)
         now = time.monotonic()
         with self._lock:
             if now - self._swept >= self.quiet:
@@ -181,18 +190,8 @@ class EventRecorder:
                 return
             sent[key] = now
         stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-        body = {
-            "apiVersion": "v1", "kind": "Event",
-            "metadata": {"generateName": f"{meta['name']}.", "namespace": meta["namespace"]},
-            "involvedObject": {"apiVersion": obj.get("apiVersion", objects.STS_API_VERSION),
-                               "kind": obj.get("kind", "StatefulSet"), "name": meta["name"],
-                               "namespace": meta["namespace"], "uid": meta.get("uid")},
-            "reason": reason, "message": message[:1024], "type": kind, "count": 1,
-            "firstTimestamp": stamp, "lastTimestamp": stamp,
-            "source": {"component": names.CONTROLLER_COMPONENT},
-            "reportingComponent": names.CONTROLLER_COMPONENT, "reportingInstance": self.instance,
-        }
-        self._outbox.put(body)
+        body = kinds.event_json(meta, subject.api_version, subject.kind, kind, reason, message, stamp, self.instance)
+        self._outbox.put((meta, reason, body))
 
     def _sweep(self, now: float) -> None:
         for uid in list(self._recent):
@@ -280,28 +279,30 @@ class Controller:
             self._spawn(threading.Thread(target=self._work, name=f"worker-{i}", daemon=True))
 
     # -- events in -----------------------------------------------------------------------------
-    def _on_leaderworkerset(self, kind: str, obj: dict) -> None:
-        key = lws.lws_key(obj["metadata"]["namespace"], obj["metadata"]["name"])
+    def _on_leaderworkerset(self, kind: str, obj: Mapping[str, Any]) -> None:
+        meta = kinds.meta_of(obj, "LeaderWorkerSet")
+        key = lws.lws_key(meta.namespace, meta.name)
         with self._state_lock:
             if kind == "DELETED":
                 self._known_lws.discard(key)
-                self.recorder.forget(obj["metadata"].get("uid"))
+                self.recorder.forget(meta.uid)
                 return
             self._known_lws.add(key)
         self.queue.add(key)
 
     def _on_leaderworkerset_list(self, items: list[dict]) -> None:
         with self._state_lock:
-            self._known_lws = {lws.lws_key(o["metadata"]["namespace"], o["metadata"]["name"]) for o in items}
+            self._known_lws = {lws.lws_key(m.namespace, m.name) for m in _metas(items, "LeaderWorkerSet")}
 
-    def _on_statefulset(self, kind: str, sts: dict) -> None:
-        if (owner_key := lws.key_of(sts)) is not None:
+    def _on_statefulset(self, kind: str, sts: Mapping[str, Any]) -> None:
+        meta = kinds.meta_of(sts, "StatefulSet")
+        if (owner_key := lws.key_of(meta)) is not None:
             self.queue.add(owner_key)  # an LWS's leader or worker StatefulSet: its pods changed
-        key = f"{sts['metadata']['namespace']}/{sts['metadata']['name']}"
+        key = meta.key
         if kind == "DELETED":
-            self._forget(key, sts["metadata"].get("uid"))
+            self._forget(key, meta.uid or None)
             return
-        uid = sts["metadata"].get("uid", "")
+        uid = meta.uid
         with self._state_lock:
             old = self._known.get(key)
             self._known[key] = uid
@@ -311,7 +312,7 @@ class Controller:
 
     def _on_statefulset_list(self, items: list[dict]) -> None:
         """A (re-)list: StatefulSets it lacks were deleted while the watch was down."""
-        listed = {(o["metadata"]["namespace"], o["metadata"]["name"]): o["metadata"].get("uid") for o in items}
+        listed = {(m.namespace, m.name): m.uid or None for m in _metas(items, "StatefulSet")}
         with self._state_lock:
             gone = [(k, uid) for k, uid in self._known.items() if listed.get(tuple(k.split("/", 1))) != uid]
         for key, uid in gone:
@@ -338,20 +339,21 @@ class Controller:
         self.recorder.forget(uid)
 
     def _on_scheduling_list(self, resource: str, items: list[dict]) -> None:
-        self.reconciler.prune_created(resource, {o["metadata"].get("uid") for o in items})
+        self.reconciler.prune_created(resource, {m.uid for m in _metas(items, resource)})
 
-    def _on_scheduling_object(self, kind: str, obj: dict) -> None:
-        meta = obj["metadata"]
-        if kind == "ADDED" and self.reconciler.created_here(meta.get("uid")):
+    def _on_scheduling_object(self, kind: str, obj: Mapping[str, Any]) -> None:
+        """A Workload or PodGroup event (one handler for both: ``obj``'s kind tells them apart)."""
+        meta = kinds.meta_of(obj, "Workload or PodGroup")
+        if kind == "ADDED" and self.reconciler.created_here(meta.uid):
             return  # the sync that created it has done its work: no second sync per object
         if kind == "DELETED":
-            self.reconciler.forget_created(meta.get("uid"))
-        if obj.get("kind") == "PodGroup" and meta.get("deletionTimestamp"):
-            self.queue.add(f"podgroup:{meta['namespace']}/{meta['name']}")
-        ctrl = objects.controller_of(obj)
-        if ctrl and ctrl.get("kind") == "StatefulSet":
-            self.queue.add(f"{meta['namespace']}/{ctrl['name']}")
-        elif (owner_key := lws.key_of(obj)) is not None:
+            self.reconciler.forget_created(meta.uid)
+        if kinds.kind_of(obj) == "PodGroup" and meta.deleting:
+            self.queue.add(f"podgroup:{meta.key}")
+        ctrl = meta.controller
+        if ctrl and ctrl.kind == "StatefulSet":
+            self.queue.add(f"{meta.namespace}/{ctrl.name}")
+        elif (owner_key := lws.key_of(meta)) is not None:
             self.queue.add(owner_key)
 
     def kick(self, namespace: str, name: str, delay: float = 0.0) -> None:
@@ -392,6 +394,9 @@ class Controller:
             except (CreationFailed, KubeError) as err:
                 delay = self.queue.retry(key)
                 log.warning("reconcile %s: %s (retry in %.2fs)", key, err, delay)
+            except kinds.MalformedObject as err:  # a retry cannot mend it: its next change (or resync) will
+                self.queue.done(key)
+                log.warning("reconcile %s: %s", key, err)
             except Exception:  # noqa: BLE001 — a bug must not kill the worker
                 log.exception("reconcile %s", key)
                 self.queue.retry(key)
@@ -399,9 +404,10 @@ class Controller:
     def reconcile(self, key: str) -> None:
         if key.startswith("podgroup:"):
             ns, name = key.removeprefix("podgroup:").split("/", 1)
-            podgroup = self.kube.get_or_none(self.flavor.path("podgroups", ns, name))
-            if podgroup is None:
+            raw = self.kube.get_or_none(self.flavor.path("podgroups", ns, name))
+            if raw is None:
                 return
+            podgroup = kinds.podgroup(raw)
             if self.reconciler.finish_cascade(podgroup) or (
                     not self.flavor.builtin and not self.reconciler.release_finalizer(podgroup)):
                 self.queue.add(key, 0.5)  # look again while the PodGroup still exists
@@ -420,11 +426,12 @@ class Controller:
             cached = self._known.get(key)
         # Live, never the watch cache: a StatefulSet deleted while its key waited in the queue (or
         # one a re-list still showed) must not get its Workload and PodGroup re-created.
-        sts = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))
-        if sts is None:
+        raw = self.kube.get_or_none(api_path("apps/v1", "statefulsets", ns, name))
+        if raw is None:
             self._forget(key, cached)
             return
-        if sts["metadata"].get("deletionTimestamp"):
+        sts = kinds.statefulset(raw)
+        if sts.meta.deleting:
             return
         try:
             found = self.reconciler.sync(sts)
@@ -434,7 +441,7 @@ class Controller:
             self.reconciler.release_pods(sts, found.podgroup, found.pods)
         self._repair(key, sts, found)
 
-    def _repair(self, key: str, sts: dict, found: Any) -> None:
+    def _repair(self, key: str, sts: kinds.StatefulSet, found: Any) -> None:
         """Repair unstamped pods, with a per-StatefulSet backoff between repeated deletions."""
         now = time.monotonic()
         with self._state_lock:
@@ -454,3 +461,7 @@ class Controller:
             log.info("%s: deleted unbound pods admitted without their PodGroup: %s", key, ", ".join(result.deleted))
         if result.deferred:
             self.queue.add(key, max(0.0, allowed_at - now))
+
+
+def _metas(items: list[dict], kind: str) -> list[kinds.Meta]:
+    return [kinds.meta_of(o, kind) for o in items]
