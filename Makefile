@@ -59,7 +59,7 @@ demo: install
 	$(VENV)/bin/phalanx demo $(DEMO_ARGS)
 
 # quick versions of the simulated-cluster suites (a few minutes); `phalanx bench controller` needs
-# the e2e control plane (see README)
+# the e2e control plane (see docs/benchmarks.md)
 BENCH_QUICK := solver preemption cache extender trace
 bench: install
 	for suite in $(BENCH_QUICK); do \

@@ -4,7 +4,7 @@ gang's page shows the solver's explanation, and the page updates live while the 
 
 Needs Debian's Chromium (``apt-get install -y chromium``, at /usr/bin/chromium or $PHALANX_CHROMIUM)
 and the ``playwright`` Python package; a missing one fails the tests with the command to install it.
-With ``PHALANX_SCREENSHOTS=DIR`` the main views are saved there as PNG (docs/ holds the README's).
+With ``PHALANX_SCREENSHOTS=DIR`` the main views are saved there as PNG (docs/ holds those of docs/operations.md).
 """
 
 from __future__ import annotations

@@ -471,7 +471,7 @@ def test_kubectl_install_runs_under_its_serviceaccounts_and_places_a_gang(plane,
 
 
 def plugin_kustomization(workdir: Path) -> Path:
-    """A kustomization of a user's own, as the README shows: scheduler-config/ with the component plugin/."""
+    """A kustomization of a user's own, as docs/install.md shows: scheduler-config/ with the component plugin/."""
     where = workdir / "kustomize-plugin"
     where.mkdir(exist_ok=True)
     relative = os.path.relpath(KUSTOMIZE, where)

@@ -11,7 +11,7 @@ emptied cluster; the numbers are medians over the rounds. It prints them (a meas
 behaviour checked is that every gang lands whole and inside one rack (and on distinct nodes with
 anti-affinity) under every scheduler, and every plain pod binds.
 
-Run alone for the README's table (3 rounds, 2,000 nodes):
+Run alone for the table in docs/benchmarks.md (3 rounds, 2,000 nodes):
   PHALANX_THROUGHPUT_ROUNDS=3 PHALANX_THROUGHPUT_NODES=2000 .venv/bin/python -m pytest tests/e2e/test_throughput.py -s
 """
 
