@@ -33,7 +33,7 @@ from .model import (
     VolumeInventory,
     effective_requests,
 )
-from .objective import Objective, evaluate
+from .objective import Objective
 from .placement import BatchResult, Placement, SolveOptions, place, place_batch
 from .preemption import (
     PREEMPTION_OPTIONS,
@@ -50,6 +50,7 @@ from .preemption import (
     victim_cost,
     victim_units,
 )
+from .problem import evaluate
 from .snapshot import Snapshot
 from .validate import assert_placement_valid
 

@@ -27,7 +27,7 @@ kube-scheduler's order differs, so spread holds for identical members in any ord
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, TypedDict
+from typing import TYPE_CHECKING, Any, Collection, Iterable, Mapping, Protocol, Sequence, TypedDict
 
 import numpy as np
 
@@ -41,6 +41,7 @@ from .model import (
     PersistentVolume,
     Pod,
     PodAffinityTerm,
+    PodGroup,
     PodSpec,
     Requirement,
     SpreadConstraint,
@@ -48,8 +49,40 @@ from .model import (
 )
 
 if TYPE_CHECKING:  # pragma: no cover
-    from .problem import Problem
-    from .snapshot import Snapshot
+    from .snapshot import Eligibility, Snapshot
+
+
+class ShapeView(Protocol):
+    """What the rules read of one shape of identical pending pods (solver.problem.Shape)."""
+
+    @property
+    def pods(self) -> list[Pod]: ...
+
+    @property
+    def eligibility(self) -> "Eligibility": ...
+
+
+class ProblemView(Protocol):
+    """What the rules read of a group's problem (solver.problem.Problem, which builds them: a
+    protocol, so this module does not import the one that imports it)."""
+
+    @property
+    def snapshot(self) -> "Snapshot": ...
+
+    @property
+    def group(self) -> PodGroup: ...
+
+    @property
+    def allowed(self) -> Mapping[str, Collection[str]] | None: ...
+
+    @property
+    def shapes(self) -> Sequence[ShapeView]: ...
+
+    @property
+    def shape_of(self) -> dict[str, int]: ...
+
+    @property
+    def rules(self) -> "Rules": ...
 
 #: Weight of one pod of excess skew of a ``ScheduleAnyway`` spread constraint (the strongest
 #: preferred-term weight kube-scheduler allows: a soft spread the user wrote counts as much as that).
@@ -395,7 +428,7 @@ def volume_signature(pod: Pod) -> tuple[object, ...]:
 
 
 class _Builder:
-    def __init__(self, problem: "Problem") -> None:
+    def __init__(self, problem: ProblemView) -> None:
         self.p = problem
         self.snap = problem.snapshot
         self.shapes = problem.shapes
@@ -689,14 +722,14 @@ class _Builder:
                                                f"{REASON_VOLUME}: CSI attach limit of {d}"))
 
 
-def build_rules(problem: "Problem") -> Rules:
+def build_rules(problem: ProblemView) -> Rules:
     return _Builder(problem).build()
 
 
 
 # -- the soft terms' penalty, as every path scores it ------------------------------------------------
 
-def shape_node_counts(problem: "Problem", assignments: Mapping[str, str]) -> np.ndarray:
+def shape_node_counts(problem: ProblemView, assignments: Mapping[str, str]) -> np.ndarray:
     """x[s, node]: pods of shape s the assignment puts on each node."""
     snap = problem.snapshot
     x = np.zeros((len(problem.shapes), len(snap.nodes)), dtype=np.int64)
@@ -711,7 +744,7 @@ def _members_per_domain(snap: "Snapshot", key: str, x: np.ndarray, members: tupl
     return per_domain(snap, key, per_node)
 
 
-def soft_penalty(problem: "Problem", assignments: Mapping[str, str]) -> int:
+def soft_penalty(problem: ProblemView, assignments: Mapping[str, str]) -> int:
     """The preference term of :class:`solver.objective.Objective` (smaller is better):
 
     - preferred anti-affinity of a shape that its own term selects: weight x matching pods beyond

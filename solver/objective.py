@@ -25,16 +25,11 @@ their numbers are comparable; the CP-SAT model encodes exactly this tuple as a w
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Mapping
 
 import numpy as np
 
-from .constraints import soft_penalty
-from .model import PODS, Pod, PodGroup, PodSpec
+from .model import PODS, Pod, PodSpec
 from .snapshot import Snapshot
-
-if TYPE_CHECKING:  # pragma: no cover
-    from .problem import Problem
 
 STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
 
@@ -86,46 +81,6 @@ def preferred_paths(snapshot: Snapshot, keys: tuple[str, ...]) -> list[np.ndarra
         path = np.array([ids.setdefault(c, len(ids)) for c in combined], dtype=np.int64)
         out.append(path)
     return out
-
-
-def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str],
-             problem: Problem | None = None) -> Objective:
-    """Score a placement (pod uid -> node name) of ``group``'s pending pods on ``snapshot``.
-    ``problem`` (the group's :class:`solver.problem.Problem`) is built when soft rules need it."""
-    pending = group.pending
-    by_uid = {p.uid: p for p in pending}
-    main = main_resource(pending)
-    j = snapshot.rindex.get(main)
-    placed_main: dict[int, int] = {}
-    for uid, node in assignments.items():
-        i = snapshot.index[node]
-        placed_main[i] = placed_main.get(i, 0) + (by_uid[uid].spec.requests.get(main, 0) if main != PODS else 1)
-    touched = sorted(placed_main)
-    free_main = snapshot.free[:, j] if j is not None else np.zeros(len(snapshot.nodes), dtype=np.int64)
-    stranded = int(sum(max(0, int(free_main[i]) - placed_main[i]) for i in touched))
-    spread = tuple(
-        len({int(ids[i]) for i in touched}) for ids in preferred_paths(snapshot, group.preferred_keys)
-    )
-    domain_free = 0
-    if touched:
-        values, dom_ids = snapshot.domains(group.topology_key)
-        d = dom_ids[touched[0]]
-        domain_free = int(free_main[dom_ids == d].sum()) - sum(placed_main.values())
-    preference = 0
-    if problem is None and any(s.preferred_affinity or s.preferred_anti_affinity or s.spread
-                               for s in {id(p.spec): p.spec for p in pending}.values()):
-        from .problem import Problem  # the rules live on the problem; import here avoids a cycle
-        problem = Problem(snapshot, group)
-    if problem is not None and problem.rules.soft_terms:
-        preference = soft_penalty(problem, assignments)
-    return Objective(
-        unplaced=len(pending) - len(assignments),
-        preference=preference,
-        spread=spread,
-        nodes=len(touched),
-        stranded=stranded,
-        domain_free=domain_free,
-    )
 
 
 @dataclass(frozen=True)

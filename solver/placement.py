@@ -27,8 +27,8 @@ from .exact import Picks, solve_domain
 from .explain import Explanation, explain
 from .greedy import greedy_domain
 from .model import Pod, PodGroup
-from .objective import Objective, evaluate
-from .problem import DomainBound, Problem
+from .objective import Objective
+from .problem import DomainBound, Problem, evaluate
 from .snapshot import Snapshot
 
 PATHS = ("greedy", "exact")

@@ -14,7 +14,7 @@ from typing import Collection, Iterable, Mapping
 
 import numpy as np
 
-from .constraints import Rules, build_rules, placed_anti_affinity, signature_scopes, volume_signature
+from .constraints import Rules, build_rules, placed_anti_affinity, signature_scopes, soft_penalty, volume_signature
 from .errors import InvalidInput
 from .model import PODS, Pod, PodGroup
 from .objective import Objective, Weights, main_resource, preferred_paths
@@ -312,3 +312,42 @@ class Problem:
         main_max = int(self.domain_free_main.max()) if len(self.domain_free_main) else 0
         pref_max = self.rules.max_soft_penalty([s.count for s in self.shapes]) if not self.rules.empty else 0
         return Weights.for_instance(self.pending_total, levels, nodes_max, main_max, pref_max)
+
+
+def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str],
+             problem: "Problem | None" = None) -> Objective:
+    """Score a placement (pod uid -> node name) of ``group``'s pending pods on ``snapshot``.
+    ``problem`` (the group's :class:`solver.problem.Problem`) is built when soft rules need it."""
+    pending = group.pending
+    by_uid = {p.uid: p for p in pending}
+    main = main_resource(pending)
+    j = snapshot.rindex.get(main)
+    placed_main: dict[int, int] = {}
+    for uid, node in assignments.items():
+        i = snapshot.index[node]
+        placed_main[i] = placed_main.get(i, 0) + (by_uid[uid].spec.requests.get(main, 0) if main != PODS else 1)
+    touched = sorted(placed_main)
+    free_main = snapshot.free[:, j] if j is not None else np.zeros(len(snapshot.nodes), dtype=np.int64)
+    stranded = int(sum(max(0, int(free_main[i]) - placed_main[i]) for i in touched))
+    spread = tuple(
+        len({int(ids[i]) for i in touched}) for ids in preferred_paths(snapshot, group.preferred_keys)
+    )
+    domain_free = 0
+    if touched:
+        values, dom_ids = snapshot.domains(group.topology_key)
+        d = dom_ids[touched[0]]
+        domain_free = int(free_main[dom_ids == d].sum()) - sum(placed_main.values())
+    preference = 0
+    if problem is None and any(s.preferred_affinity or s.preferred_anti_affinity or s.spread
+                               for s in {id(p.spec): p.spec for p in pending}.values()):
+        problem = Problem(snapshot, group)
+    if problem is not None and problem.rules.soft_terms:
+        preference = soft_penalty(problem, assignments)
+    return Objective(
+        unplaced=len(pending) - len(assignments),
+        preference=preference,
+        spread=spread,
+        nodes=len(touched),
+        stranded=stranded,
+        domain_free=domain_free,
+    )
