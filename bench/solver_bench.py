@@ -64,8 +64,9 @@ def _run(path: str, snapshot, group) -> Sample:
 def warm_indexes(snapshot, group) -> None:
     """Build the snapshot's indexes (free matrix, whether a placed pod carries required
     anti-affinity, domain index, eligibility) before timing, so each path is timed on its own work
-    and the first path is not charged for them; the README's tables say so. A watch cache builds
-    them once per snapshot (the anti-affinity flag once per bound-pod tuple), not per path."""
+    and the first path is not charged for them; the tables of docs/benchmarks.md#placement-solver
+    say so. A watch cache builds them once per snapshot (the anti-affinity flag once per bound-pod
+    tuple), not per path."""
     _ = snapshot.free
     placed_anti_affinity(snapshot)  # once per bound-pod tuple: a watch cache reuses it across cycles
     snapshot.domains(group.topology_key)
@@ -162,8 +163,8 @@ def _line(row: dict) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    """The README tables: per size and gang, p50/p99 of each path over fills and shapes; then the
-    constraint cases per kind and size."""
+    """The tables of docs/benchmarks.md#placement-solver: per size and gang, p50/p99 of each path
+    over fills and shapes; then the constraint cases per kind and size."""
     plain = [r for r in rows if r.get("case", "plain") == "plain"]
     out = _plain_markdown(plain) if plain else []
     constrained = [r for r in rows if r.get("case", "plain") != "plain"]

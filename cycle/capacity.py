@@ -2,7 +2,7 @@
 
 In extender mode each gang member waiting at the bind barrier holds one server thread, and several
 gangs wait at once; what counts is the sum of waiting members of every planned gang, not the
-largest gang (design, section 4). So capacity is *planned*: the cycle knows how many members the
+largest gang (docs/design.md). So capacity is *planned*: the cycle knows how many members the
 server can hold waiting (:func:`barrier_capacity`) and never holds more planned-but-unbound gang
 members than that. A gang whose plan would exceed the free capacity is not planned ("waiting for
 barrier capacity") and is planned when capacity frees, in queue order: a gang waiting for more room

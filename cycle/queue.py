@@ -90,7 +90,7 @@ class PodGroupQueue:
 #   prefix that lets the gang in is the plan. A preemptor that declares its duration may cost at
 #   most ``lost_work_budget`` x its own work (size x duration).
 
-#: Measured on ``phalanx bench trace`` (90% load, four workloads; see the README).
+#: Measured on ``phalanx bench trace`` (90% load, four workloads; see docs/benchmarks.md#trace-benchmarks).
 DEFAULT_STARVATION_AFTER = 3600.0
 DEFAULT_STARVATION_FACTOR = 4.0
 DEFAULT_LOST_WORK_BUDGET = 0.05
@@ -100,8 +100,9 @@ DEFAULT_LOST_WORK_BUDGET = 0.05
 class QueuePolicy:
     """Which queue policies run. A gang holds a domain once it waited ``starvation_factor`` times
     its declared duration, or, declaring none, ``starvation_after`` seconds; both None turn holds
-    off. Defaults measured on ``phalanx bench trace`` at 90% load (README): fragmentation-aware
-    placement changed no outcome there, so it is off by default."""
+    off. Defaults measured on ``phalanx bench trace`` at 90% load
+    (docs/benchmarks.md#trace-benchmarks): fragmentation-aware placement changed no outcome there,
+    so it is off by default."""
 
     starvation_after: float | None = DEFAULT_STARVATION_AFTER
     starvation_factor: float | None = DEFAULT_STARVATION_FACTOR

@@ -61,7 +61,7 @@ def demo_groups() -> list[tuple[str, PodGroup]]:
         ("KEP-6277 story 3: 8 trainers inside one rack",
          PodGroup("demo", "trainers", _pods("trainers", 8, {"cpu": 16000, GPU: 8}), Policy.GANG, 8,
                   LABEL_RACK, priority=200)),
-        ("KEP-6277 story 4: 4 servers sharing one claim (claim allocated by DRA, see README)",
+        ("KEP-6277 story 4: 4 servers sharing one claim (claim allocated by DRA, see docs/limitations.md)",
          PodGroup("demo", "claim-servers", _pods("claim-servers", 4, {"cpu": 2000, "memory": 8 * GI}),
                   Policy.GANG, 4, LABEL_ZONE, (LABEL_RACK,), priority=50)),
     ]

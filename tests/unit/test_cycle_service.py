@@ -1,5 +1,5 @@
 """The workload-cycle service on the simulated cluster: plans, reservations, the bind barrier,
-status, and the rules of DESIGN section 4."""
+status, and the rules of docs/design.md ("A gang through the extender's verbs")."""
 
 import json
 import threading
