@@ -107,6 +107,30 @@ class PodGroupRecord:
 
 
 @dataclass(frozen=True)
+class CacheEvent:
+    """One change the cache applied, as its listeners get it: the kind, the watch event's type, the
+    object's key (a pod's uid; ``namespace/name`` or a cluster-scoped name otherwise) and its record
+    as the cache now holds it (None once deleted)."""
+
+    kind: str
+    type: str  # ADDED | MODIFIED | DELETED
+    key: str
+    record: Any = None
+
+    @property
+    def deleted(self) -> bool:
+        return self.record is None
+
+    @property
+    def pod(self) -> "PodRecord | None":
+        """The pod's record, for a Pod event that did not delete it."""
+        return self.record if self.kind == "Pod" and isinstance(self.record, PodRecord) else None
+
+
+CacheListener = Callable[[CacheEvent], None]
+
+
+@dataclass(frozen=True)
 class InvalidPod:
     """A pod that failed to convert: which group it names, the pod, and why."""
 
@@ -174,25 +198,26 @@ class ClusterCache:
         self.skipped = 0  # malformed objects ignored
         self.version = 0  # bumps on every applied change
         self.capacity_version = 0  # bumps when room may have appeared: a node added/changed, a bound pod gone
-        self._listeners: list[Callable[[str, str, Any], None]] = []
+        self._listeners: list[CacheListener] = []
 
     # -- feeding ------------------------------------------------------------------------------
-    def subscribe(self, listener: Callable[[str, str, Any], None]) -> None:
-        """``listener(kind, event_type, record_or_key)`` after each applied change."""
+    def subscribe(self, listener: CacheListener) -> None:
+        """``listener(event)`` after each applied change (on the thread that applied it)."""
         self._listeners.append(listener)
 
     def apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> bool:
         """Apply one watch event. Returns False (and counts it) when the object is malformed."""
         try:
             with self._lock:
-                record = self._apply(kind, event_type, obj)
+                key, record = self._apply(kind, event_type, obj)
                 self.version += 1
         except (InvalidInput, KeyError, TypeError, ValueError, AttributeError) as err:
             self.skipped += 1
             log.warning("skipping malformed %s %s: %s", kind, _safe_key(obj), err)
             return False
+        event = CacheEvent(kind, event_type, key, record)
         for listener in self._listeners:
-            listener(kind, event_type, record)
+            listener(event)
         return True
 
     def replace(self, kind: str, objects: list[Mapping[str, Any]]) -> None:
@@ -218,7 +243,8 @@ class ClusterCache:
                 "PersistentVolumeClaim": self.claims, "PersistentVolume": self.persistent_volumes,
                 "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}[kind]
 
-    def _apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> Any:
+    def _apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> tuple[str, Any]:
+        """Apply one event under the lock: the object's key and its record (None once deleted)."""
         deleted = event_type == "DELETED"
         if kind == "Pod":
             uid = str((obj.get("metadata") or {}).get("uid") or "")
@@ -234,10 +260,9 @@ class ClusterCache:
                 record is not None and record.pod.node and record.active
             ):
                 self.capacity_version += 1  # a bound pod went away or finished: room was freed
-            if record is None:
-                return uid
-            self._add_pod(record)
-            return record
+            if record is not None:
+                self._add_pod(record)
+            return uid, record
         if kind not in KINDS:
             raise InvalidInput(f"unknown kind {kind!r}")
         store = self._store(kind)
@@ -246,7 +271,7 @@ class ClusterCache:
             raise InvalidInput(f"{kind}: metadata.name is missing")
         if deleted:
             self._delete(kind, key)
-            return key
+            return key, None
         if kind == "Node":
             record = node_from_json(obj)
             if self.nodes.get(key) != record:  # heartbeats change nothing phalanx reads
@@ -257,7 +282,7 @@ class ClusterCache:
             previous = store.get(key)
             store[key] = record
             self._storage_changed(kind, previous, record)
-            return record
+            return key, record
         elif kind == "PodGroup":
             spec = podgroup_spec(obj)
             podgroup_from_json(obj, spec=spec)  # validate now, so a bad spec is skipped here, not mid-cycle
@@ -271,7 +296,7 @@ class ClusterCache:
         else:
             record = obj
         store[key] = record
-        return record
+        return key, record
 
     def _delete(self, kind: str, key: str) -> None:
         """Forget the record ``key`` of ``kind`` (not Pod), with whatever depended on it."""

@@ -36,10 +36,10 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Iterable, Iterator, Mapping
 
 from cluster.backend import WriteError
-from cluster.cache import PodRecord
+from cluster.cache import CacheEvent
 from solver import Pod, Policy
 
 from . import replans
@@ -115,10 +115,10 @@ class PluginEnforcement:
             self._version += 1
             self._changed.notify_all()
 
-    def _on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
+    def _on_cache_change(self, event: CacheEvent) -> None:
         # members arriving, binding or going, groups appearing; a plain pod changes nothing the
         # stream carries (a deleted pod is only a uid: it may have been a member)
-        if kind == "PodGroup" or (kind == "Pod" and (not isinstance(record, PodRecord) or record.pod.group)):
+        if event.kind == "PodGroup" or (event.kind == "Pod" and (event.pod is None or event.pod.pod.group)):
             self.changed()
 
     def wait_change(self, seen: int, timeout: float) -> int:

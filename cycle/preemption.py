@@ -32,11 +32,11 @@ import logging
 import queue
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping
+from typing import Callable, Iterator, Mapping
 
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
-from cluster.cache import ClusterCache, PodRecord
+from cluster.cache import CacheEvent, ClusterCache, PodRecord
 from solver import DisruptionMode, InvalidInput, PodGroup, PreemptionContext, PreemptionPlan, plan_preemption
 from solver.model import PreemptionPolicy, placement_usage
 
@@ -241,20 +241,20 @@ class GroupPreemption:
             pass
 
     # -- the event stream (the cache's thread: note the work, never write or take the cycle's lock)
-    def _on_cache_event(self, kind: str, event_type: str, record: Any) -> None:
-        if kind == "Pod" and (isinstance(record, str) or not record.active):
-            self._victim_gone(record if isinstance(record, str) else record.pod.uid)
-        if kind == "PodGroup" and event_type == "DELETED":
-            key = record if isinstance(record, str) else record.key
+    def _on_cache_event(self, event: CacheEvent) -> None:
+        record = event.pod
+        if event.kind == "Pod" and (record is None or not record.active):
+            self._victim_gone(event.key)
+        if event.kind == "PodGroup" and event.deleted:
             with self._lock:
-                self._drop(key)
-                self.retries.pop(key, None)
-        elif kind == "Pod" and isinstance(record, str):  # deleted: the cache hands the uid
+                self._drop(event.key)
+                self.retries.pop(event.key, None)
+        elif event.kind == "Pod" and event.deleted:
             with self._lock:
-                self._intact.discard(record)
-                if record in self._nominated:
-                    self._member_gone(record)
-        elif kind == "Pod" and isinstance(record, PodRecord) and record.pod.group:
+                self._intact.discard(event.key)
+                if event.key in self._nominated:
+                    self._member_gone(event.key)
+        elif record is not None and record.pod.group:
             if self._newly_disrupted(record):
                 self._broken.put(record.pod.group)
 

@@ -21,9 +21,9 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable
+from typing import Callable
 
-from cluster.cache import ClusterCache, PodRecord
+from cluster.cache import CacheEvent, ClusterCache, PodRecord
 from solver import InvalidInput, TaintEffect
 
 from . import replans
@@ -110,21 +110,21 @@ class Requeue:
             self.requeue_fitting()
 
     # -- cache events (watch thread: note and wake only) -------------------------------------
-    def on_cache_change(self, kind: str, event_type: str, record: Any) -> None:
+    def on_cache_change(self, event: CacheEvent) -> None:
         # runs on whichever thread applied the event (possibly holding a backend lock): only note
         # the work and wake the requeue thread, never take the cycle's lock here
-        if kind == "PodGroup":
-            self._podgroup_changed(event_type, record if isinstance(record, str) else record.key)
-        elif kind == "Pod":
-            self._pod_changed(record)
-        elif kind == "Node":
-            self._node_changed(event_type, record if isinstance(record, str) else record.name)
+        if event.kind == "PodGroup":
+            self._podgroup_changed(event.deleted, event.key)
+        elif event.kind == "Pod":
+            self._pod_changed(event.key, event.pod)
+        elif event.kind == "Node":
+            self._node_changed(event.deleted, event.key)
         if self.cache.capacity_version != self._capacity_seen and self.queue.failed:
             self.inbox.wake()
 
-    def _podgroup_changed(self, event_type: str, key: str) -> None:
+    def _podgroup_changed(self, deleted: bool, key: str) -> None:
         self.recorded.mark(key)
-        if event_type == "DELETED":
+        if deleted:
             self.planner.domains.pop(key, None)
             self.replans.forget(key)
             self.parked.forget_group(key)
@@ -132,17 +132,17 @@ class Requeue:
         elif self.parked.waits_for_members(key):
             self.inbox.arrived(key)  # its PodGroup came: checked by the requeue thread
 
-    def _pod_changed(self, record: PodRecord | str) -> None:
-        if isinstance(record, str) or not record.pod.group:
+    def _pod_changed(self, uid: str, record: PodRecord | None) -> None:
+        """``record`` None: the pod was deleted."""
+        if record is None or not record.pod.group:
             self.recorded.mark_held()
         else:
             self.recorded.mark(record.pod.group)
-        if isinstance(record, str) or record.pod.node:
-            uid = record if isinstance(record, str) else record.pod.uid
+        if record is None or record.pod.node:
             self.verdicts.forget([uid])  # deleted or bound
             self.parked.forget_pod(uid)
-            if isinstance(record, str):
-                return
+        if record is None:
+            return
         group = record.pod.group
         if group and not record.pod.node and not record.gated and self.parked.waits_for_members(group):
             self.inbox.arrived(group)  # a group waiting for members got one
@@ -150,8 +150,8 @@ class Requeue:
             self.planner.domains.pop(group, None)  # evicted or preempted: free to land anywhere
             self.recorded.abandon(group)  # and its record holds no room for it any more
 
-    def _node_changed(self, event_type: str, name: str) -> None:
-        if event_type == "DELETED":
+    def _node_changed(self, deleted: bool, name: str) -> None:
+        if deleted:
             self._nodes_seen.discard(name)
         elif name not in self._nodes_seen:  # new to phalanx (a re-list replays known ones)
             self._nodes_seen.add(name)

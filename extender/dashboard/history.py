@@ -19,7 +19,7 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from cluster.cache import PodRecord
+from cluster.cache import CacheEvent
 
 #: Events kept over all groups, and per group.
 LOG_CAPACITY = 5000
@@ -91,15 +91,16 @@ class GroupHistory:
         else:
             self._add(key, kind, str(dict(data))[:300], now)
 
-    def on_cache_event(self, kind: str, event_type: str, record: Any) -> None:
+    def on_cache_event(self, event: CacheEvent) -> None:
         """The cache's listener: note new groups and evicted members."""
         now = self._clock()
-        if kind == "PodGroup" and event_type == "ADDED" and hasattr(record, "key"):
+        record = event.pod
+        if event.kind == "PodGroup" and event.type == "ADDED" and not event.deleted:
             with self._lock:
-                if record.key not in self.groups:
-                    self._facts(record.key, now)
-                    self._append(record.key, "created", "PodGroup created", now)
-        elif kind == "Pod" and isinstance(record, PodRecord) and record.disrupted and record.pod.group:
+                if event.key not in self.groups:
+                    self._facts(event.key, now)
+                    self._append(event.key, "created", "PodGroup created", now)
+        elif record is not None and record.disrupted and record.pod.group:
             self._add(record.pod.group, "evicted", f"pod {record.pod.name} evicted from {record.pod.node or '-'}", now)
 
     def _planned(self, key: str, data: Mapping[str, Any], now: float) -> None:

@@ -84,7 +84,7 @@ def test_eviction_honours_a_pdb_and_marks_the_disruption():
     with pytest.raises(WriteError, match="PodDisruptionBudget"):
         sim.evict("default", "g", guarded["metadata"]["uid"], "test", respect_pdb=True)
     seen = []
-    sim.cache.subscribe(lambda kind, event, record: seen.append((event, getattr(record, "disrupted", None))))
+    sim.cache.subscribe(lambda event: seen.append((event.type, getattr(event.record, "disrupted", None))))
     sim.evict("default", "g", guarded["metadata"]["uid"], "test", respect_pdb=False)
     assert ("MODIFIED", True) in seen and sim.get("Pod", "default/g") is None
 
