@@ -35,7 +35,7 @@ from .convert import (
     ClaimInfo,
     ClaimRef,
     ClassInfo,
-    GroupSpec,
+    PodGroupRecord,
     VolumeInfo,
     claim_from_json,
     csinode_limits,
@@ -45,8 +45,8 @@ from .convert import (
     pod_claims,
     pod_from_json,
     pod_group_key,
-    podgroup_from_json,
-    podgroup_spec,
+    podgroup_of,
+    podgroup_record,
     storage_class_from_json,
     volume_from_json,
 )
@@ -84,26 +84,6 @@ class PodRecord:
     def active(self) -> bool:
         """Holds resources: not finished. (A terminating pod still holds them until it is gone.)"""
         return self.phase not in TERMINAL_PHASES
-
-
-@dataclass(frozen=True)
-class PodGroupRecord:
-    namespace: str
-    name: str
-    raw: Mapping[str, Any]  # the object as last seen (spec, status, annotations)
-    spec: GroupSpec = GroupSpec()  # the spec as parsed (policy, minCount, topology, disruption mode)
-
-    @property
-    def key(self) -> str:
-        return f"{self.namespace}/{self.name}"
-
-    @property
-    def annotations(self) -> Mapping[str, str]:
-        return (self.raw.get("metadata") or {}).get("annotations") or {}
-
-    @property
-    def uid(self) -> str:
-        return str((self.raw.get("metadata") or {}).get("uid", ""))
 
 
 @dataclass(frozen=True)
@@ -284,10 +264,7 @@ class ClusterCache:
             self._storage_changed(kind, previous, record)
             return key, record
         elif kind == "PodGroup":
-            spec = podgroup_spec(obj)
-            podgroup_from_json(obj, spec=spec)  # validate now, so a bad spec is skipped here, not mid-cycle
-            meta = obj.get("metadata") or {}
-            record = PodGroupRecord(str(meta.get("namespace") or "default"), str(meta["name"]), obj, spec)
+            record = podgroup_record(obj)  # read now, so a bad spec is skipped here, not mid-cycle
         elif kind == "PriorityClass":
             value = obj.get("value")
             if isinstance(value, bool) or not isinstance(value, int):
@@ -450,7 +427,7 @@ class ClusterCache:
             return None
         records = members if members is not None else self.members(group_key)
         pods = tuple(r.pod for r in records if not r.gated)
-        return podgroup_from_json(record.raw, pods, self.priority_classes, record.spec)
+        return podgroup_of(record, pods, self.priority_classes)
 
     def invalid_members(self, group_key: str) -> list[InvalidPod]:
         """Pods naming the group that failed to convert (the group cannot be complete without them)."""

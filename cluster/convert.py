@@ -493,32 +493,9 @@ def expected_duration(meta: JSON) -> float | None:
 
 def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
                        priority_classes: Mapping[str, int] | None = None, spec: GroupSpec | None = None) -> PodGroup:
-    """A PodGroup (built-in or CRD flavor, same v1beta1 schema) with its member pods. The priority
-    is the value of ``spec.priorityClassName``, else ``spec.priority``, else the members' highest.
-    ``spec`` is :func:`podgroup_spec` of ``obj`` when the caller already has it."""
-    spec = spec or podgroup_spec(obj)
-    meta = obj["metadata"]
-    # the class wins when it resolves: the API server defaults spec.priority to 0 even when a
-    # priorityClassName is set, as pods' spec.priority is only filled in by admission
-    priority = (priority_classes or {}).get(spec.priority_class)
-    if priority is None:
-        priority = spec.priority
-    if priority is None:
-        priority = max((p.spec.priority for p in members), default=0)
-    return PodGroup(
-        namespace=meta.get("namespace") or "default",
-        name=str(meta["name"]),
-        members=members,
-        policy=spec.policy,
-        min_count=spec.min_count,
-        topology_key=spec.topology_key,
-        preferred_keys=tuple(k for k in preferred_keys(meta) if k != spec.topology_key),
-        disruption_mode=spec.disruption_mode,
-        priority=priority,
-        created=_timestamp(meta.get("creationTimestamp")),
-        preemption_policy=spec.preemption_policy,
-        default_preference=placement_preference(meta),
-    )
+    """A PodGroup (built-in or CRD flavor, same v1beta1 schema) with its member pods (see
+    :func:`podgroup_of`); ``spec`` is :func:`podgroup_spec` of ``obj`` when the caller already has it."""
+    return podgroup_of(podgroup_record(obj, spec), members, priority_classes)
 
 
 def placement_preference(meta: JSON) -> str:
@@ -778,3 +755,109 @@ def podgroup_owner(obj: JSON) -> GroupOwner:
     elif index:
         words += f", group {index}"
     return owner._replace(level=words)
+
+
+# -- a PodGroup as the cycle reads it --------------------------------------------------------------
+@dataclass(frozen=True)
+class Condition:
+    """One of an object's ``status.conditions`` (metav1.Condition's fields)."""
+
+    type: str
+    status: str
+    reason: str = ""
+    message: str = ""
+    last_transition_time: str = ""
+    observed_generation: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"type": self.type, "status": self.status, "reason": self.reason,
+                               "message": self.message, "lastTransitionTime": self.last_transition_time}
+        if self.observed_generation is not None:
+            out["observedGeneration"] = self.observed_generation
+        return out
+
+
+def conditions_from_json(obj: JSON) -> tuple[Condition, ...]:
+    """``status.conditions``; entries that are not objects with a type are left out (a status
+    phalanx cannot read is never a reason to stop scheduling)."""
+    status = obj.get("status")
+    items = status.get("conditions") if isinstance(status, Mapping) else None
+    out = []
+    for c in items if isinstance(items, list) else ():
+        if not isinstance(c, Mapping) or not c.get("type"):
+            continue
+        generation = c.get("observedGeneration")
+        out.append(Condition(str(c["type"]), str(c.get("status") or ""), str(c.get("reason") or ""),
+                             str(c.get("message") or ""), str(c.get("lastTransitionTime") or ""),
+                             generation if isinstance(generation, int) and not isinstance(generation, bool) else None))
+    return tuple(out)
+
+
+@dataclass(frozen=True)
+class PodGroupRecord:
+    """A PodGroup as the watch cache keeps it: read once, when its event arrives."""
+
+    namespace: str
+    name: str
+    spec: GroupSpec = GroupSpec()  # policy, minCount, topology, disruption mode, priority
+    uid: str = ""
+    annotations: Mapping[str, str] = field(default_factory=dict)
+    created: float = 0.0
+    preferred_keys: tuple[str, ...] = ()  # scheduling.phalanx.dev/preferred-topology, the required key left out
+    default_preference: str = "pack"  # scheduling.phalanx.dev/placement-preference
+    owner: GroupOwner = GroupOwner("", "")
+    conditions: tuple[Condition, ...] = ()
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    def condition(self, type_: str) -> Condition | None:
+        return next((c for c in self.conditions if c.type == type_), None)
+
+
+def podgroup_record(obj: JSON, spec: GroupSpec | None = None) -> PodGroupRecord:
+    """A PodGroup's record; raises InvalidInput naming the field when the object is malformed
+    (``spec``: :func:`podgroup_spec` of ``obj`` when the caller already has it)."""
+    spec = spec or podgroup_spec(obj)
+    meta = obj["metadata"]
+    return PodGroupRecord(
+        namespace=str(meta.get("namespace") or "default"),
+        name=str(meta["name"]),
+        spec=spec,
+        uid=str(meta.get("uid") or ""),
+        annotations=_string_map(meta.get("annotations"), f"podgroup {meta['name']}: metadata.annotations"),
+        created=_timestamp(meta.get("creationTimestamp")),
+        preferred_keys=tuple(k for k in preferred_keys(meta) if k != spec.topology_key),
+        default_preference=placement_preference(meta),
+        owner=podgroup_owner(obj),
+        conditions=conditions_from_json(obj),
+    )
+
+
+def podgroup_of(record: PodGroupRecord, members: tuple[Pod, ...] = (),
+                priority_classes: Mapping[str, int] | None = None) -> PodGroup:
+    """The PodGroup the solver places, with its member pods. The priority is the value of
+    ``spec.priorityClassName``, else ``spec.priority``, else the members' highest."""
+    spec = record.spec
+    # the class wins when it resolves: the API server defaults spec.priority to 0 even when a
+    # priorityClassName is set, as pods' spec.priority is only filled in by admission
+    priority = (priority_classes or {}).get(spec.priority_class)
+    if priority is None:
+        priority = spec.priority
+    if priority is None:
+        priority = max((p.spec.priority for p in members), default=0)
+    return PodGroup(
+        namespace=record.namespace,
+        name=record.name,
+        members=members,
+        policy=spec.policy,
+        min_count=spec.min_count,
+        topology_key=spec.topology_key,
+        preferred_keys=record.preferred_keys,
+        disruption_mode=spec.disruption_mode,
+        priority=priority,
+        created=record.created,
+        preemption_policy=spec.preemption_policy,
+        default_preference=record.default_preference,
+    )

@@ -20,6 +20,7 @@ from typing import Any, Callable, Mapping
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import ClusterCache
+from cluster.convert import Condition
 
 from .dispatch import Dispatcher, Write
 
@@ -45,7 +46,7 @@ class StatusWriter:
         self.cache = cache
         self.writer = writer
         self.dispatcher = dispatcher
-        self.conditions: dict[str, dict[str, Any]] = {}  # group -> the last condition queued (the cache lags)
+        self.conditions: dict[str, Condition] = {}  # group -> the last condition queued (the cache lags)
         self._listeners: list[Listener] = []
 
     # -- listeners ---------------------------------------------------------------------------
@@ -68,27 +69,20 @@ class StatusWriter:
         record = self.cache.podgroups.get(key)
         if record is None:
             return  # the group is gone (or not seen yet): nothing to write on
-        conditions = list((record.raw.get("status") or {}).get("conditions") or [])
-        current: dict[str, Any] | None = self.conditions.get(key) or next(
-            (c for c in conditions if c.get("type") == names.CONDITION_INITIALLY_SCHEDULED), None)
-        if current and current.get("status") == "True":
+        current = self.conditions.get(key) or record.condition(names.CONDITION_INITIALLY_SCHEDULED)
+        if current and current.status == "True":
             return  # never back to False; True -> True keeps its lastTransitionTime
         status = "True" if ok else "False"
         message = message[:MAX_MESSAGE]
-        same_status = current is not None and current.get("status") == status
-        if current is not None and same_status and current.get("message") == message:
+        same_status = current is not None and current.status == status
+        if current is not None and same_status and current.message == message:
             return
-        condition = {
-            "type": names.CONDITION_INITIALLY_SCHEDULED,
-            "status": status,
-            "reason": reason,
-            "message": message,
-            "lastTransitionTime": current.get("lastTransitionTime") if current and same_status else now_rfc3339(),
-        }
+        condition = Condition(names.CONDITION_INITIALLY_SCHEDULED, status, reason, message,
+                              current.last_transition_time if current and same_status else now_rfc3339())
         self.conditions[key] = condition
-        others = [c for c in conditions if c.get("type") != names.CONDITION_INITIALLY_SCHEDULED]
+        others = [c.to_json() for c in record.conditions if c.type != names.CONDITION_INITIALLY_SCHEDULED]
         namespace, name = key.split("/", 1)
-        patch = {"conditions": others + [condition]}
+        patch = {"conditions": others + [condition.to_json()]}
         self.submit(key, "status", lambda: self.writer.patch_podgroup_status(namespace, name, patch),
                     coalesce=f"status:{key}")
 

@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterator, Mapping
 
 import grpc
 
-from cluster.convert import placement_domain, podgroup_owner
+from cluster.convert import GroupOwner, placement_domain
 from cycle import Plan, WorkloadCycle
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
@@ -116,7 +116,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
             raise Refusal(grpc.StatusCode.NOT_FOUND, f"podgroup {key} does not exist and no pod names it")
         summary = self._summary(key, members)
         record = self.cache.podgroups.get(key)
-        owner = podgroup_owner(record.raw) if record is not None else podgroup_owner({})
+        owner = record.owner if record is not None else GroupOwner("", "")
         return pb.ExplainGroupReply(namespace=request.namespace, name=request.name, state=summary.state,
                                     explanation=summary.explanation, members_existing=summary.members_existing,
                                     members_bound=summary.members_bound, min_count=summary.min_count,

@@ -15,13 +15,13 @@ from __future__ import annotations
 import re
 import time
 from collections import Counter
-from typing import Any, Iterable, Mapping
+from typing import Iterable, Mapping
 
 from prometheus_client import CollectorRegistry
 
 from cluster import names
 from cluster.cache import ClusterCache, PodGroupRecord, PodRecord
-from cluster.convert import placement_domain, podgroup_owner
+from cluster.convert import GroupOwner, placement_domain
 from cycle import WorkloadCycle
 from solver import Node
 
@@ -142,16 +142,14 @@ def rack(cache: ClusterCache, cycle: WorkloadCycle, zone: str, rack_name: str) -
 
 
 # -- podgroups ---------------------------------------------------------------------------------
-def _owner(members: list[PodRecord], raw: Mapping[str, Any]) -> dict:
-    group_owner = podgroup_owner(raw)
+def _owner(members: list[PodRecord], group_owner: GroupOwner) -> dict:
     if group_owner.level:  # a LeaderWorkerSet's group: the LWS owns it, not its pods' StatefulSet
         return {"kind": group_owner.kind, "name": group_owner.name, "level": group_owner.level}
     kinds = Counter((m.owner_kind, m.owner_name) for m in members if m.owner_kind)
     if kinds:
         (kind, name), _ = kinds.most_common(1)[0]
         return {"kind": kind, "name": name}
-    ref = next((o for o in (raw.get("metadata") or {}).get("ownerReferences") or () if o.get("controller")), None)
-    return {"kind": str(ref.get("kind", "")), "name": str(ref.get("name", ""))} if ref else {"kind": "", "name": ""}
+    return {"kind": group_owner.kind, "name": group_owner.name}
 
 
 def state_of(cycle: WorkloadCycle, key: str) -> str:
@@ -171,7 +169,7 @@ def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, 
     bound_at = facts.bound_at if facts else None
     return {
         "key": key, "namespace": record.namespace, "name": record.name,
-        "owner": _owner(members, record.raw),
+        "owner": _owner(members, record.owner),
         "policy": spec.policy.value,
         "min_count": spec.min_count,
         "priority": spec.priority if spec.priority is not None else (spec.priority_class or 0),
@@ -214,7 +212,7 @@ def podgroup(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, k
         pods=[{"name": m.pod.name, "node": m.pod.node, "phase": m.phase, "gated": m.gated,
                "requests": {r: _amount(r, v) for r, v in m.pod.spec.requests.items()}}
               for m in cache.members(key)],
-        conditions=(record.raw.get("status") or {}).get("conditions") or [],
+        conditions=[c.to_json() for c in record.conditions],
     )
     return row
 

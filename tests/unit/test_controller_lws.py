@@ -328,7 +328,8 @@ def test_dashboard_and_explain_show_the_lws_as_owner_with_its_level():
     assert owners == [("LeaderWorkerSet", "llm", "role level, leader of group 0"),
                       ("LeaderWorkerSet", "llm", "role level, worker of group 0")]
     group = next(iter(c.podgroups().values()))
-    assert _owner([], group)["kind"] == "LeaderWorkerSet" and _owner([], group)["level"].startswith("role level")
+    assert _owner([], podgroup_owner(group))["kind"] == "LeaderWorkerSet"
+    assert _owner([], podgroup_owner(group))["level"].startswith("role level")
     whole = Cluster(make_lws(name="w", scheduling={"schedulingPolicy": {"gang": {}}}))
     whole.sync()
     assert podgroup_owner(next(iter(whole.podgroups().values()))).level == "whole-LWS level"
