@@ -234,6 +234,12 @@ def pod_group_name(obj: JSON) -> str:
     return str(labels.get(names.LABEL_POD_GROUP, ""))
 
 
+def pod_uid(obj: Any) -> str:
+    """A pod's uid, or "" — never raises, even on a malformed object."""
+    meta = obj.get("metadata") if isinstance(obj, Mapping) else None
+    return str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
+
+
 def pod_group_key(obj: Any) -> str:
     """``namespace/group`` of a pod, or "" — never raises, even on a malformed object (so a pod that
     fails to convert can still be reported on its PodGroup)."""

@@ -397,17 +397,13 @@ class WorkloadCycle:
                 return
             self.planner.cycle(group)
 
-    def preempt_candidates(self, candidates: Mapping[str, Mapping[str, Any]]) -> dict[str, Mapping[str, Any]]:
-        """kube-scheduler's per-pod preemption for a pod without a group: a victim in a
+    def preempt_candidates(self, proposed: Mapping[str, list[str]]) -> set[str]:
+        """kube-scheduler's per-pod preemption for a pod without a group (``proposed``: candidate
+        node -> the uids of its victims): the candidate nodes to keep. A victim in a
         ``disruptionMode: all`` group costs its whole group, so candidates that would break such a
         group are dropped whenever a cheaper candidate exists (breaking one is the last resort; the
         rest of a broken group is then evicted by phalanx, see GroupPreemption). Victims stay those
         on the candidate node, as kube-scheduler requires."""
-        try:
-            proposed = {node: [str(p.get("UID", "")) for p in v.get("Pods") or ()] for node, v in candidates.items()}
-        except (AttributeError, TypeError) as err:
-            log.info("preempt: keeping kube-scheduler's candidates, unreadable: %s", err)
-            return dict(candidates) if isinstance(candidates, Mapping) else {}
         with self.lock:
             snapshot = self.cache.snapshot(with_bound=True)
             known = {p.uid for p in snapshot.bound}
@@ -417,10 +413,10 @@ class WorkloadCycle:
                 ranked = rank_candidates(usable, snapshot, self.cache.preemption_context())
             except InvalidInput as err:
                 log.info("preempt: keeping kube-scheduler's candidates: %s", err)
-                return dict(candidates)
+                return set(proposed)
         kept = {c.node for c in ranked}
         # nodes phalanx cannot judge (pods it has not seen yet) are passed through unchanged
-        return {n: v for n, v in candidates.items() if n in kept or n not in usable}
+        return {n for n in proposed if n in kept or n not in usable}
 
     # -- bind --------------------------------------------------------------------------------
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:

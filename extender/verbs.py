@@ -9,9 +9,11 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
-from cluster.convert import pod_group_name, read_pod
+from cluster.convert import pod_group_name, pod_uid, read_pod
 from cycle import FilterAnswer, WorkloadCycle
 from solver import InvalidInput
+
+from .http.wire import victim_uids
 
 
 def filter(cycle: WorkloadCycle, pod_json: Any, candidates: list[str]) -> FilterAnswer:
@@ -24,9 +26,7 @@ def filter(cycle: WorkloadCycle, pod_json: Any, candidates: list[str]) -> Filter
 
 def prioritize(cycle: WorkloadCycle, pod_json: Any, candidates: list[str]) -> dict[str, int]:
     """Prioritize (scoring): only the pod's uid is needed."""
-    meta = pod_json.get("metadata") if isinstance(pod_json, Mapping) else None
-    uid = str(meta.get("uid") or "") if isinstance(meta, Mapping) else ""
-    return cycle.prioritize(uid, candidates)
+    return cycle.prioritize(pod_uid(pod_json), candidates)
 
 
 def preempt(cycle: WorkloadCycle, pod_json: Any, victims: Mapping[str, Mapping[str, Any]]
@@ -42,4 +42,8 @@ def preempt(cycle: WorkloadCycle, pod_json: Any, victims: Mapping[str, Mapping[s
         if not isinstance(pod, str):
             cycle.preempt_for_group(pod)  # group preemption is phalanx's own job
         return {}
-    return cycle.preempt_candidates(victims)
+    proposed = victim_uids(victims)
+    if proposed is None:  # unreadable: kube-scheduler's own choice stands
+        return dict(victims) if isinstance(victims, Mapping) else {}
+    kept = cycle.preempt_candidates(proposed)
+    return {node: v for node, v in victims.items() if node in kept}

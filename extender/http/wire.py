@@ -163,3 +163,12 @@ def _int(value: Any, what: str) -> int:
 
 def preemption_result(meta_victims: Mapping[str, Mapping[str, Any]]) -> dict:
     return {"NodeNameToMetaVictims": {n: dict(v) for n, v in meta_victims.items()}}
+
+
+def victim_uids(meta_victims: Mapping[str, Mapping[str, Any]]) -> dict[str, list[str]] | None:
+    """Candidate node -> the uids of its victims, from :attr:`PreemptionArgs.meta_victims`; None when
+    they cannot be read (kube-scheduler's own choice then stands)."""
+    try:
+        return {node: [str(p.get("UID", "")) for p in v.get("Pods") or ()] for node, v in meta_victims.items()}
+    except (AttributeError, TypeError):
+        return None

@@ -274,7 +274,7 @@ def test_no_bad_pod_json_raises_out_of_a_verb(sim, cycle, bad):
     assert answer.nodes == [] and all(r.startswith("phalanx: ") for r in answer.unresolvable.values())
     assert set(verbs.prioritize(cycle, bad, all_nodes(sim)).values()) <= {0}
     verbs.preempt(cycle, bad, {})
-    assert cycle.preempt_candidates({"n-0-0": {"Pods": "junk"}}) == {"n-0-0": {"Pods": "junk"}}
+    assert verbs.preempt(cycle, {"metadata": {"name": "plain"}}, {"n-0-0": {"Pods": "junk"}}) == {"n-0-0": {"Pods": "junk"}}
 
 
 def test_members_answered_no_node_are_touched_when_their_plan_forms(sim, cycle):
