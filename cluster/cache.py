@@ -227,22 +227,7 @@ class ClusterCache:
         """Apply one event under the lock: the object's key and its record (None once deleted)."""
         deleted = event_type == "DELETED"
         if kind == "Pod":
-            uid = str((obj.get("metadata") or {}).get("uid") or "")
-            if not uid:
-                raise InvalidInput(f"pod {_safe_key(obj)}: metadata.uid is missing")
-            # convert first: a bad object changes nothing (but is remembered for its group)
-            record = None if deleted else self._resolved(self._convert_pod(uid, obj))
-            if deleted:
-                self.invalid_pods.pop(uid, None)
-            previous = self._remove_pod(uid)
-            self._note_bound_change(previous, record)
-            if previous is not None and previous.pod.node and previous.active and not (
-                record is not None and record.pod.node and record.active
-            ):
-                self.capacity_version += 1  # a bound pod went away or finished: room was freed
-            if record is not None:
-                self._add_pod(record)
-            return uid, record
+            return self._apply_pod(deleted, obj)
         if kind not in KINDS:
             raise InvalidInput(f"unknown kind {kind!r}")
         store = self._store(kind)
@@ -266,14 +251,29 @@ class ClusterCache:
         elif kind == "PodGroup":
             record = podgroup_record(obj)  # read now, so a bad spec is skipped here, not mid-cycle
         elif kind == "PriorityClass":
-            value = obj.get("value")
-            if isinstance(value, bool) or not isinstance(value, int):
-                raise InvalidInput(f"priorityclass {key}: value must be an integer")
-            record = value
+            record = priority_value(obj)
         else:
             record = obj
         store[key] = record
         return key, record
+
+    def _apply_pod(self, deleted: bool, obj: Mapping[str, Any]) -> tuple[str, PodRecord | None]:
+        uid = str((obj.get("metadata") or {}).get("uid") or "")
+        if not uid:
+            raise InvalidInput(f"pod {_safe_key(obj)}: metadata.uid is missing")
+        # convert first: a bad object changes nothing (but is remembered for its group)
+        record = None if deleted else self._resolved(self._convert_pod(uid, obj))
+        if deleted:
+            self.invalid_pods.pop(uid, None)
+        previous = self._remove_pod(uid)
+        self._note_bound_change(previous, record)
+        if previous is not None and previous.pod.node and previous.active and not (
+            record is not None and record.pod.node and record.active
+        ):
+            self.capacity_version += 1  # a bound pod went away or finished: room was freed
+        if record is not None:
+            self._add_pod(record)
+        return uid, record
 
     def _delete(self, kind: str, key: str) -> None:
         """Forget the record ``key`` of ``kind`` (not Pod), with whatever depended on it."""
@@ -488,6 +488,14 @@ class ClusterCache:
         if self._inventory is None:
             self._inventory = volume_inventory(self.persistent_volumes.values(), self.claims, self.csinodes)
         return self._inventory
+
+
+def priority_value(obj: Mapping[str, Any]) -> int:
+    """A PriorityClass's value; raises InvalidInput when it is not an integer."""
+    value = obj.get("value")
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise InvalidInput(f"priorityclass {_key(obj)}: value must be an integer")
+    return value
 
 
 def _safe_key(obj: Any) -> str:
