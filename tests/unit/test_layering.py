@@ -17,7 +17,7 @@ import tomllib
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONTRACTS = {"solver-pure", "cluster-below-services", "cycle-below-entry-points", "services-independent",
              "controller-beside-the-cycle", "extender-controller-independent", "grpc-knows-no-http",
-             "cycle-inside",
+             "cycle-inside", "layers", "controller-admission-one-way",
              "http-grpc-independent"}
 
 
