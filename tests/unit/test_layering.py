@@ -3,7 +3,8 @@ contracts live in pyproject.toml ([tool.importlinter]); `make test` also runs `l
 
 - solver/ is pure: no other phalanx package, no web/RPC/Kubernetes library, no I/O module of the
   standard library (import-linter treats the standard library as external packages);
-- cluster/ imports none of the services above it, nor flask;
+- cluster/ imports none of the services above it, nor flask (nor web/, the HTTP stack);
+- web/ (the HTTP stack) imports no phalanx package and no Kubernetes or gRPC library;
 - extender/ and controller/ are independent of each other and of bench/ and phalanx_cli/;
 - extender.http and extender.grpc are independent of each other."""
 
@@ -13,8 +14,8 @@ import sys
 import tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-CONTRACTS = {"solver-pure", "cluster-below-services", "services-independent", "extender-controller-independent",
-             "http-grpc-independent"}
+CONTRACTS = {"solver-pure", "cluster-below-services", "web-below-services", "services-independent",
+             "extender-controller-independent", "http-grpc-independent"}
 
 
 def test_the_layering_contracts_are_configured():
