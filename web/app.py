@@ -95,12 +95,13 @@ def json_endpoint(app: Flask, rule: str, name: str, handler: Callable[[Any], Any
     handler refuses by raising one of ``invalid``, gets 400 (an oversize one ``oversize_status``);
     any other exception gets 500. Every request is counted, timed and logged under ``name``."""
     limit = int(app.config["MAX_CONTENT_LENGTH"])
+    refused: tuple[type[Exception], ...] = (BadBody, *invalid)
 
     def view() -> Response:
         started = time.perf_counter()
         try:
             response = json_reply(handler(read_json(limit)))
-        except (BadBody, *invalid) as err:
+        except refused as err:
             status = oversize_status if isinstance(err, BodyTooLarge) else 400
             response = text(f"phalanx: bad {name} request: {err}\n", status)
         except Exception:  # noqa: BLE001 - never crash on a request; say so instead

@@ -27,7 +27,7 @@ def split_addr(addr: str) -> tuple[str, int]:
 
 
 def wsgi_server(addr: str, app: WsgiApp, threads: int, tls_cert: str | None = None, tls_key: str | None = None,
-                client_ca: str | None = None, queue: int = 512, timeout: float = 600) -> wsgi.Server:
+                client_ca: str | None = None, queue: int = 512, timeout: int = 600) -> wsgi.Server:
     """A cheroot server for ``app`` on ``addr`` with ``threads`` workers; HTTPS when given a
     certificate and key, requiring client certificates signed by ``client_ca`` when given one.
     ``timeout`` is the socket timeout of a connection (a bind may wait at the barrier for minutes)."""
