@@ -54,7 +54,7 @@ def checked(review: Any) -> Mapping[str, Any]:
 
 
 def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None) -> Flask:
-    """The webhooks, /healthz and (with a registry) /metrics, as a WSGI application."""
+    """The webhooks, /healthz and /metrics (``registry``, or one of its own), as a WSGI application."""
     app = new_app("phalanx-controller", MAX_BODY)
     registry = registry if registry is not None else CollectorRegistry()
     metrics = RequestMetrics(registry, names.METRIC_WEBHOOK_REQUESTS, names.METRIC_WEBHOOK_LATENCY, "Admission webhook",
