@@ -66,7 +66,7 @@ def measure(rest: Any, kube: Any, namespace: str, count: int, replicas: int = 3,
         body = statefulset(name, replicas, scheduling={"schedulingPolicy": {"gang": {}}})
         gate.wait()
         started[name] = time.perf_counter()
-        rest.post(f"/apis/apps/v1/namespaces/{namespace}/statefulsets", body)
+        rest.create(f"/apis/apps/v1/namespaces/{namespace}/statefulsets", body)
 
     creators = [threading.Thread(target=create, args=(i,)) for i in range(count)]
     for t in creators:
@@ -111,10 +111,10 @@ def run(counts: tuple[int, ...], replicas: int, seeds: int) -> list[dict]:
         for count in counts:
             for seed in range(seeds):
                 ns = f"bench-{count}-{seed}-{uuid.uuid4().hex[:4]}"
-                plane.rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                plane.rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
                                                        "metadata": {"name": ns}})
                 rows.append({"seed": seed, **measure(plane.rest, phalanx.kube, ns, count, replicas)})
-                plane.rest.delete(f"/api/v1/namespaces/{ns}")
+                plane.rest.delete(f"/api/v1/namespaces/{ns}", missing_ok=True)
         phalanx.close()
     finally:
         plane.stop()

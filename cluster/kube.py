@@ -50,6 +50,10 @@ def api_path(group_version: str, resource: str, namespace: str | None = None, na
     return "/".join(parts)
 
 
+def _query(params: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
+    return [(k, v) for k, v in (params or {}).items() if v is not None]
+
+
 class Kube:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, timeout: float = 30.0,
                  qps_pool: int = 32):
@@ -87,9 +91,13 @@ class Kube:
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
                 content_type: str = "application/json", timeout: float | None = None) -> Any:
-        query = [(k, v) for k, v in (params or {}).items() if v is not None]
-        data = self._send(method, path, body, query, content_type, timeout or self.timeout).read()
+        data = self._send(method, path, body, _query(params), content_type, timeout or self.timeout).read()
         return json.loads(data) if data else None
+
+    def text(self, path: str, **params: Any) -> str:
+        """GET of an endpoint that answers plain text (``/readyz``, ``/metrics``)."""
+        data = self._send("GET", path, None, _query(params), "application/json", self.timeout).read()
+        return data.decode(errors="replace")
 
     def get(self, path: str, **params: Any) -> Any:
         return self.request("GET", path, params=params)
@@ -102,16 +110,30 @@ class Kube:
                 return None
             raise
 
-    def create(self, path: str, body: Mapping[str, Any]) -> Any:
-        return self.request("POST", path, body)
+    def create(self, path: str, body: Mapping[str, Any], **params: Any) -> Any:
+        return self.request("POST", path, body, params=params)
 
-    def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH) -> Any:
-        return self.request("PATCH", path, body, content_type=content_type)
+    def replace(self, path: str, body: Mapping[str, Any], **params: Any) -> Any:
+        return self.request("PUT", path, body, params=params)
 
-    def delete(self, path: str, body: Any = None) -> Any:
-        return self.request("DELETE", path, body)
+    def patch(self, path: str, body: Any, content_type: str = MERGE_PATCH, **params: Any) -> Any:
+        return self.request("PATCH", path, body, params=params, content_type=content_type)
+
+    def delete(self, path: str, body: Any = None, missing_ok: bool = False, **params: Any) -> Any:
+        """DELETE; with ``missing_ok`` an object already gone (404) is None instead of an error."""
+        try:
+            return self.request("DELETE", path, body, params=params)
+        except KubeError as err:
+            if missing_ok and err.status == 404:
+                return None
+            raise
 
     # -- list and watch ----------------------------------------------------------------------
+    def list_items(self, path: str, **params: Any) -> list[dict]:
+        """The items of a collection in one GET (no paging: for the small collections of tools
+        and tests; the watch cache pages with :meth:`list_pages`)."""
+        return self.get(path, **params).get("items") or []
+
     def list_pages(self, path: str, limit: int = 500, **params: Any) -> tuple[list[dict], str]:
         """All items of a collection, paginated; returns (items, resourceVersion of the list)."""
         items: list[dict] = []

@@ -95,6 +95,8 @@ METRIC_BARRIER_OUTCOMES = "phalanx_barrier_outcomes_total"
 METRIC_BARRIER_WAITING = "phalanx_barrier_waiting"
 METRIC_EXTENDER_REQUESTS = "phalanx_extender_requests_total"
 METRIC_EXTENDER_LATENCY = "phalanx_extender_request_duration_seconds"
+METRIC_WEBHOOK_REQUESTS = "phalanx_controller_webhook_requests_total"  # {path, code}
+METRIC_WEBHOOK_LATENCY = "phalanx_controller_webhook_request_duration_seconds"  # {path}
 
 # -- repair after a webhook outage (pods of a StatefulSet admitted without their PodGroup) -----------
 # PodGroup phalanx manages: comma-separated names of the StatefulSet's pods that are bound to nodes

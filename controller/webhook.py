@@ -1,109 +1,88 @@
 """The HTTPS endpoint of ``phalanx controller``: admission webhooks, health and metrics.
 
-Standard library only: a thread per connection (a pod admission may wait a few seconds for its
-PodGroup, and must not hold up other admissions), TLS from the ``--tls-cert``/``--tls-key`` files,
-the handshake done in the connection's thread so one slow client never blocks ``accept``.
+A Flask app on phalanx's one HTTP stack (:mod:`web`: cheroot, TLS from the ``--tls-cert``/``--tls-key``
+files, request logging and request metrics as the extender has them).
 
     POST /validate-statefulsets   AdmissionReview v1 -> KEP-6277 admission rules
     POST /mutate-pods             AdmissionReview v1 -> PodGroup reference, ownerReference, gate
     POST /validate-leaderworkersets AdmissionReview v1 -> the LWS gang-scheduling guide's rules
     GET  /healthz                 "ok"
-    GET  /metrics                 Prometheus text (statefulset_workload_creation_errors_total)
+    GET  /metrics                 Prometheus text (statefulset_workload_creation_errors_total, the
+                                  webhook requests by path and code, their latency)
+
+A body that is not JSON, not an AdmissionReview, or larger than ``MAX_BODY`` is answered 400 (413)
+with a message; an exception inside a review is answered 500 and logged. The API server then
+applies the webhook's ``failurePolicy``; the process never goes down for a request.
 """
 
 from __future__ import annotations
 
-import json
-import logging
-import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any, Callable, Mapping
 
-from prometheus_client import CollectorRegistry, generate_latest
+from flask import Flask
+from prometheus_client import CollectorRegistry
+
+from cluster import names
+from cluster.kinds import MalformedObject, review_request
+from web import BadBody, Listener, RequestMetrics, add_health_routes, json_endpoint, new_app, wsgi_server
 
 from .admission import review_statefulset
 from .lws_admission import review_leaderworkerset
 
-log = logging.getLogger(__name__)
+Review = Callable[[Mapping[str, Any]], dict]
 
 MAX_BODY = 8 << 20  # AdmissionReviews of large pods stay far below this
+#: A pod admission may wait up to a few seconds for its PodGroup (``PodMutator.wait``) and must not
+#: hold up other admissions: the API server sends a StatefulSet's pods one at a time, but many
+#: StatefulSets (and every validation) at once. 64 threads let 60 pods wait at once and leave room
+#: for validations and the probes.
+THREADS = 64
+#: The socket timeout of a connection. cheroot completes the TLS handshake on its accepting thread,
+#: so a client that stalls mid-handshake holds up new connections for at most this long; the API
+#: server's own webhook timeouts (``timeoutSeconds``) are 5-10 s.
+SOCKET_TIMEOUT = 10
+
+
+def checked(review: Any) -> Mapping[str, Any]:
+    """``review`` if it has the shape of an AdmissionReview v1 request (read by cluster.kinds), else
+    :class:`BadBody`."""
+    try:
+        review_request(review)
+    except MalformedObject as err:
+        raise BadBody(f"not an AdmissionReview: {err}") from None
+    return review  # type: ignore[no-any-return]  # the review, checked; each handler reads its kind
+
+
+def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None) -> Flask:
+    """The webhooks, /healthz and /metrics (``registry``, or one of its own), as a WSGI application."""
+    app = new_app("phalanx-controller", MAX_BODY)
+    registry = registry if registry is not None else CollectorRegistry()
+    metrics = RequestMetrics(registry, names.METRIC_WEBHOOK_REQUESTS, names.METRIC_WEBHOOK_LATENCY, "Admission webhook",
+                             label="path")
+    routes: dict[str, Review] = {"validate-statefulsets": review_statefulset, "mutate-pods": mutate_pod,
+                                 "validate-leaderworkersets": review_leaderworkerset}
+    for name, review in routes.items():
+        json_endpoint(app, f"/{name}", name, lambda body, review=review: review(checked(body)), metrics)
+    add_health_routes(app, (registry,), healthy="ok")
+    return app
 
 
 class WebhookServer:
-    def __init__(self, addr: str, cert: str, key: str, mutate_pod: Callable[[Mapping[str, Any]], dict],
-                 registry: CollectorRegistry | None = None):
+    """The webhook app served over HTTPS on ``addr`` (``HOST:PORT``; port 0 picks a free one)."""
+
+    def __init__(self, addr: str, cert: str, key: str, mutate_pod: Review, registry: CollectorRegistry | None = None):
         host, _, port = addr.rpartition(":")
-        routes: dict[str, Callable[[Mapping[str, Any]], dict]] = {
-            "/validate-statefulsets": review_statefulset, "/mutate-pods": mutate_pod,
-            "/validate-leaderworkersets": review_leaderworkerset}
-        self.server = ThreadingHTTPServer((host or "0.0.0.0", int(port)), _handler(routes, registry))
-        self.server.daemon_threads = True
-        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-        context.load_cert_chain(cert, key)
-        self.server.socket = context.wrap_socket(self.server.socket, server_side=True,
-                                                 do_handshake_on_connect=False)
-        self._thread: threading.Thread | None = None
+        server = wsgi_server(f"{host or '0.0.0.0'}:{port}", webhook_app(mutate_pod, registry), THREADS, cert, key,
+                             timeout=SOCKET_TIMEOUT)
+        self.listener = Listener(server, "webhook")
 
     @property
     def port(self) -> int:
-        return self.server.server_address[1]
+        return self.listener.port
 
     def start(self) -> "WebhookServer":
-        self._thread = threading.Thread(target=self.server.serve_forever, name="webhook", daemon=True)
-        self._thread.start()
+        self.listener.start()
         return self
 
     def stop(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-def _handler(routes: Mapping[str, Callable[[Mapping[str, Any]], dict]],
-             registry: CollectorRegistry | None) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def setup(self) -> None:
-            super().setup()
-            try:
-                self.connection.do_handshake()
-            except (ssl.SSLError, OSError) as err:
-                log.debug("TLS handshake: %s", err)
-                self.close_connection = True
-                raise
-
-        def _send(self, code: int, body: bytes, content_type: str) -> None:
-            self.send_response(code)
-            self.send_header("Content-Type", content_type)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def do_GET(self) -> None:  # noqa: N802 (http.server's naming)
-            if self.path == "/healthz":
-                self._send(200, b"ok", "text/plain")
-            elif self.path == "/metrics" and registry is not None:
-                self._send(200, generate_latest(registry), "text/plain; version=0.0.4")
-            else:
-                self._send(404, b"not found", "text/plain")
-
-        def do_POST(self) -> None:  # noqa: N802
-            route = routes.get(self.path.split("?")[0])
-            length = int(self.headers.get("Content-Length") or 0)
-            if route is None or length > MAX_BODY:
-                self._send(404 if route is None else 413, b"", "text/plain")
-                return
-            try:
-                review = json.loads(self.rfile.read(length))
-                answer = route(review)
-            except Exception as err:  # noqa: BLE001 — answer, never crash: failurePolicy decides
-                log.exception("admission %s", self.path)
-                self._send(500, json.dumps({"error": str(err)}).encode(), "application/json")
-                return
-            self._send(200, json.dumps(answer).encode(), "application/json")
-
-        def log_message(self, fmt: str, *args: Any) -> None:
-            log.debug("webhook: " + fmt, *args)
-
-    return Handler
+        self.listener.stop()

@@ -1,12 +1,12 @@
 """``phalanx serve``: cache, workload-cycle service and HTTP extender in one process.
 
-The HTTP server is cheroot (a threaded production WSGI server with TLS and client-certificate
-verification), a thread per call (``--http-threads``, default 1100). A gang of N holds N-1 bind
-calls open at the barrier while kube-scheduler keeps sending filter calls for the rest, and several
-gangs do so at once; so the workload cycle is told the pool's *barrier capacity* (the threads minus
-a reserve for filter, prioritize and the probes, :func:`cycle.barrier_capacity`) and never
-plans more unbound gang members than that: gangs beyond it wait their turn instead of deadlocking
-the pool.
+The HTTP server is phalanx's one stack (:mod:`web`: cheroot, a threaded production WSGI server with
+TLS and client-certificate verification), a thread per call (``--http-threads``, default 1100). A
+gang of N holds N-1 bind calls open at the barrier while kube-scheduler keeps sending filter calls
+for the rest, and several gangs do so at once; so the workload cycle is told the pool's *barrier
+capacity* (the threads minus a reserve for filter, prioritize and the probes,
+:func:`cycle.barrier_capacity`) and never plans more unbound gang members than that: gangs
+beyond it wait their turn instead of deadlocking the pool.
 ``--health-addr`` adds a listener for the kubelet's probes that serves only /healthz and /readyz
 (:mod:`extender.http.health`), so the extender itself can stay on loopback.
 Everything (watch threads, service, servers) starts inside this one process; nothing forks.
@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import logging
 import signal
-import ssl
 import threading
 from dataclasses import dataclass
 from typing import Callable
 
 from cheroot import wsgi
-from cheroot.ssl.builtin import BuiltinSSLAdapter
 
 from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
@@ -33,6 +31,7 @@ from cycle.queue import QueuePolicy
 from extender.http import create_app, health_app
 from rpc import GrpcServer, start_grpc_server
 from solver import SolveOptions
+from web import Listener, wsgi_server
 
 log = logging.getLogger("phalanx.serve")
 
@@ -52,25 +51,9 @@ class ServeOptions:
     queue_policy: QueuePolicy = QueuePolicy()  # starvation holds, fragmentation, lost-work preemption
 
 
-def split_addr(addr: str) -> tuple[str, int]:
-    host, _, port = addr.rpartition(":")
-    if not host or not port.isdigit():
-        raise ValueError(f"address must be HOST:PORT, got {addr!r}")
-    return host.strip("[]"), int(port)
-
-
 def http_server(app, options: ServeOptions) -> wsgi.Server:
-    server = wsgi.Server(split_addr(options.http_addr), app, numthreads=options.http_threads,
-                         request_queue_size=512, timeout=600, accepted_queue_size=-1)
-    if options.tls_cert or options.tls_key or options.client_ca:
-        if not (options.tls_cert and options.tls_key):
-            raise ValueError("--tls-cert and --tls-key go together (and --client-ca needs them)")
-        adapter = BuiltinSSLAdapter(options.tls_cert, options.tls_key)
-        if options.client_ca:
-            adapter.context.verify_mode = ssl.CERT_REQUIRED
-            adapter.context.load_verify_locations(cafile=options.client_ca)
-        server.ssl_adapter = adapter
-    return server
+    return wsgi_server(options.http_addr, app, options.http_threads, options.tls_cert, options.tls_key,
+                       options.client_ca)
 
 
 class Phalanx:
@@ -80,41 +63,35 @@ class Phalanx:
                  stop_backend: Callable[[], None] = lambda: None, grpc_addr: str = "") -> None:
         self.cycle, self.server, self.ready = cycle, server, ready
         self._stop_backend = stop_backend
-        self._thread: threading.Thread | None = None
+        self._http = Listener(server, "phalanx-http")
         self.grpc_addr = "" if grpc_addr == "off" else grpc_addr
         self.grpc: GrpcServer | None = None
-        self.health: wsgi.Server | None = None
-        self._health_thread: threading.Thread | None = None
+        self.health: Listener | None = None
 
     @property
     def port(self) -> int:
-        return self.server.bind_addr[1]
+        return self._http.port
 
     @property
     def health_port(self) -> int | None:
-        return None if self.health is None else self.health.bind_addr[1]
+        return None if self.health is None else self.health.port
 
     def live(self) -> tuple[bool, str]:
         """Liveness for the probe listener: the extender's HTTP server is up and serving."""
-        if self._thread is not None and self._thread.is_alive() and self.server.ready:
+        if self._http.serving():
             return True, "ok"
         return False, "the extender's HTTP server is not serving"
 
     def serve_health(self, addr: str) -> "Phalanx":
         """Start the probe listener on ``addr`` (a few threads: the kubelet probes one at a time)."""
-        self.health = wsgi.Server(split_addr(addr), health_app(self.live, self.ready), numthreads=4,
-                                  request_queue_size=16, timeout=10)
-        self.health.prepare()
-        self._health_thread = threading.Thread(target=self.health.serve, name="phalanx-health", daemon=True)
-        self._health_thread.start()
+        server = wsgi_server(addr, health_app(self.live, self.ready), threads=4, queue=16, timeout=10)
+        self.health = Listener(server, "phalanx-health").start()
         return self
 
     def start(self) -> "Phalanx":
         if self.grpc_addr:  # first: an address that cannot be bound fails before anything serves
             self.grpc = start_grpc_server(self.cycle, self.grpc_addr)
-        self.server.prepare()
-        self._thread = threading.Thread(target=self.server.serve, name="phalanx-http", daemon=True)
-        self._thread.start()
+        self._http.start()
         return self
 
     def stop(self) -> None:

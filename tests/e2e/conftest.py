@@ -29,7 +29,6 @@ from harness import (  # noqa: E402
     ControlPlane,
     FakeKubelet,
     MissingBinaries,
-    Rest,
     Scheduler,
     create_node,
     delete_node,
@@ -38,6 +37,8 @@ from harness import (  # noqa: E402
     wait_for,
 )
 from harness import phalanx_scheduler_config as harness_phalanx_config  # noqa: E402
+
+from cluster.kube import Kube  # noqa: E402
 
 _WORKDIR: dict[str, Path] = {}
 
@@ -106,7 +107,7 @@ def crd_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     plane.fake_kubelet.start()
     try:
         for crd in sorted(CRDS.glob("*.scheduling.phalanx.dev.yaml")):
-            plane.rest.post("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(crd.read_text()))
+            plane.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(crd.read_text()))
         wait_for(lambda: {"workloads", "podgroups"} <= {r["name"] for r in (plane.rest.get_or_none(
             "/apis/scheduling.phalanx.dev/v1beta1") or {}).get("resources", [])}, 60, "phalanx's CRDs served")
         yield plane
@@ -123,7 +124,7 @@ def fake_kubelet(control_plane: ControlPlane) -> FakeKubelet:
 
 
 @pytest.fixture(scope="session")
-def rest(control_plane: ControlPlane) -> Rest:
+def rest(control_plane: ControlPlane) -> Kube:
     return control_plane.rest
 
 
@@ -148,21 +149,21 @@ def start_scheduler(control_plane: ControlPlane) -> Iterator[Any]:
 
 
 @pytest.fixture
-def namespace(rest: Rest, request: pytest.FixtureRequest) -> Iterator[str]:
+def namespace(rest: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
     """A fresh namespace; its pods are force-deleted and the namespace removed afterwards."""
     name = f"e2e-{request.node.name[:30].lower().replace('_', '-').strip('-')}-{uuid.uuid4().hex[:5]}"
     name = "".join(c for c in name if c.isalnum() or c == "-")
-    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
     # Terminating first, so no controller can create pods in it any more; then drop the pods now.
-    rest.delete(f"/api/v1/namespaces/{name}")
+    rest.delete(f"/api/v1/namespaces/{name}", missing_ok=True)
     rest.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": 0})
 
 
 class NodePool:
     """Nodes created by one test (see harness.kubelet.node for the keyword arguments)."""
 
-    def __init__(self, rest: Rest):
+    def __init__(self, rest: Kube):
         self.rest = rest
         self.names: list[str] = []
 
@@ -187,7 +188,7 @@ class NodePool:
 
 
 @pytest.fixture
-def nodes(rest: Rest) -> Iterator[NodePool]:
+def nodes(rest: Kube) -> Iterator[NodePool]:
     pool = NodePool(rest)
     yield pool
     pool.cleanup()

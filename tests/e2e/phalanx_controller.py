@@ -15,9 +15,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
-from harness import ApiError, Rest, wait_for
+from harness import wait_for
 
-from cluster.kube import Kube
+from cluster.kube import Kube, KubeError
 from controller import Controller, PodMutator, WebhookServer, discover_flavor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -27,7 +27,7 @@ LEASE_NAMESPACE = "default"
 
 class PhalanxController:
     def __init__(self, control_plane: Any):
-        self.rest: Rest = control_plane.rest
+        self.rest: Kube = control_plane.rest
         self.kube = Kube(str(control_plane.admin_kubeconfig))
         self.flavor = discover_flavor(self.kube)
         self.controller: Controller | None = None
@@ -68,8 +68,8 @@ class PhalanxController:
                                         "caBundle": self.ca_bundle}
             plural = doc["kind"].lower() + "s"
             collection = f"/apis/admissionregistration.k8s.io/v1/{plural}"
-            self.rest.delete(f"{collection}/{doc['metadata']['name']}")
-            self.rest.post(collection, doc)
+            self.rest.delete(f"{collection}/{doc['metadata']['name']}", missing_ok=True)
+            self.rest.create(collection, doc)
             self.configs.append((collection, doc["metadata"]["name"]))
         wait_for(self._validation_active, 30, "the phalanx webhooks are called by the API server")
 
@@ -81,13 +81,13 @@ class PhalanxController:
                         "template": {"metadata": {"labels": {"a": "b"}},
                                      "spec": {"containers": [{"name": "c", "image": "pause"}]}}}}
         try:
-            self.rest.post("/apis/apps/v1/namespaces/default/statefulsets", sts, dryRun="All")
-        except ApiError as err:
+            self.rest.create("/apis/apps/v1/namespaces/default/statefulsets", sts, dryRun="All")
+        except KubeError as err:
             return "unknown field" in str(err)
         return False
 
     def close(self) -> None:
         self.stop()
         for collection, name in self.configs:
-            self.rest.delete(f"{collection}/{name}")
+            self.rest.delete(f"{collection}/{name}", missing_ok=True)
         self.server.stop()

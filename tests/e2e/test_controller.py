@@ -14,7 +14,7 @@ import json
 import time
 
 import pytest
-from harness import STATEFULSET_SCHEDULING_ANNOTATION, ApiError, create, path, pods, statefulset, wait_for, wait_gone
+from harness import STATEFULSET_SCHEDULING_ANNOTATION, create, path, pods, statefulset, wait_for, wait_gone
 from phalanx_controller import PhalanxController
 
 from cluster import names
@@ -42,11 +42,11 @@ def sts_path(ns, name=None):
 
 
 def workloads(rest, ns):
-    return rest.list(f"/apis/{API}/namespaces/{ns}/workloads")
+    return rest.list_items(f"/apis/{API}/namespaces/{ns}/workloads")
 
 
 def podgroups(rest, ns):
-    return rest.list(f"/apis/{API}/namespaces/{ns}/podgroups")
+    return rest.list_items(f"/apis/{API}/namespaces/{ns}/podgroups")
 
 
 def one_each(rest, ns):
@@ -104,7 +104,7 @@ def test_gang_statefulset_gets_one_workload_one_podgroup_and_gated_then_released
     for p in items:  # created gated: the API server said so, and no scheduler has run since
         scheduled = next(c for c in p["status"]["conditions"] if c["type"] == "PodScheduled")
         assert scheduled["reason"] == "SchedulingGated"
-    reasons = {e["reason"] for e in rest.list(f"/api/v1/namespaces/{namespace}/events")
+    reasons = {e["reason"] for e in rest.list_items(f"/api/v1/namespaces/{namespace}/events")
                if e["involvedObject"].get("uid") == uid}
     assert {names.EVENT_WORKLOAD_CREATED, names.EVENT_PODGROUP_CREATED} <= reasons
     assert "minCount" not in rest.get(sts_path(namespace, "db"))["metadata"]["annotations"][
@@ -153,7 +153,7 @@ def test_deleting_the_statefulset_collects_workload_podgroup_and_pods(rest, name
     make(rest, namespace, "db", 2)
     workload, group = wait_for(lambda: one_each(rest, namespace), 30, "objects")
     wait_for(lambda: stamped_and_released(rest, namespace, 2, group), 30, "pods")
-    rest.delete(sts_path(namespace, "db"), {"propagationPolicy": "Background"})
+    rest.delete(sts_path(namespace, "db"), {"propagationPolicy": "Background"}, missing_ok=True)
     wait_gone(rest, f"/apis/{API}/namespaces/{namespace}/workloads/{workload['metadata']['name']}", 60)
     wait_gone(rest, f"/apis/{API}/namespaces/{namespace}/podgroups/{group['metadata']['name']}", 60)
     wait_for(lambda: pods(rest, namespace) == [], 60, "pods collected")
@@ -196,7 +196,7 @@ def test_admission_rejects_on_create(rest, namespace, phalanx, case, kwargs, mes
     body = statefulset(case, 2, scheduling=kwargs.pop("scheduling"),
                        pod_management_policy=kwargs.pop("pod_management_policy", "Parallel"))
     body["spec"].update(kwargs)
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(KubeError) as err:
         create(rest, body, namespace)
     assert message in str(err.value)
 
@@ -204,12 +204,12 @@ def test_admission_rejects_on_create(rest, namespace, phalanx, case, kwargs, mes
 def test_admission_rejects_partition_and_scheduling_changes_on_update(rest, namespace, phalanx):
     make(rest, namespace, "db", 1)
     make(rest, namespace, "plain", 1, scheduling=None)
-    with pytest.raises(ApiError, match="partitioned rollouts are not supported"):
+    with pytest.raises(KubeError, match="partitioned rollouts are not supported"):
         rest.patch(sts_path(namespace, "db"), {"spec": {"updateStrategy": {"rollingUpdate": {"partition": 1}}}})
     for target, value in [("db", json.dumps({"schedulingPolicy": {"basic": {}}})),  # gang -> basic
                           ("db", None),  # remove
                           ("plain", json.dumps(GANG))]:  # add after create
-        with pytest.raises(ApiError, match="field is immutable"):
+        with pytest.raises(KubeError, match="field is immutable"):
             rest.patch(sts_path(namespace, target),
                        {"metadata": {"annotations": {STATEFULSET_SCHEDULING_ANNOTATION: value}}})
     scale(rest, namespace, "db", 2)  # other updates pass

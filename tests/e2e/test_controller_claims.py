@@ -8,10 +8,11 @@ is scheduled: these tests check the objects only.
 from __future__ import annotations
 
 import pytest
-from harness import ApiError, create, pods, statefulset, wait_for, wait_gone
+from harness import create, pods, statefulset, wait_for, wait_gone
 from test_controller import API, one_each, phalanx, sts_path  # noqa: F401 — phalanx is the fixture
 
 from cluster import names
+from cluster.kube import KubeError
 
 RESOURCE = "/apis/resource.k8s.io/v1"
 DEVICE_CLASS = "phalanx-e2e-accelerator"
@@ -22,16 +23,16 @@ PER_POD = {"name": "scratch", "resourceClaimTemplateName": "shared-accelerator"}
 @pytest.fixture(scope="module")
 def device_class(rest):
     """A minimal DeviceClass for the template's request to name (no driver publishes devices)."""
-    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}")
-    rest.post(f"{RESOURCE}/deviceclasses", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
+    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}", missing_ok=True)
+    rest.create(f"{RESOURCE}/deviceclasses", {"apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass",
                                             "metadata": {"name": DEVICE_CLASS}, "spec": {}})
     yield DEVICE_CLASS
-    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}")
+    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}", missing_ok=True)
 
 
 @pytest.fixture
 def claim_template(rest, namespace, device_class):
-    return rest.post(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", {
+    return rest.create(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate",
         "metadata": {"name": SHARED["resourceClaimTemplateName"]},
         "spec": {"metadata": {"labels": {"team": "ml"}},
@@ -48,7 +49,7 @@ def make(rest, ns, name, replicas):
 
 def group_claims(rest, ns):
     """The ResourceClaims owned by a PodGroup (the per-pod ones are owned by pods)."""
-    return [c for c in rest.list(f"{RESOURCE}/namespaces/{ns}/resourceclaims")
+    return [c for c in rest.list_items(f"{RESOURCE}/namespaces/{ns}/resourceclaims")
             if any(r["kind"] == "PodGroup" for r in c["metadata"].get("ownerReferences") or [])]
 
 
@@ -86,7 +87,7 @@ def test_one_claim_per_podgroup_owned_by_it_and_matching_pod_entries_point_at_it
         assert p["spec"]["schedulingGroup"] == {"podGroupName": group["metadata"]["name"]}
         assert p["spec"]["resourceClaims"] == [{"name": "accel", "resourceClaimName": meta["name"]}, PER_POD]
     assert len(group_claims(rest, namespace)) == 1
-    reasons = {e["reason"] for e in rest.list(f"/api/v1/namespaces/{namespace}/events")}
+    reasons = {e["reason"] for e in rest.list_items(f"/api/v1/namespaces/{namespace}/events")}
     assert names.EVENT_RESOURCECLAIM_CREATED in reasons
 
     make(rest, namespace, "web", 2)  # a second StatefulSet: its own PodGroup, its own claim
@@ -98,7 +99,7 @@ def test_deleting_the_statefulset_collects_the_claim(rest, namespace, phalanx, c
     make(rest, namespace, "db", 2)
     (claim,) = wait_for(lambda: group_claims(rest, namespace) or None, 30, "the PodGroup's ResourceClaim")
     wait_for(lambda: released_pods(rest, namespace, 2), 60, "pods released")
-    rest.delete(sts_path(namespace, "db"), {"propagationPolicy": "Background"})
+    rest.delete(sts_path(namespace, "db"), {"propagationPolicy": "Background"}, missing_ok=True)
     wait_gone(rest, f"{RESOURCE}/namespaces/{namespace}/resourceclaims/{claim['metadata']['name']}", 90)
     assert group_claims(rest, namespace) == []
 
@@ -108,9 +109,9 @@ def test_missing_template_keeps_the_pods_gated(rest, namespace, phalanx, device_
     wait_for(lambda: one_each(rest, namespace), 30, "the PodGroup")
     wait_for(lambda: len(pods(rest, namespace)) == 2, 30, "2 pods created")
     reasons = wait_for(lambda: names.EVENT_RESOURCECLAIM_FAILED in (
-        r := {e["reason"] for e in rest.list(f"/api/v1/namespaces/{namespace}/events")}) and r, 30, "a failure event")
+        r := {e["reason"] for e in rest.list_items(f"/api/v1/namespaces/{namespace}/events")}) and r, 30, "a failure event")
     assert names.EVENT_RESOURCECLAIM_CREATED not in reasons
     assert all(names.GATE_PODGROUP_SYNC in {g["name"] for g in p["spec"].get("schedulingGates") or []}
                for p in pods(rest, namespace))
-    with pytest.raises(ApiError):
+    with pytest.raises(KubeError):
         rest.get(f"{RESOURCE}/namespaces/{namespace}/resourceclaimtemplates/{SHARED['resourceClaimTemplateName']}")

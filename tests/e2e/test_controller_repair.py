@@ -53,8 +53,8 @@ def outage(running: PhalanxController) -> None:
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{port}{hook['clientConfig']['service']['path']}",
                                     "caBundle": running.ca_bundle}
         collection = f"/apis/admissionregistration.k8s.io/v1/{doc['kind'].lower()}s"
-        running.rest.delete(f"{collection}/{doc['metadata']['name']}")
-        running.rest.post(collection, doc)
+        running.rest.delete(f"{collection}/{doc['metadata']['name']}", missing_ok=True)
+        running.rest.create(collection, doc)
     wait_for(lambda: not running._validation_active(), 30, "the API server no longer reaches phalanx's webhooks")
     running.server.stop()
 
@@ -68,11 +68,11 @@ def recover(running: PhalanxController) -> None:
 
 
 def podgroups(rest, ns):
-    return rest.list(f"/apis/{API}/namespaces/{ns}/podgroups")
+    return rest.list_items(f"/apis/{API}/namespaces/{ns}/podgroups")
 
 
 def workloads(rest, ns):
-    return rest.list(f"/apis/{API}/namespaces/{ns}/workloads")
+    return rest.list_items(f"/apis/{API}/namespaces/{ns}/workloads")
 
 
 def the_podgroup(rest, ns):
@@ -109,7 +109,7 @@ def unstamped_pods(rest, ns, count):
 
 
 def events_of(rest, ns, uid, reason):
-    return [e for e in rest.list(f"/api/v1/namespaces/{ns}/events")
+    return [e for e in rest.list_items(f"/api/v1/namespaces/{ns}/events")
             if e["involvedObject"].get("uid") == uid and e["reason"] == reason]
 
 

@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Iterator
 
 import pytest
-from harness import ApiError, create, node, path, pods, scheduler_config, wait_for
+from harness import create, node, path, pods, scheduler_config, wait_for
 from harness.corpus import (
     CASES,
     Case,
@@ -42,6 +42,8 @@ from harness.corpus import (
     soft_metrics,
     storage_class,
 )
+
+from cluster.kube import KubeError
 
 from .conftest import PHALANX_SCHEDULER_MODES, start_phalanx_scheduler
 
@@ -133,8 +135,8 @@ def read_result(rest, namespace: str, case: Case, node_names: list[str]) -> Resu
     items = [p for p in pods(rest, namespace, label_selector=f"app={case.name}")
              if not p["metadata"].get("deletionTimestamp")]
     nodes = {n: rest.get(f"/api/v1/nodes/{n}") for n in node_names}
-    claims = {c["metadata"]["name"]: c for c in rest.list(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")}
-    volumes = {v["metadata"]["name"]: v for v in rest.list("/api/v1/persistentvolumes")
+    claims = {c["metadata"]["name"]: c for c in rest.list_items(f"/api/v1/namespaces/{namespace}/persistentvolumeclaims")}
+    volumes = {v["metadata"]["name"]: v for v in rest.list_items("/api/v1/persistentvolumes")
                if v["spec"].get("storageClassName", "").startswith(namespace)}
     return Result(items, nodes, claims, volumes)
 
@@ -155,7 +157,7 @@ def at_rest_bound(rest, namespace: str, case: Case) -> int:
 
 
 def the_group(rest, namespace: str) -> dict | None:
-    groups = rest.list(f"/apis/{API}/namespaces/{namespace}/podgroups")
+    groups = rest.list_items(f"/apis/{API}/namespaces/{namespace}/podgroups")
     return groups[0] if len(groups) == 1 else None
 
 
@@ -167,7 +169,7 @@ def initially_scheduled(rest, namespace: str) -> bool:
 
 def group_events(rest, namespace: str) -> list[dict]:
     """phalanx's events on the namespace's PodGroup, oldest first."""
-    items = [e for e in rest.list(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    items = [e for e in rest.list_items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
              if e.get("reportingController") == "phalanx.dev/scheduler"
              and (e.get("regarding") or {}).get("kind") == "PodGroup"]
     return sorted(items, key=lambda e: e.get("eventTime") or "")
@@ -175,7 +177,7 @@ def group_events(rest, namespace: str) -> list[dict]:
 
 def pod_scheduling_events(rest, namespace: str) -> list[str]:
     """kube-scheduler's FailedScheduling events on the pods, oldest first, one line per pod and message."""
-    items = [e for e in rest.list(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    items = [e for e in rest.list_items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
              if (e.get("regarding") or {}).get("kind") == "Pod" and e.get("reason") == "FailedScheduling"]
     seen: dict[str, None] = {}
     for e in sorted(items, key=lambda e: e.get("eventTime") or e["metadata"].get("creationTimestamp") or ""):
@@ -186,7 +188,7 @@ def pod_scheduling_events(rest, namespace: str) -> list[str]:
 def explain(rest, namespace: str, case: Case) -> str:
     """Why the pods wait: PodGroup condition and the pods' last scheduling messages."""
     parts = []
-    for group in rest.list(f"/apis/{API}/namespaces/{namespace}/podgroups"):
+    for group in rest.list_items(f"/apis/{API}/namespaces/{namespace}/podgroups"):
         for cond in group.get("status", {}).get("conditions") or []:
             parts.append(f"PodGroup {group['metadata']['name']} {cond['type']}={cond['status']} "
                          f"{cond.get('reason', '')}: {cond.get('message', '')[:300]}")
@@ -199,14 +201,14 @@ def explain(rest, namespace: str, case: Case) -> str:
 
 def cleanup(rest, namespace: str, case: Case, cluster_paths: list[str]) -> None:
     """StatefulSet and pods gone before the next case (the fixtures then drop namespace and nodes)."""
-    rest.delete(path("apps/v1", "StatefulSet", namespace, case.name), {"propagationPolicy": "Background"})
+    rest.delete(path("apps/v1", "StatefulSet", namespace, case.name), {"propagationPolicy": "Background"}, missing_ok=True)
     rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": 0})
     try:
         wait_for(lambda: not pods(rest, namespace), 30, f"pods of {namespace} gone", interval=0.3)
     except TimeoutError:
         pass  # leftovers sit on this case's own nodes, which are deleted next
     for item in cluster_paths:
-        rest.delete(item)
+        rest.delete(item, missing_ok=True)
 
 
 def provision(rest, namespace: str, nodes, case: Case, side: str) -> tuple[list[str], str | None, list[str]]:
@@ -219,10 +221,10 @@ def provision(rest, namespace: str, nodes, case: Case, side: str) -> tuple[list[
     sc_name, cluster_paths = None, []
     if case.storage:
         sc_name = f"{namespace}-{case.storage.binding.lower()}"
-        rest.post("/apis/storage.k8s.io/v1/storageclasses", storage_class(sc_name, case.storage.binding))
+        rest.create("/apis/storage.k8s.io/v1/storageclasses", storage_class(sc_name, case.storage.binding))
         cluster_paths.append(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
         for pv in case.persistent_volumes(prefix, sc_name, f"{prefix}-{case.short}-{namespace[-5:]}"):
-            rest.post("/api/v1/persistentvolumes", pv)
+            rest.create("/api/v1/persistentvolumes", pv)
             cluster_paths.append(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
     if side == IN_TREE:
         for obj in in_tree_group(case, namespace):
@@ -279,17 +281,17 @@ def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
     finally:
         try:
             cleanup(rest, namespace, case, cluster_paths)
-        except ApiError:
+        except KubeError:
             pass
 
 
 @contextmanager
 def scratch_namespace(rest, name: str) -> Iterator[str]:
-    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     try:
         yield name
     finally:
-        rest.delete(f"/api/v1/namespaces/{name}")
+        rest.delete(f"/api/v1/namespaces/{name}", missing_ok=True)
 
 
 def record(table, outcome: Outcome) -> None:

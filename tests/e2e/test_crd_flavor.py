@@ -9,10 +9,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from harness import GPU, ApiError, assert_none_bound, create_node, delete_node, pod, wait_for
+from harness import GPU, assert_none_bound, create_node, delete_node, pod, wait_for
 
 from cluster.apiserver import detect_flavor
-from cluster.kube import Kube
+from cluster.kube import Kube, KubeError
 from cluster.names import LABEL_POD_GROUP
 from extender.server import ServeOptions, build
 
@@ -37,7 +37,7 @@ def test_builtin_api_absent_and_crds_accept_the_upstream_shape(old_cluster):
              "spec": {"schedulingPolicy": {"gang": {"minCount": 3}},
                       "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]},
                       "disruptionMode": {"all": {}}, "priority": 5}}
-    created = rest.post("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
+    created = rest.create("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
     assert created["spec"] == group["spec"]  # nothing pruned: the schema is the upstream one
     status = {"conditions": [{"type": "PodGroupInitiallyScheduled", "status": "False", "reason": "Unschedulable",
                               "message": "m", "lastTransitionTime": "2026-01-01T00:00:00Z"}]}
@@ -57,15 +57,15 @@ def test_gang_all_or_nothing_through_the_crd_flavor(old_cluster, scheduler_mode)
         assert phalanx.cycle.writer.flavor == "crd"
         for i in range(2):
             create_node(rest, f"crd-{i}", gpu=2, rack="rc")
-        rest.post("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups",
+        rest.create("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups",
                   {"apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
                    "metadata": {"name": "db"}, "spec": {"schedulingPolicy": {"gang": {"minCount": 5}}}})
         for i in range(5):
-            rest.post("/api/v1/namespaces/default/pods",
+            rest.create("/api/v1/namespaces/default/pods",
                       pod(f"db-{i}", None, {"cpu": "1", GPU: 1}, labels={LABEL_POD_GROUP: "db"}))
         assert_none_bound(rest, "default", seconds=8, label_selector=f"{LABEL_POD_GROUP}=db")
         create_node(rest, "crd-2", gpu=2, rack="rc")
-        wait_for(lambda: all(p["spec"].get("nodeName") for p in rest.list(
+        wait_for(lambda: all(p["spec"].get("nodeName") for p in rest.list_items(
             "/api/v1/namespaces/default/pods", labelSelector=f"{LABEL_POD_GROUP}=db")), timeout=60,
             message="gang bound whole")
         pg = rest.get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/db")
@@ -77,7 +77,7 @@ def test_gang_all_or_nothing_through_the_crd_flavor(old_cluster, scheduler_mode)
         # the control plane is shared with test_product_path.py: leave it as found
         rest.request("DELETE", "/api/v1/namespaces/default/pods", params={
             "labelSelector": f"{LABEL_POD_GROUP}=db", "gracePeriodSeconds": 0})
-        rest.delete("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/db")
+        rest.delete("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/db", missing_ok=True)
         for i in range(3):
             delete_node(rest, f"crd-{i}")
 
@@ -87,10 +87,10 @@ def test_the_crd_rejects_a_podgroup_name_no_label_value_can_hold(old_cluster):
     at creation, saying why, instead of every member pod failing later."""
     group = {"apiVersion": "scheduling.phalanx.dev/v1beta1", "kind": "PodGroup",
              "metadata": {"name": "g" * 64}, "spec": {"schedulingPolicy": {"gang": {"minCount": 1}}}}
-    with pytest.raises(ApiError) as refused:
-        old_cluster.rest.post("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
+    with pytest.raises(KubeError) as refused:
+        old_cluster.rest.create("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
     assert refused.value.status == 422
     assert "at most 63 characters" in str(refused.value) and LABEL_POD_GROUP in str(refused.value)
     group["metadata"]["name"] = "g" * 63
-    old_cluster.rest.post("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
-    old_cluster.rest.delete(f"/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/{'g' * 63}")
+    old_cluster.rest.create("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups", group)
+    old_cluster.rest.delete(f"/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/{'g' * 63}", missing_ok=True)

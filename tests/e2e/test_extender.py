@@ -19,7 +19,7 @@ def gang_pods(rest, namespace, name, count, gpu=1, cpu="1"):
 
 
 def bound_nodes(rest, namespace, prefix):
-    items = rest.list(f"/api/v1/namespaces/{namespace}/pods")
+    items = rest.list_items(f"/api/v1/namespaces/{namespace}/pods")
     return {p["metadata"]["name"]: p["spec"].get("nodeName") for p in items
             if p["metadata"]["name"].startswith(prefix + "-")}
 

@@ -59,7 +59,7 @@ def test_api_server_down_then_back(lonely_plane):
         assert "before" in cache.nodes  # still serving from the cache
         lonely_plane.components.remove(apiserver)
         restarted = lonely_plane._spawn("kube-apiserver", argv)
-        restarted.wait_ready(lambda: rest.request("GET", "/readyz", raw=True) == "ok", timeout=90)
+        restarted.wait_ready(lambda: rest.text("/readyz") == "ok", timeout=90)
         create_node(rest, "after", gpu=1)
         wait_for(lambda: "after" in cache.nodes, timeout=60, message="recovered and saw the new node")
         wait_for(lambda: backend.ready()[0], timeout=60, message="ready again")
@@ -127,7 +127,7 @@ def test_plugin_mode_serve_down_plain_pods_schedule_and_gang_members_wait_whole(
     rest = fault_plane.rest
     rig = Rig(fault_plane, "phalanx-serve-down", barrier_timeout=8.0, mode="plugin")
     ns = "serve-down"
-    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}})
     for i in range(3):
         create_node(rest, f"down-{i}", cpu=2)
     try:

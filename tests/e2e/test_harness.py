@@ -60,7 +60,7 @@ def test_deleting_the_statefulset_garbage_collects_its_pods(rest, namespace, nod
     nodes.add_many(3, prefix="gc", cpu="2")
     create(rest, statefulset("web", 3, scheduler_name=PLAIN), namespace)
     wait_all_bound(rest, namespace, 3, label_selector="app=web")
-    rest.delete(path("apps/v1", "StatefulSet", namespace, "web"))
+    rest.delete(path("apps/v1", "StatefulSet", namespace, "web"), missing_ok=True)
     wait_for(lambda: not pods(rest, namespace, "app=web"), 60, "pods of deleted statefulset web gone")
 
 
@@ -99,8 +99,8 @@ def test_podgroup_protection_keeps_a_podgroup_while_its_pods_live(rest, namespac
     group_path = path(SCHEDULING_API, "PodGroup", namespace, "solo")
     assert "scheduling.k8s.io/podgroup-protection" in rest.get(group_path)["metadata"]["finalizers"]
 
-    rest.delete(group_path)
+    rest.delete(group_path, missing_ok=True)
     assert rest.get(group_path)["metadata"].get("deletionTimestamp")  # held by the finalizer
-    rest.delete(path("v1", "Pod", namespace, "solo-0"))
+    rest.delete(path("v1", "Pod", namespace, "solo-0"), missing_ok=True)
     wait_for(lambda: rest.get_or_none(group_path) is None, 60,
              "PodGroup released by podgroup-protection-controller once its pod is gone")

@@ -30,7 +30,7 @@ from harness import read_versions
 ROOT = Path(__file__).resolve().parents[2]
 SCHEDULER_DOCKERFILE = ROOT / "phalanx-scheduler.Dockerfile"
 SCHEDULER_IGNORE = ROOT / "phalanx-scheduler.Dockerfile.dockerignore"  # BuildKit's ignore file for it
-PACKAGES = ["solver", "cluster", "cycle", "extender", "rpc", "controller", "proto", "bench", "phalanx_cli"]
+PACKAGES = ["solver", "cluster", "web", "cycle", "extender", "rpc", "controller", "proto", "bench", "phalanx_cli"]
 
 
 def dockerignore_rules(path: Path) -> list[tuple[bool, str]]:

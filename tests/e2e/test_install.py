@@ -34,7 +34,6 @@ from typing import Any
 import pytest
 import yaml
 from harness import (
-    ApiError,
     ControlPlane,
     FakeKubelet,
     MissingBinaries,
@@ -169,7 +168,7 @@ def override(args: list[str], **flags: str) -> list[str]:
 
 def token_request(rest, namespace: str, service_account: str) -> str:
     """A ServiceAccount token from the TokenRequest API (what a projected token volume holds)."""
-    review = rest.post(f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
+    review = rest.create(f"/api/v1/namespaces/{namespace}/serviceaccounts/{service_account}/token",
                        {"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
                         "spec": {"expirationSeconds": 3600}})
     return review["status"]["token"]
@@ -194,7 +193,7 @@ def check_token_mounts(rest, deployment: dict) -> None:
     labels = deployment["spec"]["selector"]["matchLabels"]
     selector = ",".join(f"{k}={v}" for k, v in labels.items())
     namespace = deployment["metadata"]["namespace"]
-    pod = wait_for(lambda: (rest.list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector) or [None])[0],
+    pod = wait_for(lambda: (rest.list_items(f"/api/v1/namespaces/{namespace}/pods", labelSelector=selector) or [None])[0],
                    60, "the scheduler Deployment's pod is created")
     volumes = {v["name"]: v for v in pod["spec"]["volumes"]}
     sources = {}
@@ -324,7 +323,7 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
             assert hook["clientConfig"]["service"]["namespace"] == controller_ns
             path = hook["clientConfig"]["service"]["path"]
             hook["clientConfig"] = {"url": f"https://127.0.0.1:{webhook_port}{path}", "caBundle": ca_bundle}
-        rest.put(object_path(rendered), live)
+        rest.replace(object_path(rendered), live)
     wait_for(lambda: validation_active(rest), 30, "the installed webhooks are called by the API server")
     return {"scheduler_name": config["profiles"][0]["schedulerName"], "binary": binary,
             "lease": config["leaderElection"], "controller_ns": controller_ns,
@@ -341,15 +340,15 @@ def restore_webhooks(rest, install: Install) -> None:
         live = rest.get(object_path(rendered))
         for hook, shipped in zip(live["webhooks"], rendered["webhooks"], strict=True):
             hook["clientConfig"] = shipped["clientConfig"]
-        rest.put(object_path(rendered), live)
+        rest.replace(object_path(rendered), live)
 
 
 def validation_active(rest) -> bool:
     """True once the StatefulSet webhook rejects a malformed scheduling annotation (dry run)."""
     sts = statefulset("probe", 1, scheduling={"bogus": 1})
     try:
-        rest.post("/apis/apps/v1/namespaces/default/statefulsets", sts, dryRun="All")
-    except ApiError as err:
+        rest.create("/apis/apps/v1/namespaces/default/statefulsets", sts, dryRun="All")
+    except KubeError as err:
         return "unknown field" in str(err)
     return False
 
@@ -359,7 +358,7 @@ def place_a_gang(plane: ControlPlane, running: dict[str, Any]) -> None:
     pods, kube-scheduler + phalanx bind all three at once."""
     rest = plane.rest
     namespace = f"gang-{uuid.uuid4().hex[:6]}"
-    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
     nodes = [f"{namespace}-n{i}" for i in range(3)]
     for name in nodes:
         create_node(rest, name, cpu="2")
@@ -368,7 +367,7 @@ def place_a_gang(plane: ControlPlane, running: dict[str, Any]) -> None:
                                  scheduler_name=running["scheduler_name"]), namespace)
         placement = wait_all_bound(rest, namespace, count=3, timeout=90, label_selector="app=db")
         assert len(set(placement.values())) == 3
-        groups = rest.list(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups")
+        groups = rest.list_items(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups")
         assert len(groups) == 1 and groups[0]["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
         cond = podgroup_conditions(rest, namespace, groups[0]["metadata"]["name"])["PodGroupInitiallyScheduled"]
         assert cond["status"] == "True"
@@ -376,9 +375,9 @@ def place_a_gang(plane: ControlPlane, running: dict[str, Any]) -> None:
             f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/{groups[0]['metadata']['name']}"
         )["metadata"]["annotations"]
     finally:
-        rest.delete(f"/api/v1/namespaces/{namespace}")
+        rest.delete(f"/api/v1/namespaces/{namespace}", missing_ok=True)
         for name in nodes:
-            rest.delete(f"/api/v1/nodes/{name}")
+            rest.delete(f"/api/v1/nodes/{name}", missing_ok=True)
 
 
 def check_identities(plane: ControlPlane, running: dict[str, Any]) -> None:
@@ -387,7 +386,7 @@ def check_identities(plane: ControlPlane, running: dict[str, Any]) -> None:
     holder = rest.get(f"/apis/coordination.k8s.io/v1/namespaces/{lease['resourceNamespace']}/leases/"
                       f"{lease['resourceName']}")["spec"]["holderIdentity"]
     assert holder  # kube-scheduler led through its own Lease, with its own ServiceAccount
-    assert rest.list(f"/apis/coordination.k8s.io/v1/namespaces/{running['controller_ns']}/leases")
+    assert rest.list_items(f"/apis/coordination.k8s.io/v1/namespaces/{running['controller_ns']}/leases")
     for who, kubeconfig in running["tokens"].items():  # not admin
         kube = Kube(str(kubeconfig))
         assert forbidden(kube, "GET", "/api/v1/namespaces/kube-system/secrets"), who
@@ -420,7 +419,7 @@ def check_pod_security(rest, objects: list[dict]) -> None:
     """Every shipped pod not on the host network is admitted by Pod Security "restricted" (the
     upstream PodSecurity admission plugin, for real); the same pod with a probe host is refused."""
     namespace = f"psa-{uuid.uuid4().hex[:6]}"
-    rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {
         "name": namespace, "labels": {"pod-security.kubernetes.io/enforce": "restricted"}}})
     try:
         checked = 0
@@ -434,13 +433,13 @@ def check_pod_security(rest, objects: list[dict]) -> None:
             checked += 1
             bad = copy.deepcopy(spec)
             bad["containers"][0].setdefault("livenessProbe", {"httpGet": {"port": 1}})["httpGet"]["host"] = "127.0.0.1"
-            with pytest.raises(ApiError) as refused:
+            with pytest.raises(KubeError) as refused:
                 create(rest, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": name + "-host"}, "spec": bad},
                        namespace)
             assert refused.value.status == 403 and "probe" in str(refused.value).lower(), refused.value
         assert checked >= 2
     finally:
-        rest.delete(f"/api/v1/namespaces/{namespace}")
+        rest.delete(f"/api/v1/namespaces/{namespace}", missing_ok=True)
 
 
 # -- kubectl apply -k -----------------------------------------------------------------------------
@@ -676,7 +675,7 @@ def test_helm_install_every_shape_is_accepted(plane, tools, shape):
             for plural in ("podgroups", "workloads")]
     if shape == "crds":  # the kubectl install's CRDs go first, so this release installs its own
         for crd in crds:
-            rest.delete(crd)
+            rest.delete(crd, missing_ok=True)
             wait_gone(rest, crd)
     tools.run("helm", "install", release, str(CHART), "-n", release, "--create-namespace", *SHAPES[shape])
     try:

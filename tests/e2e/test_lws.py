@@ -12,7 +12,6 @@ import pytest
 from harness import (
     GPU,
     RACK,
-    ApiError,
     assert_none_bound,
     bound,
     create,
@@ -27,6 +26,7 @@ from harness.lws import LWS_API, LwsManager, leaderworkerset
 from phalanx_controller import PhalanxController
 
 from cluster import names
+from cluster.kube import KubeError
 from controller.lws_config import MSG_ADDED, MSG_LEADER_READY
 
 from .conftest import PHALANX_BARRIER_SECONDS, PHALANX_SCHEDULER_MODES, NodePool, start_phalanx_scheduler
@@ -43,7 +43,7 @@ def lws(control_plane):
 
 
 def make_lws(rest, namespace, obj):
-    return rest.post(f"{LWS_API}/namespaces/{namespace}/leaderworkersets", obj)
+    return rest.create(f"{LWS_API}/namespaces/{namespace}/leaderworkersets", obj)
 
 
 def test_lws_without_annotation_runs_as_lws_runs_it(rest, namespace, nodes, lws, start_scheduler):
@@ -53,7 +53,7 @@ def test_lws_without_annotation_runs_as_lws_runs_it(rest, namespace, nodes, lws,
     make_lws(rest, namespace, leaderworkerset("plain", size=3, replicas=2, scheduler_name=PLAIN))
     placed = wait_all_bound(rest, namespace, count=6, timeout=60, label_selector=f"{LWS_NAME}=plain")
     assert sorted(placed) == ["plain-0", "plain-0-1", "plain-0-2", "plain-1", "plain-1-1", "plain-1-2"]
-    sets = {s["metadata"]["name"]: s for s in rest.list(f"/apis/apps/v1/namespaces/{namespace}/statefulsets")}
+    sets = {s["metadata"]["name"]: s for s in rest.list_items(f"/apis/apps/v1/namespaces/{namespace}/statefulsets")}
     assert sorted(sets) == ["plain", "plain-0", "plain-1"]  # leaders, then one worker set per group
     assert sets["plain-0"]["metadata"]["ownerReferences"][0]["kind"] == "Pod"  # owned by its leader
     for p in pods(rest, namespace):
@@ -96,7 +96,7 @@ def group_of(pod):
 
 
 def podgroups(rest, namespace):
-    return {g["metadata"]["name"]: g for g in rest.list(f"{SCHED_API}/namespaces/{namespace}/podgroups")}
+    return {g["metadata"]["name"]: g for g in rest.list_items(f"{SCHED_API}/namespaces/{namespace}/podgroups")}
 
 
 def min_count(group):
@@ -134,7 +134,7 @@ def test_lws_without_annotation_runs_as_without_phalanx(rest, namespace, nodes, 
     for p in members(rest, namespace, "none"):
         assert group_of(p) is None and names.LABEL_LWS_INCARNATION not in p["metadata"]["labels"]
         assert not p["spec"].get("schedulingGates")
-    assert rest.list(f"{SCHED_API}/namespaces/{namespace}/workloads") == [] and podgroups(rest, namespace) == {}
+    assert rest.list_items(f"{SCHED_API}/namespaces/{namespace}/workloads") == [] and podgroups(rest, namespace) == {}
 
 
 def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(rest, namespace, nodes, phalanx_lws):
@@ -144,7 +144,7 @@ def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(res
     obj = make_lws(rest, namespace, leaderworkerset("rep", size=4, replicas=3, resources=GPU1,
                                                     scheduling={"replica": RACKED}))
     wait_for(lambda: len(podgroups(rest, namespace)) == 3, 60, "one PodGroup per replica")
-    [workload] = rest.list(f"{SCHED_API}/namespaces/{namespace}/workloads")
+    [workload] = rest.list_items(f"{SCHED_API}/namespaces/{namespace}/workloads")
     assert workload["spec"]["controllerRef"] == {"apiGroup": "leaderworkerset.x-k8s.io", "kind": "LeaderWorkerSet",
                                                  "name": "rep"}
     assert workload["metadata"]["ownerReferences"][0]["uid"] == obj["metadata"]["uid"]
@@ -184,7 +184,7 @@ def test_a_recreated_leader_gets_new_podgroups_and_binds_whole_and_all_goes_with
     replica_bound(rest, namespace, "rec", 0, 3)
     [first] = podgroups(rest, namespace)
     leader = rest.get(f"/api/v1/namespaces/{namespace}/pods/rec-0")
-    rest.delete(f"/api/v1/namespaces/{namespace}/pods/rec-0")
+    rest.delete(f"/api/v1/namespaces/{namespace}/pods/rec-0", missing_ok=True)
 
     def recreated():
         found = rest.get_or_none(f"/api/v1/namespaces/{namespace}/pods/rec-0")
@@ -197,9 +197,9 @@ def test_a_recreated_leader_gets_new_podgroups_and_binds_whole_and_all_goes_with
     assert {group_of(p) for p in members(rest, namespace, "rec")} == {group_of(new_leader)}
     wait_for(lambda: first not in podgroups(rest, namespace), 60, "the predecessor's PodGroup deleted")
     # deleting the LWS takes its Workload, PodGroups and pods with it (owner references)
-    rest.delete(lws_path(namespace, "rec"))
+    rest.delete(lws_path(namespace, "rec"), missing_ok=True)
     wait_for(lambda: not podgroups(rest, namespace) and not members(rest, namespace, "rec")
-             and not rest.list(f"{SCHED_API}/namespaces/{namespace}/workloads"), 60,
+             and not rest.list_items(f"{SCHED_API}/namespaces/{namespace}/workloads"), 60,
              "Workload, PodGroups and pods collected with the LWS")
 
 
@@ -291,15 +291,15 @@ def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws, 
     if scheduler_mode == "plugin":
         pytest.skip("admission only (the webhooks and the API server; no pod is scheduled): the same in both modes")
     path = f"{LWS_API}/namespaces/{namespace}/leaderworkersets"
-    with pytest.raises(ApiError) as err:
-        rest.post(path, leaderworkerset("ready", size=2, scheduling={}, startupPolicy="LeaderReady"), dryRun="All")
+    with pytest.raises(KubeError) as err:
+        rest.create(path, leaderworkerset("ready", size=2, scheduling={}, startupPolicy="LeaderReady"), dryRun="All")
     assert MSG_LEADER_READY in str(err.value)
     make_lws(rest, namespace, leaderworkerset("fixed", size=2, scheduling={}, scheduler_name="none"))
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(KubeError) as err:
         rest.patch(lws_path(namespace, "fixed"), {"metadata": {"annotations": {
             names.ANNOTATION_SCHEDULING: '{"schedulingPolicy": {"gang": {}}}'}}})
     assert "field is immutable" in str(err.value)
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(KubeError) as err:
         rest.patch(lws_path(namespace, "fixed"), {"metadata": {"annotations": {names.ANNOTATION_SCHEDULING: None}}})
     assert MSG_ADDED in str(err.value)
     rest.patch(lws_path(namespace, "fixed"), {"spec": {"replicas": 2}})  # replicas and size stay free
@@ -326,12 +326,12 @@ def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_con
         assert not controller.flavor.builtin
         controller.start()
         controller.register()
-        rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
         for i in range(2):
             pool.add(f"lws-crd-{i}", gpu=2, cpu="4")
         make_lws(rest, namespace, leaderworkerset("crd", size=4, replicas=2, resources=GPU1, scheduling={}))
         wait_for(lambda: len(bound(members(rest, namespace, "crd"))) == 4, 60, "one replica bound whole")
-        crd_groups = {g["metadata"]["name"]: g for g in rest.list(
+        crd_groups = {g["metadata"]["name"]: g for g in rest.list_items(
             f"/apis/{names.CRD_GROUP}/{names.SCHEDULING_VERSION}/namespaces/{namespace}/podgroups")}
         assert len(crd_groups) == 2
         by_replica: dict[str, set] = {}
@@ -341,7 +341,7 @@ def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_con
             by_replica.setdefault(labels[names.LABEL_LWS_GROUP_INDEX], set()).add(bool(p["spec"].get("nodeName")))
         assert sorted(map(sorted, by_replica.values())) == [[False], [True]]  # one whole, one wholly waiting
     finally:
-        rest.delete(f"/api/v1/namespaces/{namespace}")
+        rest.delete(f"/api/v1/namespaces/{namespace}", missing_ok=True)
         rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": 0})
         pool.cleanup()
         controller.close()

@@ -26,7 +26,7 @@ def gang(rest, namespace, name, size, gpu, klass, mode=None):
 
 
 def alive(rest, namespace, prefix):
-    return [p for p in rest.list(f"/api/v1/namespaces/{namespace}/pods")
+    return [p for p in rest.list_items(f"/api/v1/namespaces/{namespace}/pods")
             if p["metadata"]["name"].startswith(prefix + "-") and not p["metadata"].get("deletionTimestamp")]
 
 
@@ -40,7 +40,7 @@ def test_high_priority_gang_evicts_a_whole_all_gang_not_one_pod(rest, namespace,
     wait_all_bound(rest, namespace, count=1, timeout=90, podgroup="high")
     # the low gang is one unit: all 8 went, not the single pod whose room was needed
     wait_for(lambda: not alive(rest, namespace, "low"), timeout=60, message="whole low gang evicted")
-    events = rest.list(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
+    events = rest.list_items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events")
     assert any(e.get("reason") == "Preempted" and f"{namespace}/high" in e.get("note", "") for e in events)
 
 
@@ -62,7 +62,7 @@ def test_pdb_protected_victim_is_spared_when_an_alternative_exists(rest, namespa
         nodes.add(f"pdb-{i}", gpu=1, rack="rq")
     for name in ("guarded", "free"):
         create(rest, pod(name, None, {"cpu": "1", GPU: 1}, labels={"app": name}, priority_class_name=LOW), namespace)
-    wait_for(lambda: all(p["spec"].get("nodeName") for p in rest.list(f"/api/v1/namespaces/{namespace}/pods")),
+    wait_for(lambda: all(p["spec"].get("nodeName") for p in rest.list_items(f"/api/v1/namespaces/{namespace}/pods")),
              timeout=60, message="both low pods bound")
     create(rest, {"apiVersion": "policy/v1", "kind": "PodDisruptionBudget", "metadata": {"name": "guard"},
                   "spec": {"maxUnavailable": 0, "selector": {"matchLabels": {"app": "guarded"}}}}, namespace)
@@ -70,6 +70,6 @@ def test_pdb_protected_victim_is_spared_when_an_alternative_exists(rest, namespa
                       .get("status", {}).get("observedGeneration")), timeout=30, message="PDB observed")
     gang(rest, namespace, "urgent", 1, 1, HIGH)
     wait_all_bound(rest, namespace, count=1, timeout=90, podgroup="urgent")
-    names = {p["metadata"]["name"] for p in rest.list(f"/api/v1/namespaces/{namespace}/pods")
+    names = {p["metadata"]["name"] for p in rest.list_items(f"/api/v1/namespaces/{namespace}/pods")
              if not p["metadata"].get("deletionTimestamp")}
     assert "guarded" in names and "free" not in names

@@ -35,18 +35,7 @@ from dataclasses import dataclass
 from typing import Any, Iterator
 
 import pytest
-from harness import (
-    RACK,
-    ApiError,
-    ControlPlane,
-    Rest,
-    Scheduler,
-    assert_none_bound,
-    create,
-    path,
-    statefulset,
-    wait_for,
-)
+from harness import RACK, ControlPlane, Scheduler, assert_none_bound, create, path, statefulset, wait_for
 
 from cluster import names
 from cluster.kube import Kube, KubeError
@@ -75,7 +64,7 @@ class Product:
     controller: Any  # phalanx_controller.PhalanxController
 
     @property
-    def rest(self) -> Rest:
+    def rest(self) -> Kube:
         return self.plane.rest
 
     @property
@@ -84,7 +73,7 @@ class Product:
         return f"{group}/{names.SCHEDULING_VERSION}"
 
     def objects(self, kind: str, ns: str) -> list[dict]:
-        return self.rest.list(f"/apis/{self.api}/namespaces/{ns}/{kind}")
+        return self.rest.list_items(f"/apis/{self.api}/namespaces/{ns}/{kind}")
 
     def one_each(self, ns: str) -> tuple[dict, dict] | None:
         """(Workload, PodGroup) once exactly one of each exists."""
@@ -121,7 +110,7 @@ def product(flavor: str, scheduler_mode: str, request: pytest.FixtureRequest) ->
         assert controller.flavor.builtin == (flavor == "builtin")
         for name, value in ((HIGH, 100000), (LOW, 10)):
             if plane.rest.get_or_none(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is None:
-                plane.rest.post("/apis/scheduling.k8s.io/v1/priorityclasses", {
+                plane.rest.create("/apis/scheduling.k8s.io/v1/priorityclasses", {
                     "apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": name},
                     "value": value})
         controller.start()
@@ -136,9 +125,9 @@ def product(flavor: str, scheduler_mode: str, request: pytest.FixtureRequest) ->
 @pytest.fixture
 def ns(product: Product, request: pytest.FixtureRequest) -> Iterator[str]:
     name = f"pp-{product.flavor}-{request.node.originalname[5:25].replace('_', '-').strip('-')}-{uuid.uuid4().hex[:4]}"
-    product.rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    product.rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
     yield name
-    product.rest.delete(f"/api/v1/namespaces/{name}")
+    product.rest.delete(f"/api/v1/namespaces/{name}", missing_ok=True)
     product.rest.request("DELETE", f"/api/v1/namespaces/{name}/pods", params={"gracePeriodSeconds": 0})
 
 
@@ -179,7 +168,7 @@ def scale(product: Product, ns: str, name: str, replicas: int) -> None:
 
 
 def live_pods(product: Product, ns: str, app: str) -> list[dict]:
-    return [p for p in product.rest.list(f"/api/v1/namespaces/{ns}/pods", labelSelector=f"app={app}")
+    return [p for p in product.rest.list_items(f"/api/v1/namespaces/{ns}/pods", labelSelector=f"app={app}")
             if not p["metadata"].get("deletionTimestamp")]
 
 
@@ -212,7 +201,7 @@ def wait_bound(product: Product, ns: str, app: str, count: int, group: dict, tim
         return wait_for(probe, timeout, f"{count} pods of {ns}/{app} bound in their PodGroup")
     except TimeoutError as err:
         events = [f"{e.get('reason')}: {e.get('note') or e.get('message')}"
-                  for e in product.rest.list(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
+                  for e in product.rest.list_items(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")
                   if (e.get("regarding") or {}).get("name") == group["metadata"]["name"]]
         key = f"{ns}/{group['metadata']['name']}"
         cycle = product.phalanx.cycle
@@ -332,7 +321,7 @@ def test_gang_statefulset_is_stamped_gated_released_and_bound_whole_in_one_rack_
         assert one_rack(wait_for(rolled, 120, "a rolling update: 3 new pods bound in the PodGroup"), where) == "b"
 
         victim = live_pods(product, ns, "db")[1]
-        product.rest.delete(f"/api/v1/namespaces/{ns}/pods/{victim['metadata']['name']}")
+        product.rest.delete(f"/api/v1/namespaces/{ns}/pods/{victim['metadata']['name']}", missing_ok=True)
         again = wait_for(lambda: (placed := bound_in_group(product, ns, "db", 3, group)) and victim["metadata"][
             "uid"] not in {p["metadata"]["uid"] for p in live_pods(product, ns, "db")} and placed, 60,
             "the deleted pod recreated and bound")
@@ -371,12 +360,12 @@ def test_higher_priority_gang_preempts_a_disruption_mode_all_gang_as_one_unit(pr
                     30, "the high gang's PodGroup")
     wait_bound(product, ns, "high", 2, high, timeout=90)
     # one unit: every member of the low gang went, not only the two whose room was needed
-    wait_for(lambda: not victims & {p["metadata"]["uid"] for p in product.rest.list(
+    wait_for(lambda: not victims & {p["metadata"]["uid"] for p in product.rest.list_items(
         f"/api/v1/namespaces/{ns}/pods", labelSelector="app=low")}, 60, "the whole low gang evicted")
     # its StatefulSet recreates the 4 pods; 2 nodes are free, so none of them may be bound
     wait_for(lambda: len(live_pods(product, ns, "low")) == 4, 30, "the low gang's pods recreated")
     assert_none_bound(product.rest, ns, SETTLE, label_selector="app=low")
-    reasons = {e.get("reason") for e in product.rest.list(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")}
+    reasons = {e.get("reason") for e in product.rest.list_items(f"/apis/events.k8s.io/v1/namespaces/{ns}/events")}
     assert "Preempted" in reasons
 
 
@@ -386,25 +375,25 @@ def simulated_device(product: Product) -> Iterator[str]:
     the test, as a DRA driver would publish it; kube-scheduler allocates claims from it."""
     rest = product.rest
     slice_name = "phalanx-product-shared-gpu"
-    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}")
-    rest.delete(f"{RESOURCE}/resourceslices/{slice_name}")
-    rest.post(f"{RESOURCE}/deviceclasses", {
+    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}", missing_ok=True)
+    rest.delete(f"{RESOURCE}/resourceslices/{slice_name}", missing_ok=True)
+    rest.create(f"{RESOURCE}/deviceclasses", {
         "apiVersion": "resource.k8s.io/v1", "kind": "DeviceClass", "metadata": {"name": DEVICE_CLASS},
         "spec": {"selectors": [{"cel": {"expression": f'device.driver == "{DRIVER}"'}}]}})
-    rest.post(f"{RESOURCE}/resourceslices", {
+    rest.create(f"{RESOURCE}/resourceslices", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceSlice", "metadata": {"name": slice_name},
         "spec": {"driver": DRIVER, "allNodes": True,
                  "pool": {"name": "shared", "generation": 1, "resourceSliceCount": 1},
                  "devices": [{"name": "gpu-0"}]}})
     yield DEVICE_CLASS
-    rest.delete(f"{RESOURCE}/resourceslices/{slice_name}")
-    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}")
+    rest.delete(f"{RESOURCE}/resourceslices/{slice_name}", missing_ok=True)
+    rest.delete(f"{RESOURCE}/deviceclasses/{DEVICE_CLASS}", missing_ok=True)
 
 
 def test_a_gang_sharing_one_resource_claim_is_bound_whole_with_the_claim_allocated_once(
         product, ns, pool, simulated_device, scheduler_mode):
     add_racks(pool, ns, {"a": 3})
-    product.rest.post(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", {
+    product.rest.create(f"{RESOURCE}/namespaces/{ns}/resourceclaimtemplates", {
         "apiVersion": "resource.k8s.io/v1", "kind": "ResourceClaimTemplate", "metadata": {"name": "shared-gpu"},
         "spec": {"spec": {"devices": {"requests": [{"name": "gpu", "exactly": {"deviceClassName": simulated_device}}]}}}})
     entry = {"name": "gpu", "resourceClaimTemplateName": "shared-gpu"}
@@ -415,7 +404,7 @@ def test_a_gang_sharing_one_resource_claim_is_bound_whole_with_the_claim_allocat
     create(product.rest, body, ns)
     _, group = wait_for(lambda: product.one_each(ns), 30, "the PodGroup")
     wait_bound(product, ns, "train", 3, group, timeout=90)
-    claims = [c for c in product.rest.list(f"{RESOURCE}/namespaces/{ns}/resourceclaims")
+    claims = [c for c in product.rest.list_items(f"{RESOURCE}/namespaces/{ns}/resourceclaims")
               if any(r["kind"] == "PodGroup" for r in c["metadata"].get("ownerReferences") or [])]
     assert len(claims) == 1, claims
     claim = claims[0]
@@ -465,12 +454,12 @@ def test_names_up_to_the_statefulset_limit(product, ns, pool):
     (second,) = wait_for(lambda: [g for g in product.objects("podgroups", ns)
                                   if g["metadata"]["uid"] != group["metadata"]["uid"]] or None, 30, "a second PodGroup")
     assert len(second["metadata"]["name"]) <= 63
-    failed = wait_for(lambda: [e["message"] for e in product.rest.list(f"/api/v1/namespaces/{ns}/events")
+    failed = wait_for(lambda: [e["message"] for e in product.rest.list_items(f"/api/v1/namespaces/{ns}/events")
                                if e["reason"] == "FailedCreate" and e["involvedObject"]["name"] == too_long],
                       30, "the StatefulSet controller's FailedCreate")
     # upstream's own values are too long (controller-revision-hash, pod-name, hostname); the
     # PodGroup reference the webhook stamped is not among them
     assert f'Invalid value: "{too_long}-' in failed[0], failed[0]
     assert f'"{second["metadata"]["name"]}"' not in failed[0], failed[0]
-    with pytest.raises(ApiError):  # nothing phalanx made is in the way: the pod never existed
+    with pytest.raises(KubeError):  # nothing phalanx made is in the way: the pod never existed
         product.rest.get(f"/api/v1/namespaces/{ns}/pods/{too_long}-0")

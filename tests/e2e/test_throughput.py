@@ -70,7 +70,7 @@ def big_cluster(rest):
     racks = {n: f"tp-rack-{int(n[3:]) // RACK_SIZE:02d}" for n in names}
     yield racks
     with ThreadPoolExecutor(8) as pool:
-        list(pool.map(lambda n: rest.delete(f"/api/v1/nodes/{n}"), names))
+        list(pool.map(lambda n: rest.delete(f"/api/v1/nodes/{n}", missing_ok=True), names))
 
 
 #: kube-scheduler's API client limits, the same for every mode: the defaults (50 qps, burst 100)
@@ -131,7 +131,7 @@ def api_writes(rest) -> Counter:
     apiserver_request_total metric; leases left out: leader election and node heartbeats renew
     them whatever the scheduler does)."""
     counts: Counter = Counter()
-    for line in rest.request("GET", "/metrics", raw=True).splitlines():
+    for line in rest.text("/metrics").splitlines():
         m = _REQUEST.match(line)
         if not m:
             continue
@@ -228,7 +228,7 @@ def clear(rest, namespace, run):
     rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods",
                  params={"labelSelector": f"run={run}", "gracePeriodSeconds": 0})
     deadline = time.monotonic() + 120
-    while rest.list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"run={run}"):
+    while rest.list_items(f"/api/v1/namespaces/{namespace}/pods", labelSelector=f"run={run}"):
         assert time.monotonic() < deadline, f"{run}: pods not gone"
         time.sleep(0.2)
 

@@ -13,7 +13,6 @@ import pytest
 from harness import (
     RACK,
     SCHEDULING_API,
-    ApiError,
     assert_none_bound,
     bound,
     create,
@@ -27,6 +26,8 @@ from harness import (
     wait_all_bound,
     wait_for,
 )
+
+from cluster.kube import KubeError
 
 TOPO = "topology-scheduler"
 GANG_ONLY = "gang-only-scheduler"
@@ -51,7 +52,7 @@ def priorities(rest):
     create(rest, priority_class(names["high"], 1000))
     yield names
     for name in names.values():
-        rest.delete(path("scheduling.k8s.io/v1", "PriorityClass", name=name))
+        rest.delete(path("scheduling.k8s.io/v1", "PriorityClass", name=name), missing_ok=True)
 
 
 def gang(rest, namespace: str, name: str, size: int, scheduler: str, min_count: int | None = None,
@@ -156,7 +157,7 @@ def test_api_defaults_and_accepts_basic_with_disruption_mode_all(rest, namespace
 
 def test_podgroup_fields_are_immutable(rest, namespace):
     create(rest, podgroup("frozen", min_count=2, topology_key=RACK), namespace)
-    with pytest.raises(ApiError) as err:
+    with pytest.raises(KubeError) as err:
         rest.patch(path(SCHEDULING_API, "PodGroup", namespace, "frozen"),
                    {"spec": {"schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/zone"}]}}})
     assert err.value.status == 422

@@ -7,6 +7,7 @@ pyproject.toml ([tool.importlinter]); `make test` also runs `lint-imports`.
 - cycle/ (the workload-cycle service) imports no entry point, no web or RPC library;
 - the entry points (extender/ for HTTP, rpc/ for gRPC) are independent of each other and of the
   controller; the controller imports neither the cycle nor an entry point;
+- web/ (the HTTP stack) imports no phalanx package and no Kubernetes or gRPC library;
 - nothing but the tools on top (bench/, phalanx_cli/) imports bench/ or phalanx_cli/."""
 
 import pathlib
@@ -18,7 +19,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 CONTRACTS = {"solver-pure", "cluster-below-services", "cycle-below-entry-points", "services-independent",
              "controller-beside-the-cycle", "extender-controller-independent", "grpc-knows-no-http",
              "cycle-inside", "layers", "controller-admission-one-way",
-             "http-grpc-independent"}
+             "http-grpc-independent", "web-below-services"}
 
 
 def test_the_layering_contracts_are_configured():

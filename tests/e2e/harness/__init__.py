@@ -4,7 +4,8 @@ Public surface (the conftest wires these into pytest fixtures):
 - ``ControlPlane`` (etcd + kube-apiserver + kube-controller-manager; ``start_scheduler``),
   ``Scheduler`` handle, ``scheduler_config``, ``phalanx_scheduler_config`` (extender or plugin
   mode), ``locate`` / ``MissingBinaries`` for the pinned binaries;
-- ``Rest`` / ``ApiError``: raw-JSON REST with the admin client certificate;
+- ``ControlPlane.rest``: the project's REST client (``cluster.kube.Kube``) with the admin's client
+  certificate;
 - nodes without kubelets: ``node``, ``create_node``, ``delete_node``, ``FakeKubelet``;
 - object builders: ``workload``, ``podgroup_template``, ``podgroup``, ``pod``, ``statefulset``, ``job``,
   ``priority_class``, ``create``, ``path``;
@@ -37,7 +38,6 @@ from .objects import (
                       statefulset,
                       workload,
 )
-from .rest import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, ApiError, Rest
 from .waits import assert_none_bound, bound, placement, podgroup_conditions, pods, wait_all_bound, wait_for, wait_gone
 
 __all__ = [
@@ -47,6 +47,5 @@ __all__ = [
     "GPU", "RACK", "ZONE", "FakeKubelet", "create_node", "delete_node", "node",
     "SCHEDULING_API", "STATEFULSET_SCHEDULING_ANNOTATION", "create", "job", "path", "path_of", "pod",
     "podgroup", "podgroup_template", "priority_class", "statefulset", "workload",
-    "JSON_PATCH", "MERGE_PATCH", "STRATEGIC_MERGE_PATCH", "ApiError", "Rest",
     "assert_none_bound", "bound", "placement", "podgroup_conditions", "pods", "wait_all_bound", "wait_for", "wait_gone",
 ]

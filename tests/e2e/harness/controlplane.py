@@ -20,10 +20,11 @@ from typing import Any, Mapping
 
 import yaml
 
+from cluster.kube import Kube
+
 from .binaries import Binaries
 from .pki import Pki, make_pki
 from .process import Component, free_port, free_ports
-from .rest import Rest
 
 FeatureGates = Mapping[str, bool] | str | None
 
@@ -130,7 +131,7 @@ class ControlPlane:
         self.components: list[Component] = []
         self.pki: Pki | None = None
         self.server = ""
-        self.rest: Rest | None = None
+        self.rest: Kube | None = None
         self.fake_kubelet = None  # set by the test fixture that starts harness.kubelet.FakeKubelet
         self._schedulers = 0
 
@@ -204,9 +205,9 @@ class ControlPlane:
             argv.append(f"--runtime-config={self.runtime_config}")
         apiserver = self._spawn("kube-apiserver", argv)
         admin = self.pki.client("admin", "phalanx-e2e-admin", "system:masters")
-        self.rest = Rest(self.server, self.pki.ca_cert, admin.cert, admin.key)
         self.admin_kubeconfig = self.write_kubeconfig("admin", admin.cert, admin.key)
-        apiserver.wait_ready(lambda: self.rest.request("GET", "/readyz", raw=True) == "ok", timeout=90)
+        self.rest = Kube(str(self.admin_kubeconfig))  # the admin's client certificate, the harness CA
+        apiserver.wait_ready(lambda: self.rest.text("/readyz") == "ok", timeout=90)
 
     def write_kubeconfig(self, name: str, cert: Path, key: Path) -> Path:
         return self._kubeconfig(name, {"client-certificate": str(cert), "client-key": str(key)})

@@ -61,12 +61,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from cluster.kube import KubeError
+
 from .binaries import locate
 from .controlplane import MODE_BINARY, ControlPlane, Scheduler, _insecure_get, phalanx_scheduler_config
 from .kubelet import RACK, FakeKubelet, create_node, delete_node
 from .objects import SCHEDULING_API, pod, podgroup, statefulset
 from .process import Component, free_port
-from .rest import ApiError
 
 ROOT = Path(__file__).resolve().parents[3]
 PLACEMENT = "scheduling.phalanx.dev/placement"
@@ -100,8 +101,8 @@ class FaultConfig:
 
 
 def _transient(err: BaseException) -> bool:
-    if isinstance(err, ApiError):
-        return err.status >= 500 or err.status == 429
+    if isinstance(err, KubeError):  # status 0: the API server could not be reached
+        return err.status == 0 or err.status >= 500 or err.status == 429
     return isinstance(err, (urllib.error.URLError, ConnectionError, OSError, TimeoutError))
 
 
@@ -229,7 +230,7 @@ class Rig:
         old = self.apiserver()
         self.plane.components.remove(old)
         new = self.plane._spawn("kube-apiserver", old.argv)
-        new.wait_ready(lambda: self.plane.rest.request("GET", "/readyz", raw=True) == "ok", timeout=120)
+        new.wait_ready(lambda: self.plane.rest.text("/readyz") == "ok", timeout=120)
 
     def dead(self) -> list[str]:
         """Components that exited although nobody killed them."""
@@ -319,7 +320,7 @@ class FaultRun:
     # -- setup and teardown -------------------------------------------------------------------
     def setup(self) -> None:
         cfg = self.cfg
-        self.rest.post("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}})
+        self.rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": self.ns}})
         for r in range(cfg.racks):
             for i in range(cfg.nodes_per_rack):
                 name = f"{self.node_prefix}-r{r}-{i}"
@@ -353,7 +354,7 @@ class FaultRun:
         finally:
             self.rig.stop()
             try:
-                self.rest.delete(f"/api/v1/namespaces/{self.ns}")
+                self.rest.delete(f"/api/v1/namespaces/{self.ns}", missing_ok=True)
                 self.rest.request("DELETE", f"/api/v1/namespaces/{self.ns}/pods", params={"gracePeriodSeconds": 0})
                 for n in self.node_names:
                     delete_node(self.rest, n)
@@ -379,7 +380,7 @@ class FaultRun:
         members: its running members cannot be unbound, so without room it stays below minCount)."""
         overflow = 0 if exact else self.rng.choice([0, 0, 0, 4, 8])
         if exact:
-            pods = retry(lambda: self.rest.list(f"/api/v1/namespaces/{self.ns}/pods"))
+            pods = retry(lambda: self.rest.list_items(f"/api/v1/namespaces/{self.ns}/pods"))
             waiting = {(p["metadata"].get("labels") or {}).get(UNIT_LABEL) for p in pods
                        if not p["spec"].get("nodeName")}
             for unit in [u for u in self.units.values() if not u.deleted and u.name in waiting]:
@@ -393,11 +394,11 @@ class FaultRun:
         unit.deleted = True
         base = f"/api/v1/namespaces/{self.ns}"
         if unit.kind == "sts":
-            retry(lambda: self.rest.delete(f"/apis/apps/v1/namespaces/{self.ns}/statefulsets/{unit.name}"))
+            retry(lambda: self.rest.delete(f"/apis/apps/v1/namespaces/{self.ns}/statefulsets/{unit.name}", missing_ok=True))
         retry(lambda: self.rest.request("DELETE", f"{base}/pods", params={
             "labelSelector": f"{UNIT_LABEL}={unit.name}", "gracePeriodSeconds": 0}))
         if unit.kind == "gang":
-            retry(lambda: self.rest.delete(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups/{unit.name}"))
+            retry(lambda: self.rest.delete(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups/{unit.name}", missing_ok=True))
 
     def _pod(self, name: str, unit: str, group: str | None) -> dict:
         body = pod(name, podgroup_name=group, labels={UNIT_LABEL: unit}, scheduler_name=self.scheduler_name)
@@ -407,7 +408,7 @@ class FaultRun:
         name = self._name(f"g{size}{'r' if rack else ''}")
         unit = Unit(name, "gang", size, min_count or size, size, rack, time.monotonic())
         self.units[name] = unit
-        retry(lambda: self.rest.post(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups",
+        retry(lambda: self.rest.create(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups",
                                      podgroup(name, min_count=unit.min_count, topology_key=RACK if rack else None)))
         return unit
 
@@ -429,8 +430,8 @@ class FaultRun:
 
     def _post_once(self, body: dict) -> dict:
         try:
-            return self.rest.post(f"/api/v1/namespaces/{self.ns}/pods", body)
-        except ApiError as err:
+            return self.rest.create(f"/api/v1/namespaces/{self.ns}/pods", body)
+        except KubeError as err:
             if err.status == 409:  # created before the connection broke
                 return self.rest.get(f"/api/v1/namespaces/{self.ns}/pods/{body['metadata']['name']}")
             raise
@@ -533,7 +534,7 @@ class FaultRun:
         sts_path = f"/apis/apps/v1/namespaces/{self.ns}/statefulsets"
         body = statefulset(name, r0, scheduling={"schedulingPolicy": {"gang": {}}}, labels={UNIT_LABEL: name},
                            scheduler_name=self.scheduler_name)
-        retry(lambda: self.rest.post(sts_path, body))
+        retry(lambda: self.rest.create(sts_path, body))
         deadline = time.monotonic() + self.cfg.trigger_timeout
         while time.monotonic() < deadline and self._sts_bound(name) < r0:
             time.sleep(0.2)
@@ -569,14 +570,14 @@ class FaultRun:
         groups = [g for g in self.groups.objects.values() if _owner(g) == name]
         if step == "podgroup":
             return any(_min_count(g) == replicas for g in groups)
-        workloads = retry(lambda: self.rest.list(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/workloads"))
+        workloads = retry(lambda: self.rest.list_items(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/workloads"))
         return any(_owner(w) == name and (w["spec"]["podGroupTemplates"][0]["schedulingPolicy"].get("gang") or {})
                    .get("minCount") == replicas for w in workloads)
 
     # -- rest and invariants ----------------------------------------------------------------------
     def snapshot(self) -> tuple[list[dict], list[dict]]:
-        pods = retry(lambda: self.rest.list(f"/api/v1/namespaces/{self.ns}/pods"))
-        groups = retry(lambda: self.rest.list(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups"))
+        pods = retry(lambda: self.rest.list_items(f"/api/v1/namespaces/{self.ns}/pods"))
+        groups = retry(lambda: self.rest.list_items(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups"))
         for g in groups:
             self._record_seen(g)
         return pods, groups
@@ -687,7 +688,7 @@ class FaultRun:
     def _check_sts(self, shot: dict, pods: list[dict], groups: list[dict]) -> list[dict]:
         name, replicas = shot["victim"], shot["size"]
         mine = [g for g in groups if _owner(g) == name]
-        workloads = retry(lambda: self.rest.list(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/workloads"))
+        workloads = retry(lambda: self.rest.list_items(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/workloads"))
         own_workloads = [w for w in workloads if _owner(w) == name]
         members = [p for p in pods if (p["metadata"].get("labels") or {}).get(UNIT_LABEL) == name
                    and not p["metadata"].get("deletionTimestamp")]

@@ -16,7 +16,7 @@ import threading
 from contextlib import contextmanager
 from typing import Any, Iterator, Mapping
 
-from .rest import STRATEGIC_MERGE_PATCH, ApiError, Rest
+from cluster.kube import STRATEGIC_MERGE_PATCH, Kube, KubeError
 
 log = logging.getLogger(__name__)
 
@@ -80,19 +80,19 @@ def node(name: str, cpu: str | int = "8", memory: str = "32Gi", pods: int = 110,
     }
 
 
-def create_node(rest: Rest, name: str, **kwargs: Any) -> dict:
+def create_node(rest: Kube, name: str, **kwargs: Any) -> dict:
     """Create a Node (see ``node``) and set its status through the status subresource."""
     body = node(name, **kwargs)
     status = body.pop("status")
-    rest.post("/api/v1/nodes", body)
+    rest.create("/api/v1/nodes", body)
     rest.patch(f"/api/v1/nodes/{name}/status", {"status": status})
     # The TaintNodesByCondition admission plugin adds node.kubernetes.io/not-ready on create; the
     # node lifecycle controller (off here: no heartbeats) would lift it once Ready. Lift it now.
     return rest.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": body["spec"].get("taints")}})
 
 
-def delete_node(rest: Rest, name: str) -> None:
-    rest.delete(f"/api/v1/nodes/{name}")
+def delete_node(rest: Kube, name: str) -> None:
+    rest.delete(f"/api/v1/nodes/{name}", missing_ok=True)
 
 
 def _ready(pod: dict) -> bool:
@@ -121,7 +121,7 @@ def running_status(pod: dict, ip: str, host_ip: str) -> dict:
 class FakeKubelet(threading.Thread):
     """Polls bound pods; Running+Ready for new ones, immediate removal for terminating ones."""
 
-    def __init__(self, rest: Rest, interval: float = 0.25):
+    def __init__(self, rest: Kube, interval: float = 0.25):
         super().__init__(name="phalanx-e2e-fake-kubelet", daemon=True)
         self.rest, self.interval = rest, interval
         self._halt = threading.Event()
@@ -150,7 +150,7 @@ class FakeKubelet(threading.Thread):
                 log.warning("fake kubelet: %r", err)
 
     def sync_once(self) -> None:
-        pods = self.rest.list("/api/v1/pods", fieldSelector="spec.nodeName!=")
+        pods = self.rest.list_items("/api/v1/pods", fieldSelector="spec.nodeName!=")
         host_ips: dict[str, str] = {}
         for pod in pods:
             meta = pod["metadata"]
@@ -161,7 +161,7 @@ class FakeKubelet(threading.Thread):
                         continue
                     # What a kubelet does once containers are gone: the final, grace-0 delete.
                     self.rest.delete(f"/api/v1/namespaces/{ns}/pods/{name}",
-                                     {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}})
+                                     {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}, missing_ok=True)
                 elif pod.get("status", {}).get("phase") in ("Pending", None) or not _ready(pod):
                     if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
                         continue
@@ -174,6 +174,6 @@ class FakeKubelet(threading.Thread):
                     status = running_status(pod, _ip(244, next(_pod_ips)), host_ips[node_name])
                     self.rest.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": status},
                                     content_type=STRATEGIC_MERGE_PATCH)
-            except ApiError as err:
+            except KubeError as err:
                 if err.status not in (404, 409):  # gone or changed meanwhile: next round
                     raise

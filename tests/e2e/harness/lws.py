@@ -22,9 +22,10 @@ from typing import Any
 
 import yaml
 
+from cluster.kube import Kube, KubeError
+
 from .binaries import read_versions
 from .process import Component, free_ports
-from .rest import ApiError, Rest
 from .waits import wait_for
 
 LWS_API = "/apis/leaderworkerset.x-k8s.io/v1"
@@ -74,7 +75,7 @@ class LwsManager:
     def __init__(self, control_plane: Any):
         self.directory = locate_lws()
         self.control_plane = control_plane
-        self.rest: Rest = control_plane.rest
+        self.rest: Kube = control_plane.rest
         self.version = read_versions()["LWS_VERSION"]
         self.component: Component | None = None
         self.configs: list[tuple[str, str]] = []
@@ -113,8 +114,8 @@ class LwsManager:
         ca_bundle = base64.b64encode(self.control_plane.pki.ca_cert.read_bytes()).decode()
         for doc in webhook_configurations(self.directory, f"https://127.0.0.1:{webhook_port}", ca_bundle):
             collection = f"{WEBHOOK_API}/{doc['kind'].lower()}s"
-            self.rest.delete(f"{collection}/{doc['metadata']['name']}")
-            self.rest.post(collection, doc)
+            self.rest.delete(f"{collection}/{doc['metadata']['name']}", missing_ok=True)
+            self.rest.create(collection, doc)
             self.configs.append((collection, doc["metadata"]["name"]))
         wait_for(self._defaulting_active, 30, "the LWS webhooks are called by the API server")
         return self
@@ -123,7 +124,7 @@ class LwsManager:
         for path in sorted((self.directory / "crds").glob("*.yaml")):
             crd = yaml.safe_load(path.read_text())
             if self.rest.get_or_none(f"{CRD_API}/{crd['metadata']['name']}") is None:
-                self.rest.post(CRD_API, crd)
+                self.rest.create(CRD_API, crd)
         for path in sorted((self.directory / "crds").glob("*.yaml")):
             name = yaml.safe_load(path.read_text())["metadata"]["name"]
             wait_for(lambda n=name: _established(self.rest.get(f"{CRD_API}/{n}")), 30, f"CRD {name} established")
@@ -132,7 +133,7 @@ class LwsManager:
     def _served(self) -> bool:
         try:
             resources = self.rest.get(LWS_API).get("resources") or []
-        except ApiError:
+        except KubeError:
             return False
         return any(r.get("name") == "leaderworkersets" for r in resources)
 
@@ -143,14 +144,14 @@ class LwsManager:
                  "spec": {"leaderWorkerTemplate": {"size": 1, "workerTemplate": {
                      "spec": {"containers": [{"name": "c", "image": "pause"}]}}}}}
         try:
-            created = self.rest.post(f"{LWS_API}/namespaces/default/leaderworkersets", probe, dryRun="All")
-        except ApiError:
+            created = self.rest.create(f"{LWS_API}/namespaces/default/leaderworkersets", probe, dryRun="All")
+        except KubeError:
             return False
         return bool((created.get("spec") or {}).get("networkConfig"))
 
     def stop(self) -> None:
         for collection, name in self.configs:
-            self.rest.delete(f"{collection}/{name}")
+            self.rest.delete(f"{collection}/{name}", missing_ok=True)
         self.configs.clear()
         if self.component is not None:
             self.component.stop()

@@ -177,4 +177,4 @@ def priority_class(name: str, value: int, preemption_policy: str | None = None) 
 def create(rest: Any, obj: Mapping[str, Any], namespace: str | None = None) -> dict:
     """POST ``obj`` to its collection (namespace from the object or the argument)."""
     ns = obj["metadata"].get("namespace") or namespace
-    return rest.post(path(obj["apiVersion"], obj["kind"], ns), obj)
+    return rest.create(path(obj["apiVersion"], obj["kind"], ns), obj)

@@ -8,7 +8,7 @@ from __future__ import annotations
 import time
 from typing import Any, Callable, TypeVar
 
-from .rest import Rest
+from cluster.kube import Kube
 
 T = TypeVar("T")
 
@@ -31,10 +31,10 @@ def _short(value: Any) -> str:
     return text if len(text) < 800 else text[:800] + "..."
 
 
-def pods(rest: Rest, namespace: str, label_selector: str | None = None,
+def pods(rest: Kube, namespace: str, label_selector: str | None = None,
          podgroup: str | None = None) -> list[dict]:
     """Pods of a namespace, optionally by label selector and/or spec.schedulingGroup.podGroupName."""
-    items = rest.list(f"/api/v1/namespaces/{namespace}/pods", labelSelector=label_selector)
+    items = rest.list_items(f"/api/v1/namespaces/{namespace}/pods", labelSelector=label_selector)
     if podgroup is not None:
         items = [p for p in items
                  if (p["spec"].get("schedulingGroup") or {}).get("podGroupName") == podgroup]
@@ -50,7 +50,7 @@ def placement(items: list[dict]) -> dict[str, str]:
     return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound(items)}
 
 
-def wait_all_bound(rest: Rest, namespace: str, count: int, timeout: float = 60.0,
+def wait_all_bound(rest: Kube, namespace: str, count: int, timeout: float = 60.0,
                    label_selector: str | None = None, podgroup: str | None = None) -> dict[str, str]:
     """Wait until exactly ``count`` pods (of the selector/group) exist and all are bound."""
     seen: dict[str, Any] = {}
@@ -66,7 +66,7 @@ def wait_all_bound(rest: Rest, namespace: str, count: int, timeout: float = 60.0
                            f"{seen.get('pods')} pods exist, bound: {seen.get('bound')}") from None
 
 
-def assert_none_bound(rest: Rest, namespace: str, seconds: float, label_selector: str | None = None,
+def assert_none_bound(rest: Kube, namespace: str, seconds: float, label_selector: str | None = None,
                       podgroup: str | None = None, interval: float = 0.5) -> None:
     """Watch for ``seconds``: no pod of the selector/group may get bound."""
     deadline = time.monotonic() + seconds
@@ -78,11 +78,11 @@ def assert_none_bound(rest: Rest, namespace: str, seconds: float, label_selector
         time.sleep(interval)
 
 
-def podgroup_conditions(rest: Rest, namespace: str, name: str) -> dict[str, dict]:
+def podgroup_conditions(rest: Kube, namespace: str, name: str) -> dict[str, dict]:
     """status.conditions of a scheduling.k8s.io/v1beta1 PodGroup, by type."""
     obj = rest.get(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/{name}")
     return {c["type"]: c for c in obj.get("status", {}).get("conditions") or []}
 
 
-def wait_gone(rest: Rest, path: str, timeout: float = 60.0) -> None:
+def wait_gone(rest: Kube, path: str, timeout: float = 60.0) -> None:
     wait_for(lambda: rest.get_or_none(path) is None, timeout, f"{path} deleted")

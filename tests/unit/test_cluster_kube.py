@@ -1,0 +1,141 @@
+"""cluster.kube.Kube against a loopback stand-in for the API server: what goes on the wire (method,
+path, query, content type, token, body) and what comes back (JSON, text, KubeError), for the
+requests the e2e harness and the tools make through it."""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from urllib.parse import parse_qsl, urlsplit
+
+import pytest
+
+from cluster.kube import JSON_PATCH, MERGE_PATCH, STRATEGIC_MERGE_PATCH, Kube, KubeError
+
+NOT_FOUND = {"kind": "Status", "code": 404, "reason": "NotFound", "message": 'pods "x" not found'}
+
+
+class ApiServer:
+    """Answers every request with the next (status, content type, body) queued for its path;
+    records what it was sent."""
+
+    def __init__(self) -> None:
+        self.answers: dict[str, list[tuple[int, str, bytes]]] = {}
+        self.seen: list[dict] = []
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _any(self) -> None:
+                url = urlsplit(self.path)
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else b""
+                server.seen.append({"method": self.command, "path": url.path, "query": dict(parse_qsl(url.query)),
+                                    "content_type": self.headers.get("Content-Type"),
+                                    "authorization": self.headers.get("Authorization"),
+                                    "body": json.loads(body) if body else None})
+                status, content_type, payload = (server.answers.get(url.path) or [(200, "application/json", b"")]).pop(0)
+                self.send_response(status)
+                self.send_header("Content-Type", content_type)
+                self.send_header("Content-Length", str(len(payload)))
+                self.end_headers()
+                self.wfile.write(payload)
+
+            do_GET = do_POST = do_PUT = do_PATCH = do_DELETE = _any
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.http.serve_forever, daemon=True).start()
+
+    def answer(self, path: str, status: int = 200, body: object = None, text: str | None = None) -> None:
+        payload = text.encode() if text is not None else json.dumps(body).encode() if body is not None else b""
+        self.answers.setdefault(path, []).append((status, "text/plain" if text is not None else "application/json",
+                                                  payload))
+
+
+@pytest.fixture
+def api(tmp_path):
+    server = ApiServer()
+    yield server
+    server.http.shutdown()
+
+
+@pytest.fixture
+def kube(api, tmp_path):
+    config = {"apiVersion": "v1", "kind": "Config", "current-context": "c",
+              "clusters": [{"name": "c", "cluster": {"server": f"http://127.0.0.1:{api.http.server_address[1]}"}}],
+              "users": [{"name": "u", "user": {"token": "secret-token"}}],
+              "contexts": [{"name": "c", "context": {"cluster": "c", "user": "u"}}]}
+    path = tmp_path / "kubeconfig"
+    path.write_text(json.dumps(config))
+    return Kube(str(path))
+
+
+def test_text_returns_a_plain_text_answer(api, kube):
+    api.answer("/readyz", text="ok")
+    assert kube.text("/readyz", verbose=None) == "ok"
+    assert api.seen[0]["method"] == "GET" and api.seen[0]["query"] == {}
+    assert api.seen[0]["authorization"] == "Bearer secret-token"
+
+
+def test_text_raises_kube_error_on_a_non_2xx(api, kube):
+    api.answer("/readyz", 500, text="[-]etcd failed")
+    with pytest.raises(KubeError) as err:
+        kube.text("/readyz")
+    assert err.value.status == 500 and "[-]etcd failed" in str(err.value)
+
+
+def test_list_items_is_one_get_with_the_query(api, kube):
+    api.answer("/api/v1/pods", body={"kind": "PodList", "items": [{"metadata": {"name": "a"}}]})
+    api.answer("/api/v1/nodes", body={"kind": "NodeList", "items": None})
+    assert kube.list_items("/api/v1/pods", fieldSelector="spec.nodeName!=", labelSelector=None) == [
+        {"metadata": {"name": "a"}}]
+    assert kube.list_items("/api/v1/nodes") == []
+    assert api.seen[0]["query"] == {"fieldSelector": "spec.nodeName!="}
+
+
+def test_create_and_replace_send_json_with_query_parameters(api, kube):
+    api.answer("/api/v1/namespaces/ns/pods", 201, body={"metadata": {"name": "p", "uid": "1"}})
+    api.answer("/api/v1/namespaces/ns/pods/p", body={"metadata": {"name": "p", "uid": "1"}})
+    assert kube.create("/api/v1/namespaces/ns/pods", {"metadata": {"name": "p"}}, dryRun="All")["metadata"]["uid"] == "1"
+    kube.replace("/api/v1/namespaces/ns/pods/p", {"metadata": {"name": "p"}})
+    (post, put) = api.seen
+    assert (post["method"], post["query"], post["content_type"]) == ("POST", {"dryRun": "All"}, "application/json")
+    assert post["body"] == {"metadata": {"name": "p"}}
+    assert (put["method"], put["query"], put["body"]) == ("PUT", {}, {"metadata": {"name": "p"}})
+
+
+@pytest.mark.parametrize("content_type, body", [
+    (MERGE_PATCH, {"spec": {"replicas": 2}}),
+    (STRATEGIC_MERGE_PATCH, {"status": {"phase": "Running"}}),
+    (JSON_PATCH, [{"op": "replace", "path": "/spec/replicas", "value": 2}]),
+])
+def test_patch_sends_its_content_type_and_query(api, kube, content_type, body):
+    kube.patch("/apis/apps/v1/namespaces/ns/statefulsets/s", body, content_type, fieldManager="phalanx")
+    sent = api.seen[0]
+    assert (sent["method"], sent["content_type"], sent["body"]) == ("PATCH", content_type, body)
+    assert sent["query"] == {"fieldManager": "phalanx"}
+
+
+def test_delete_of_a_missing_object_raises_unless_missing_ok(api, kube):
+    path = "/api/v1/namespaces/ns/pods/x"
+    api.answer(path, 404, body=NOT_FOUND)
+    api.answer(path, 404, body=NOT_FOUND)
+    with pytest.raises(KubeError) as err:
+        kube.delete(path)
+    assert (err.value.status, err.value.reason) == (404, "NotFound")
+    assert kube.delete(path, missing_ok=True) is None
+
+
+def test_delete_with_a_body_and_query_and_other_errors_raised_even_when_missing_ok(api, kube):
+    path = "/api/v1/namespaces/ns/pods"
+    api.answer(path, body={"kind": "PodList", "items": []})
+    api.answer(path, 403, body={"kind": "Status", "code": 403, "reason": "Forbidden", "message": "no"})
+    assert kube.delete(path, {"propagationPolicy": "Background"}, gracePeriodSeconds=0) == {"kind": "PodList",
+                                                                                            "items": []}
+    assert api.seen[0]["body"] == {"propagationPolicy": "Background"}
+    assert api.seen[0]["query"] == {"gracePeriodSeconds": "0"}
+    with pytest.raises(KubeError, match="HTTP 403: no"):
+        kube.delete(path, missing_ok=True)
