@@ -30,7 +30,7 @@ from typing import Any, Callable, Mapping
 from solver import InvalidInput, Node, Pod, PodGroup, PreemptionContext, Snapshot, VolumeInventory
 from solver.model import PODS
 
-from . import names
+from . import kinds, names
 from .convert import (
     ClaimInfo,
     ClaimRef,
@@ -38,6 +38,7 @@ from .convert import (
     PodGroupRecord,
     VolumeInfo,
     claim_from_json,
+    conditions_from_json,
     csinode_limits,
     disruption_budget,
     namespace_labels,
@@ -121,19 +122,21 @@ class InvalidPod:
 
 
 def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
+    """A pod as the cache keeps it: the solver's pod (cluster.convert) and what the cycle reads of its
+    object (cluster.kinds: owner, gates, phase, deletion), read once when its event arrives."""
     pod = pod_from_json(obj)
-    meta = obj.get("metadata") or {}
-    owner = next((o for o in meta.get("ownerReferences") or () if o.get("controller")), {})
+    view = kinds.pod(obj)
+    owner = view.meta.controller
     return PodRecord(
         pod=pod,
-        phase=str((obj.get("status") or {}).get("phase") or "Pending"),
-        owner_kind=str(owner.get("kind", "")),
-        owner_name=str(owner.get("name", "")),
-        gated=bool((obj.get("spec") or {}).get("schedulingGates")),
-        terminating=bool(meta.get("deletionTimestamp")),
+        phase=view.phase or "Pending",
+        owner_kind=owner.kind if owner else "",
+        owner_name=owner.name if owner else "",
+        gated=bool(view.gates),
+        terminating=view.meta.deleting,
         labels=pod.labels,
-        disrupted=any(c.get("type") == names.CONDITION_DISRUPTION_TARGET and c.get("status") == "True"
-                      for c in (obj.get("status") or {}).get("conditions") or ()),
+        disrupted=any(c.type == names.CONDITION_DISRUPTION_TARGET and c.status == "True"
+                      for c in conditions_from_json(obj)),
         claims=pod_claims(obj),
     )
 
