@@ -272,16 +272,19 @@ class LwsReconciler(Reconciler):
             return self._invalid_lws(lws, errors, write)
         sched = resolve_lws(raw)
         pods = self.lws_pods(lws)
-        leaders = {}
-        for pod in pods:
-            m = member(pod)
-            if m and m.leader and not pod.meta.deleting:
-                leaders[m.group_index] = m
+        leaders = {m.group_index: m for pod in pods if (m := member(pod)) and m.leader and not pod.meta.deleting}
         found = LwsResolution(pods=pods, sched=sched)
         workload = self._lws_workload(lws, sched, leaders, write)
         if workload is None:
             found.why = "the Workload is not created yet"
             return found
+        self._sync_podgroups(lws, workload, sched, leaders, found, write)
+        return found
+
+    def _sync_podgroups(self, lws: kinds.LeaderWorkerSet, workload: kinds.Workload, sched: LwsScheduling,
+                        leaders: dict[str, Member], found: LwsResolution, write: bool) -> None:
+        """The LWS's PodGroups as the guide's level wants them: created, minCount synced, and (but at
+        the whole-LWS level) those of replicas gone deleted."""
         existing = {g.meta.name: g for g in self._podgroups(lws.meta.namespace)
                     if g.workload_name == workload.meta.name and not _stale(g.meta, lws)}
         wanted = wanted_podgroups(lws, sched, leaders)
@@ -303,7 +306,6 @@ class LwsReconciler(Reconciler):
             for name, group in existing.items():
                 if name not in keep and group.meta.managed and not group.meta.deleting:
                     self._delete_podgroup(group)
-        return found
 
     def _invalid_lws(self, lws: kinds.LeaderWorkerSet, errors: list[str], write: bool) -> LwsResolution:
         return LwsResolution(why=self._invalid(lws, errors, write).why)  # the event, the metric
