@@ -68,7 +68,7 @@ class Kube:
 
     # -- plain requests ----------------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, query: list[tuple[str, Any]], content_type: str,
-              timeout: Any):
+              timeout: Any) -> kubernetes.client.rest.RESTResponse:
         """One request through the official client's pool and auth; the raw response, unread."""
         _, url, headers, payload, _ = self.api.param_serialize(
             method=method, resource_path=path, query_params=query,
@@ -112,9 +112,9 @@ class Kube:
         return self.request("DELETE", path, body)
 
     # -- list and watch ----------------------------------------------------------------------
-    def list_pages(self, path: str, limit: int = 500, **params: Any) -> tuple[list[dict], str]:
+    def list_pages(self, path: str, limit: int = 500, **params: Any) -> tuple[list[dict[str, Any]], str]:
         """All items of a collection, paginated; returns (items, resourceVersion of the list)."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         token = None
         while True:
             page = self.get(path, limit=limit, **({"continue": token} if token else {}), **params)
@@ -124,7 +124,7 @@ class Kube:
             if not token:
                 return items, str(meta.get("resourceVersion", ""))
 
-    def watch(self, path: str, resource_version: str, timeout_seconds: int = 300) -> Iterator[dict]:
+    def watch(self, path: str, resource_version: str, timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
         """Watch events (``{"type": ..., "object": {...}}``) from ``resource_version``, with
         bookmarks. Ends when the server closes the stream; raises KubeError on HTTP errors (410
         Gone arrives as an ERROR event whose object is a Status with code 410)."""
