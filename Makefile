@@ -15,7 +15,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 # code health (configuration in pyproject.toml): ruff over the whole tree (generated gRPC code
-# excluded), mypy --strict on solver/ and web/, the layering contracts
+# excluded), mypy --strict on solver/, cycle/, cluster/, controller/ and web/, the layering contracts
 RUFF_SCOPE   := .
 lint: install
 	$(VENV)/bin/ruff check $(RUFF_SCOPE)

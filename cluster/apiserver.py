@@ -144,7 +144,7 @@ class ApiServerBackend:
         for event in self.kube.watch(path, resource_version, timeout_seconds=240):
             if self._stop.is_set():
                 break
-            etype, obj = event.get("type"), event.get("object") or {}
+            etype, obj = event.get("type") or "", event.get("object") or {}
             if etype == "ERROR":
                 code = obj.get("code", 0)
                 raise KubeError("WATCH", path, int(code or 500), obj.get("message", ""))

@@ -25,7 +25,9 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, Sequence, TypeGuard
+
+import numpy as np
 
 from solver import InvalidInput, Node, Pod, PodGroup, PreemptionContext, Snapshot, VolumeInventory
 from solver.model import PODS
@@ -141,7 +143,7 @@ def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
     )
 
 
-def _placed(record: PodRecord | None) -> bool:
+def _placed(record: PodRecord | None) -> TypeGuard[PodRecord]:
     """Sits on a node for the snapshot's bound pods."""
     return record is not None and bool(record.pod.node) and record.active
 
@@ -174,7 +176,7 @@ class ClusterCache:
         # the nodes as a solver snapshot, rebuilt only when a node's record changes, and the usage
         # matrix aligned with it, kept incrementally, so a cycle's snapshot is one matrix copy
         self._base: Snapshot | None = None
-        self._used = None
+        self._used: np.ndarray | None = None
         # the bound pods as one tuple and the volume inventory, rebuilt only after a change to them
         self._bound: tuple[Pod, ...] | None = None
         self._inventory: VolumeInventory | None = None
@@ -203,7 +205,7 @@ class ClusterCache:
             listener(event)
         return True
 
-    def replace(self, kind: str, objects: list[Mapping[str, Any]]) -> None:
+    def replace(self, kind: str, objects: Sequence[Mapping[str, Any]]) -> None:
         """A full re-list: drop every record of ``kind`` not in ``objects``, apply the rest."""
         with self._lock:
             if kind == "Pod":
@@ -220,11 +222,13 @@ class ClusterCache:
         for obj in objects:
             self.apply(kind, "ADDED", obj)
 
-    def _store(self, kind: str) -> dict:
-        return {"Node": self.nodes, "PodGroup": self.podgroups, "Workload": self.workloads,
-                "PriorityClass": self.priority_classes, "PodDisruptionBudget": self.pdbs,
-                "PersistentVolumeClaim": self.claims, "PersistentVolume": self.persistent_volumes,
-                "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}[kind]
+    def _store(self, kind: str) -> dict[str, Any]:
+        stores: dict[str, dict[str, Any]] = {
+            "Node": self.nodes, "PodGroup": self.podgroups, "Workload": self.workloads,
+            "PriorityClass": self.priority_classes, "PodDisruptionBudget": self.pdbs,
+            "PersistentVolumeClaim": self.claims, "PersistentVolume": self.persistent_volumes,
+            "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}
+        return stores[kind]
 
     def _apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> tuple[str, Any]:
         """Apply one event under the lock: the object's key and its record (None once deleted)."""
@@ -240,17 +244,18 @@ class ClusterCache:
         if deleted:
             self._delete(kind, key)
             return key, None
+        record: Node | PodGroupRecord | int | Mapping[str, Any]
         if kind == "Node":
             record = node_from_json(obj)
             if self.nodes.get(key) != record:  # heartbeats change nothing phalanx reads
                 self._nodes_changed()
                 self.capacity_version += 1
         elif kind in STORAGE_KINDS:
-            record = STORAGE_KINDS[kind](obj)
+            stored = STORAGE_KINDS[kind](obj)
             previous = store.get(key)
-            store[key] = record
-            self._storage_changed(kind, previous, record)
-            return key, record
+            store[key] = stored
+            self._storage_changed(kind, previous, stored)
+            return key, stored
         elif kind == "PodGroup":
             record = podgroup_record(obj)  # read now, so a bad spec is skipped here, not mid-cycle
         elif kind == "PriorityClass":
@@ -388,18 +393,18 @@ class ClusterCache:
         slot[PODS] = slot.get(PODS, 0) + sign
         for r, amount in pod.spec.requests.items():
             slot[r] = slot.get(r, 0) + sign * amount
-        base = self._base
-        if base is not None:
+        base, used = self._base, self._used
+        if base is not None and used is not None:
             i = base.index.get(pod.node)
             if i is not None:
-                self._used[i, base.rindex[PODS]] += sign
+                used[i, base.rindex[PODS]] += sign
                 for r, amount in pod.spec.requests.items():
                     j = base.rindex.get(r)
                     if j is not None:
-                        self._used[i, j] += sign * amount
+                        used[i, j] += sign * amount
 
-    def _base_snapshot(self) -> Snapshot:
-        if self._base is None:
+    def _base_snapshot(self) -> tuple[Snapshot, np.ndarray]:
+        if self._base is None or self._used is None:  # (set together)
             base = Snapshot(list(self.nodes.values()))
             used = base.used.copy()
             for node, amounts in self.usage.items():
@@ -411,7 +416,7 @@ class ClusterCache:
                     if j is not None:
                         used[i, j] += amount
             self._base, self._used = base, used
-        return self._base
+        return self._base, self._used
 
     # -- reading -----------------------------------------------------------------------------
     def members(self, group_key: str) -> list[PodRecord]:
@@ -476,8 +481,8 @@ class ClusterCache:
         del with_bound
         extra = self.assumed_pods(assumed) if assumed else None
         with self._lock:
-            base = self._base_snapshot()
-            snapshot = base.with_used(self._used, self._bound_pods()).with_context(
+            base, used = self._base_snapshot()
+            snapshot = base.with_used(used, self._bound_pods()).with_context(
                 assumed=extra, namespaces=self.namespaces, volumes=self._volume_inventory())
         reserved = {n: a for n, a in (reserved or {}).items() if n in snapshot.index}
         return snapshot.with_usage(reserved) if reserved else snapshot

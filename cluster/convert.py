@@ -17,13 +17,12 @@ import json
 import re
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Mapping, NamedTuple
+from typing import Any, Callable, Mapping, NamedTuple, TypeVar, cast
 
 from solver import (
     DisruptionBudget,
     DisruptionMode,
     HostPort,
-    InvalidInput,
     LabelSelector,
     Node,
     NodeAffinity,
@@ -33,6 +32,7 @@ from solver import (
     PodGroup,
     PodSpec,
     Policy,
+    PreemptionPolicy,
     Requirement,
     SpreadConstraint,
     Taint,
@@ -40,12 +40,14 @@ from solver import (
     Toleration,
     effective_requests,
 )
+from solver import InvalidInput as InvalidInput  # re-exported: the controller catches it from here
 from solver.model import DEFAULT_PREFERENCES, HONOR, IGNORE, LABEL_SELECTOR_OPERATORS, SELECTOR_OPERATORS, WILDCARD_IP
 
 from . import names
 from .quantity import parse_quantity
 
 JSON = Mapping[str, Any]
+_Record = TypeVar("_Record")
 
 
 def _name(obj: JSON, kind: str) -> str:
@@ -64,7 +66,7 @@ def _mapping(value: Any, where: str) -> Mapping[str, Any]:
     raise InvalidInput(f"{where} must be an object, got {type(value).__name__}")
 
 
-def _list(value: Any, where: str) -> list:
+def _list(value: Any, where: str) -> list[Any]:
     if value is None:
         return []
     if isinstance(value, (list, tuple)):
@@ -108,7 +110,7 @@ def _items(value: Any, where: str) -> list[tuple[str, Mapping[str, Any]]]:
     return [(f"{where}[{i}]", _mapping(item, f"{where}[{i}]")) for i, item in enumerate(_list(value, where))]
 
 
-def _checked(where: str, build: Callable[..., Any], *args: Any) -> Any:
+def _checked(where: str, build: Callable[..., _Record], *args: Any) -> _Record:
     """A solver record built from ``args``; its own validation error is prefixed with ``where``."""
     try:
         return build(*args)
@@ -734,6 +736,11 @@ class GroupOwner(NamedTuple):
 LWS_LEVEL_WORDS = {"replica": "replica level", "whole": "whole-LWS level", "role": "role level"}
 
 
+def _lenient_mapping(value: Any) -> Mapping[str, Any]:
+    """``value`` when it is an object, else an empty one (for readers that never raise)."""
+    return value if isinstance(value, Mapping) else {}
+
+
 def podgroup_owner(obj: JSON) -> GroupOwner:
     """The PodGroup's controller owner; for a group phalanx made for a LeaderWorkerSet (the
     ``scheduling.phalanx.dev/lws-level`` annotation) also its level, role and replica, e.g.
@@ -741,19 +748,17 @@ def podgroup_owner(obj: JSON) -> GroupOwner:
     meta = obj.get("metadata") if isinstance(obj, Mapping) else None
     if not isinstance(meta, Mapping):
         return GroupOwner("", "")
-    refs = meta.get("ownerReferences") if isinstance(meta.get("ownerReferences"), list) else []
-    ref = next((o for o in refs if isinstance(o, Mapping) and o.get("controller") is True), None)
+    refs = meta.get("ownerReferences")
+    ref = next((o for o in refs if isinstance(o, Mapping) and o.get("controller") is True),
+               None) if isinstance(refs, list) else None
     if ref is None:
         return GroupOwner("", "")
     owner = GroupOwner(str(ref.get("kind") or ""), str(ref.get("name") or ""))
-    annotations = meta.get("annotations") if isinstance(meta.get("annotations"), Mapping) else {}
-    level = annotations.get(names.ANNOTATION_LWS_LEVEL)
+    level = _lenient_mapping(meta.get("annotations")).get(names.ANNOTATION_LWS_LEVEL)
     if owner.kind != "LeaderWorkerSet" or level not in LWS_LEVEL_WORDS:
         return owner
-    labels = meta.get("labels") if isinstance(meta.get("labels"), Mapping) else {}
-    index = labels.get(names.LABEL_LWS_GROUP_INDEX)
-    spec = obj.get("spec") if isinstance(obj.get("spec"), Mapping) else {}
-    ref_spec = spec.get("workloadRef") if isinstance(spec.get("workloadRef"), Mapping) else {}
+    index = _lenient_mapping(meta.get("labels")).get(names.LABEL_LWS_GROUP_INDEX)
+    ref_spec = _lenient_mapping(_lenient_mapping(obj.get("spec")).get("workloadRef"))
     words = LWS_LEVEL_WORDS[level]
     if level == "role":
         words += f", {ref_spec.get('templateName') or 'role'}"
@@ -864,6 +869,7 @@ def podgroup_of(record: PodGroupRecord, members: tuple[Pod, ...] = (),
         disruption_mode=spec.disruption_mode,
         priority=priority,
         created=record.created,
-        preemption_policy=spec.preemption_policy,
+        # the text as written: PodGroup converts it, and rejects a bad one naming the group
+        preemption_policy=cast(PreemptionPolicy, spec.preemption_policy),
         default_preference=record.default_preference,
     )

@@ -72,7 +72,7 @@ class Kube:
 
     # -- plain requests ----------------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, query: list[tuple[str, Any]], content_type: str,
-              timeout: Any):
+              timeout: Any) -> kubernetes.client.rest.RESTResponse:
         """One request through the official client's pool and auth; the raw response, unread."""
         _, url, headers, payload, _ = self.api.param_serialize(
             method=method, resource_path=path, query_params=query,
@@ -96,7 +96,7 @@ class Kube:
 
     def text(self, path: str, **params: Any) -> str:
         """GET of an endpoint that answers plain text (``/readyz``, ``/metrics``)."""
-        data = self._send("GET", path, None, _query(params), "application/json", self.timeout).read()
+        data: bytes = self._send("GET", path, None, _query(params), "application/json", self.timeout).read()
         return data.decode(errors="replace")
 
     def get(self, path: str, **params: Any) -> Any:
@@ -129,14 +129,14 @@ class Kube:
             raise
 
     # -- list and watch ----------------------------------------------------------------------
-    def list_items(self, path: str, **params: Any) -> list[dict]:
+    def list_items(self, path: str, **params: Any) -> list[dict[str, Any]]:
         """The items of a collection in one GET (no paging: for the small collections of tools
         and tests; the watch cache pages with :meth:`list_pages`)."""
         return self.get(path, **params).get("items") or []
 
-    def list_pages(self, path: str, limit: int = 500, **params: Any) -> tuple[list[dict], str]:
+    def list_pages(self, path: str, limit: int = 500, **params: Any) -> tuple[list[dict[str, Any]], str]:
         """All items of a collection, paginated; returns (items, resourceVersion of the list)."""
-        items: list[dict] = []
+        items: list[dict[str, Any]] = []
         token = None
         while True:
             page = self.get(path, limit=limit, **({"continue": token} if token else {}), **params)
@@ -146,7 +146,7 @@ class Kube:
             if not token:
                 return items, str(meta.get("resourceVersion", ""))
 
-    def watch(self, path: str, resource_version: str, timeout_seconds: int = 300) -> Iterator[dict]:
+    def watch(self, path: str, resource_version: str, timeout_seconds: int = 300) -> Iterator[dict[str, Any]]:
         """Watch events (``{"type": ..., "object": {...}}``) from ``resource_version``, with
         bookmarks. Ends when the server closes the stream; raises KubeError on HTTP errors (410
         Gone arrives as an ERROR event whose object is a Status with code 410)."""

@@ -11,10 +11,11 @@ only moves when :meth:`SimCluster.advance` is called.
 
 from __future__ import annotations
 
+import builtins
 import copy
 import itertools
 import threading
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import yaml
 
@@ -27,6 +28,9 @@ SIM_DURATION = "sim.phalanx.dev/duration-seconds"
 KINDS = (*CACHED_KINDS, "StatefulSet")
 CLUSTER_SCOPED = ("Node", "PriorityClass", "PersistentVolume", "StorageClass", "CSINode", "Namespace")
 
+#: A stored object: raw JSON the simulation owns and mutates in place.
+Object = dict[str, Any]
+
 
 class SimCluster:
     """In-memory cluster. Thread-safe; every change is pushed to the attached caches."""
@@ -35,13 +39,13 @@ class SimCluster:
 
     def __init__(self, cache: ClusterCache | None = None) -> None:
         self.cache = cache or ClusterCache()
-        self.objects: dict[tuple[str, str], dict] = {}  # (kind, ns/name) -> object
+        self.objects: dict[tuple[str, str], Object] = {}  # (kind, ns/name) -> object
         # indexes over ``objects``, kept by _index/_unindex: per kind, and owner uid -> dependents,
         # so listing a kind and collecting garbage do not scan every object (10,000s in the tests)
-        self._by_kind: dict[str, dict[str, dict]] = {}
+        self._by_kind: dict[str, dict[str, Object]] = {}
         self._dependents: dict[str, set[tuple[str, str]]] = {}
         self._owners_of: dict[tuple[str, str], tuple[str, ...]] = {}
-        self.events: list[dict] = []
+        self.events: list[Object] = []
         self.now = 0.0
         self.binding_delay = 0.0  # seconds of simulated time a binding takes (for the demo)
         self._uids = itertools.count(1)
@@ -56,8 +60,8 @@ class SimCluster:
         ns = meta.get("namespace")
         return f"{ns}/{meta['name']}" if ns else meta["name"]
 
-    def create(self, obj: Mapping[str, Any]) -> dict:
-        obj = copy.deepcopy(dict(obj))
+    def create(self, raw: Mapping[str, Any]) -> Object:
+        obj = copy.deepcopy(dict(raw))
         kind = obj.get("kind")
         if kind not in KINDS:
             raise WriteError(f"simulated cluster does not serve kind {kind!r}", 400)
@@ -82,15 +86,15 @@ class SimCluster:
                 self._reconcile_statefulset(obj)
         return obj
 
-    def get(self, kind: str, key: str) -> dict | None:
+    def get(self, kind: str, key: str) -> Object | None:
         with self._lock:
             return self.objects.get((kind, key))
 
-    def list(self, kind: str) -> list[dict]:
+    def list(self, kind: str) -> builtins.list[Object]:
         with self._lock:
             return list(self._by_kind.get(kind, {}).values())
 
-    def _index(self, key: tuple[str, str], obj: Mapping[str, Any]) -> None:
+    def _index(self, key: tuple[str, str], obj: Object) -> None:
         self._unown(key)
         self._by_kind.setdefault(key[0], {})[key[1]] = obj  # an update keeps its place: lists stay in creation order
         owners = tuple(str(ref.get("uid")) for ref in obj["metadata"].get("ownerReferences") or ()
@@ -112,7 +116,7 @@ class SimCluster:
                 if not deps:
                     del self._dependents[uid]
 
-    def update(self, kind: str, key: str, mutate) -> dict:
+    def update(self, kind: str, key: str, mutate: Callable[[Object], object]) -> Object:
         with self._lock:
             obj = self.objects.get((kind, key))
             if obj is None:
@@ -136,7 +140,7 @@ class SimCluster:
             for sts in self.list("StatefulSet"):
                 self._reconcile_statefulset(sts)
 
-    def load_yaml(self, text: str) -> list[dict]:
+    def load_yaml(self, text: str) -> builtins.list[Object]:
         """Create every object of a multi-document YAML manifest."""
         return [self.create(doc) for doc in yaml.safe_load_all(text) if doc]
 
@@ -146,7 +150,7 @@ class SimCluster:
 
     # -- generators -------------------------------------------------------------------------
     def add_nodes(self, zones: int, racks_per_zone: int, nodes_per_rack: int, gpus: int = 8,
-                  cpu: str = "64", memory: str = "512Gi", prefix: str = "node") -> list[str]:
+                  cpu: str = "64", memory: str = "512Gi", prefix: str = "node") -> builtins.list[str]:
         created = []
         for z in range(zones):
             for r in range(racks_per_zone):
@@ -178,7 +182,7 @@ class SimCluster:
             if ("Node", node) not in self.objects:
                 raise WriteError(f"node {node} not found", 404, "NotFound")
 
-            def assign(obj: dict) -> None:
+            def assign(obj: Object) -> None:
                 obj["spec"]["nodeName"] = node
                 obj["status"]["phase"] = "Running"
                 obj["status"]["conditions"] = [{"type": "PodScheduled", "status": "True"},
@@ -264,7 +268,8 @@ class SimCluster:
             elif ordered and not _ready(existing):
                 return
         for pod in self.list("Pod"):
-            owner = next((r for r in pod["metadata"].get("ownerReferences") or () if r.get("controller")), {})
+            owner: Mapping[str, Any] = next(
+                (r for r in pod["metadata"].get("ownerReferences") or () if r.get("controller")), {})
             if owner.get("uid") != sts["metadata"]["uid"]:
                 continue
             ordinal = pod["metadata"]["name"].rsplit("-", 1)[-1]
@@ -272,7 +277,7 @@ class SimCluster:
                 self.delete("Pod", self._key(pod))  # (a nested reconcile may have deleted it already)
 
     @staticmethod
-    def _sts_pod(sts: Mapping[str, Any], template: Mapping[str, Any], ordinal: int) -> dict:
+    def _sts_pod(sts: Mapping[str, Any], template: Mapping[str, Any], ordinal: int) -> Object:
         meta = copy.deepcopy(template.get("metadata") or {})
         meta.update(name=f"{sts['metadata']['name']}-{ordinal}", namespace=sts["metadata"]["namespace"],
                     ownerReferences=[{"apiVersion": "apps/v1", "kind": "StatefulSet",
@@ -282,7 +287,7 @@ class SimCluster:
                 "spec": copy.deepcopy(template.get("spec") or {"containers": []})}
 
 
-def _annotate(obj: dict, annotations: Mapping[str, str | None]) -> None:
+def _annotate(obj: Object, annotations: Mapping[str, str | None]) -> None:
     current = obj["metadata"].setdefault("annotations", {})
     for k, v in annotations.items():
         if v is None:

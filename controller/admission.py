@@ -26,7 +26,7 @@ from cluster import kinds
 from cluster.kinds import admission_response as response
 from cluster.kube import api_path
 
-from . import lws_admission, objects
+from . import lws, lws_admission, objects
 from .config import validate_statefulset
 from .objects import Flavor
 from .reconciler import Reconciler
@@ -36,7 +36,7 @@ __all__ = ["response", "review_statefulset", "PodMutator", "MSG_GROUP_PENDING"]
 MSG_GROUP_PENDING = "phalanx: pod of StatefulSet {ns}/{name} is held until its PodGroup exists: {why}"
 
 
-def review_statefulset(review: Mapping[str, Any]) -> dict:
+def review_statefulset(review: Mapping[str, Any]) -> dict[str, Any]:
     request = kinds.review_request(review)
     if request.operation not in ("CREATE", "UPDATE") or not request.object:
         return response(request, True)
@@ -58,7 +58,7 @@ class PodMutator:
         self.kick, self.wait, self.poll = kick, wait, poll
         self.lws = lws_admission.LwsMutator(kube, flavor, kick, wait, poll)
 
-    def review(self, review: Mapping[str, Any]) -> dict:
+    def review(self, review: Mapping[str, Any]) -> dict[str, Any]:
         request = kinds.review_request(review)
         if request.operation != "CREATE" or request.dry_run:
             return response(request, True)
@@ -66,7 +66,7 @@ class PodMutator:
         owner = pod.meta.controller
         if not owner or owner.kind != "StatefulSet" or not owner.api_version.startswith("apps/"):
             return response(request, True)
-        if lws_admission.lws.member(pod) is not None:
+        if lws.member(pod) is not None:
             return self.lws.review(request, pod)  # a LeaderWorkerSet's pod (controller.lws_admission)
         if pod.group:
             return response(request, True)  # already names a group: the user's choice stands

@@ -58,7 +58,7 @@ class SchedulingConfig:
 Owner = kinds.StatefulSet | kinds.LeaderWorkerSet
 
 
-def raw_scheduling(owner: Owner | Mapping[str, Any]) -> dict | None:
+def raw_scheduling(owner: Owner | Mapping[str, Any]) -> dict[str, Any] | None:
     """The user's ``spec.scheduling`` as written (field first, then the annotation), or None; of a
     StatefulSet or LeaderWorkerSet (raw JSON is read as a StatefulSet)."""
     owner = kinds.workload_owner(owner)
@@ -148,7 +148,7 @@ def _validate_claims(claims: Any) -> list[str]:
     errors = []
     if len(claims) > MAX_RESOURCE_CLAIMS:
         errors.append(f"{path}: Too many: {len(claims)}: must have at most {MAX_RESOURCE_CLAIMS} items")
-    seen: set[str] = set()
+    seen: set[object] = set()  # the names as written, not yet known to be strings
     for i, claim in enumerate(claims):
         if not isinstance(claim, dict):
             errors.append(f"{path}[{i}]: Invalid value: must be an object")

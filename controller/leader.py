@@ -70,7 +70,7 @@ class LeaderElector(threading.Thread):
                 return
             self._halt.wait(self.retry_period)
 
-    def _spec(self, transitions: int, acquire_time: str | None, now: str | None = None) -> dict:
+    def _spec(self, transitions: int, acquire_time: str | None, now: str | None = None) -> dict[str, Any]:
         now = now or _micro_time()
         return {"holderIdentity": self.identity, "leaseDurationSeconds": max(1, round(self.lease_duration)),
                 "acquireTime": acquire_time or now, "renewTime": now, "leaseTransitions": transitions}

@@ -35,7 +35,7 @@ lifts it.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from cluster import kinds, names
 from cluster.kube import KubeError, api_path
@@ -172,7 +172,8 @@ def template_min_counts(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Me
     return {TEMPLATE_REPLICA: size(lws)}
 
 
-def compile_workload(lws: LWS, sched: LwsScheduling, flavor: objects.Flavor, leaders: Mapping[str, Member]) -> dict:
+def compile_workload(lws: LWS, sched: LwsScheduling, flavor: objects.Flavor,
+                     leaders: Mapping[str, Member]) -> dict[str, Any]:
     meta = kinds.leaderworkerset(lws).meta
     counts = template_min_counts(lws, sched, leaders)
     return kinds.object_json(
@@ -215,7 +216,7 @@ def wanted_podgroups(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Membe
 
 
 def compile_podgroup(lws: LWS, workload: kinds.Workload | Mapping[str, Any], wanted: Wanted, level: str,
-                     flavor: objects.Flavor) -> dict:
+                     flavor: objects.Flavor) -> dict[str, Any]:
     lws, workload = kinds.leaderworkerset(lws), kinds.workload(workload)
     template = workload.template(wanted.template)
     if template is None:
@@ -236,9 +237,9 @@ class LwsResolution:
     """What a sync found: the LWS's PodGroups by name (created or existing, as the API returned
     them), its pods (kinds.Pod), or why not."""
 
-    groups: dict = field(default_factory=dict)
-    created: set = field(default_factory=set)  # names of the PodGroups this sync created
-    pods: list = field(default_factory=list)
+    groups: dict[str, Mapping[str, Any]] = field(default_factory=dict)
+    created: set[str] = field(default_factory=set)  # names of the PodGroups this sync created
+    pods: list[kinds.Pod] = field(default_factory=list)
     why: str = ""
     sched: LwsScheduling | None = None
 
@@ -364,7 +365,8 @@ class LwsReconciler(Reconciler):
         return True, bool(found.created)
 
 
-def complete(group: kinds.PodGroup | Mapping[str, Any], pods: list, flavor: objects.Flavor) -> bool:
+def complete(group: kinds.PodGroup | Mapping[str, Any], pods: Sequence[kinds.Pod | Mapping[str, Any]],
+             flavor: objects.Flavor) -> bool:
     """A gang's pods are released together, once minCount of them exist (LWS creates a replica's
     leader before its workers): kube-scheduler then takes them as one group, and none is parked as
     "waiting for members". Beyond minCount (a surge or replacement replica while the running pods

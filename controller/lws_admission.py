@@ -38,7 +38,7 @@ from .lws_config import LEVEL_WHOLE, resolve_lws, validate_lws
 MSG_WHOLE_PENDING = "phalanx: pod of LeaderWorkerSet {ns}/{name} is held until its PodGroup {group} exists"
 
 
-def review_leaderworkerset(review: Mapping[str, Any]) -> dict:
+def review_leaderworkerset(review: Mapping[str, Any]) -> dict[str, Any]:
     request = kinds.review_request(review)
     if request.operation not in ("CREATE", "UPDATE") or not request.object:
         return response(request, True)
@@ -51,7 +51,7 @@ def new_incarnation() -> str:
     return "".join(secrets.choice(naming.SAFE_ALPHABET) for _ in range(lws.INCARNATION_LENGTH))
 
 
-def _label_op(key: str, value: str) -> dict:
+def _label_op(key: str, value: str) -> dict[str, Any]:
     return {"op": "add", "path": kinds.json_pointer("metadata", "labels", key), "value": value}
 
 
@@ -67,7 +67,8 @@ class LwsMutator:
     def _kick(self, ns: str, name: str, delay: float) -> None:
         self.kick(f"{lws.KEY_PREFIX}{ns}", name, delay)
 
-    def review(self, request: kinds.AdmissionRequest | Mapping[str, Any], pod: kinds.Pod | Mapping[str, Any]) -> dict:
+    def review(self, request: kinds.AdmissionRequest | Mapping[str, Any],
+               pod: kinds.Pod | Mapping[str, Any]) -> dict[str, Any]:
         """Admit ``pod``, the object of ``request`` (an AdmissionReview's request field)."""
         request, pod = kinds.admission_request(request), kinds.pod(pod)
         me = lws.member(pod)
@@ -88,7 +89,7 @@ class LwsMutator:
         if errors:
             return response(request, True, warnings=[f"phalanx: pod not in a PodGroup: {'; '.join(errors)}"])
         sched = resolve_lws(raw)
-        extra: list[dict] = []
+        extra: list[dict[str, Any]] = []
         if sched.level == LEVEL_WHOLE:
             group = lws.whole_podgroup_name(obj)
             if not self._await_group(ns, me.lws, group, obj):

@@ -80,7 +80,7 @@ class LwsScheduling:
         return any(c.gang for _, c in self.units)
 
 
-def _with_default(block: Mapping[str, Any]) -> dict:
+def _with_default(block: Mapping[str, Any]) -> dict[str, Any]:
     """The block as resolved: no ``schedulingPolicy`` means a gang (the guide's default)."""
     out = dict(block)
     out.setdefault("schedulingPolicy", {"gang": {}})

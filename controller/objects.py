@@ -68,7 +68,7 @@ def min_count(sts: kinds.StatefulSet | Mapping[str, Any]) -> int:
     return max(1, replicas(sts))
 
 
-def template_fields(config: SchedulingConfig, sts: kinds.StatefulSet | Mapping[str, Any]) -> dict:
+def template_fields(config: SchedulingConfig, sts: kinds.StatefulSet | Mapping[str, Any]) -> dict[str, Any]:
     """The fields a PodGroupTemplate carries for this StatefulSet (the PodGroup snapshots them),
     with the pod template's priorityClassName (as upstream's Job integration does): the group's
     priority is its pods'."""
@@ -76,20 +76,21 @@ def template_fields(config: SchedulingConfig, sts: kinds.StatefulSet | Mapping[s
     return policy_fields(config, min_count(sts), sts.template.priority_class)
 
 
-def policy_fields(config: SchedulingConfig, gang_min_count: int, priority_class: str = "") -> dict:
+def policy_fields(config: SchedulingConfig, gang_min_count: int, priority_class: str = "") -> dict[str, Any]:
     """A PodGroupTemplate's fields for ``config``, a gang's minCount given."""
     return kinds.group_fields_json(gang_min_count if config.gang else None, config.topology_keys,
                                    config.disruption_mode, config.resource_claims, priority_class)
 
 
-def managed_metadata(name: str, namespace: str, owners: list[dict], labels: Mapping[str, str] | None = None,
-                     annotations: Mapping[str, str] | None = None, finalizers: tuple[str, ...] = ()) -> dict:
+def managed_metadata(name: str, namespace: str, owners: list[dict[str, Any]], labels: Mapping[str, str] | None = None,
+                     annotations: Mapping[str, str] | None = None, finalizers: tuple[str, ...] = ()) -> dict[str, Any]:
     """The metadata of an object phalanx creates: the managed-by annotation besides ``annotations``."""
     return kinds.metadata_json(name, namespace, owners, labels,
                                {names.ANNOTATION_MANAGED_BY: names.MANAGED_BY_VALUE, **(annotations or {})}, finalizers)
 
 
-def compile_workload(sts: kinds.StatefulSet | Mapping[str, Any], config: SchedulingConfig, flavor: Flavor) -> dict:
+def compile_workload(sts: kinds.StatefulSet | Mapping[str, Any], config: SchedulingConfig,
+                     flavor: Flavor) -> dict[str, Any]:
     sts = kinds.statefulset(sts)
     meta = sts.meta
     return kinds.object_json(
@@ -115,7 +116,7 @@ class GroupOverrides:
 def compile_podgroup(sts: Owner | Mapping[str, Any], workload: kinds.Workload | Mapping[str, Any],
                      template: kinds.GroupTemplate | Mapping[str, Any], flavor: Flavor, owns_workload: bool,
                      parent_composite: str | None = None, owner: tuple[str, str] = (STS_API_VERSION, "StatefulSet"),
-                     overrides: GroupOverrides = GroupOverrides()) -> dict:
+                     overrides: GroupOverrides = GroupOverrides()) -> dict[str, Any]:
     """The PodGroup instantiated from ``template`` of ``workload`` (a snapshot of its fields).
     ``sts`` is its controller, of kind ``owner`` (apiVersion, kind)."""
     owner_meta = kinds.workload_owner(sts).meta
@@ -142,7 +143,7 @@ def gang_min_count(fields: kinds.GroupFields | Mapping[str, Any]) -> int | None:
 
 
 def min_count_patch(path_to_fields: str, current: kinds.GroupFields | Mapping[str, Any],
-                    target: int) -> list[dict] | None:
+                    target: int) -> list[dict[str, Any]] | None:
     """A JSON patch setting gang minCount at ``path_to_fields``, or None when nothing changes
     (Basic, or already in sync). The ``test`` op makes a concurrent change fail, not clobber."""
     value = gang_min_count(current)
@@ -156,7 +157,7 @@ def min_count_patch(path_to_fields: str, current: kinds.GroupFields | Mapping[st
 
 def pod_patch(pod: kinds.Pod | Mapping[str, Any], podgroup: kinds.PodGroup | kinds.Meta | Mapping[str, Any],
               flavor: Flavor,
-              shared: tuple["SharedClaim", ...] = (), owned: bool = True) -> list[dict]:
+              shared: tuple["SharedClaim", ...] = (), owned: bool = True) -> list[dict[str, Any]]:
     """JSON patch for a new pod: its PodGroup reference, an ownerReference to the PodGroup (not with
     ``owned`` False: the PodGroup need not exist yet), the ``podgroup-sync`` scheduling gate (lifted
     by the reconciler once minCount is in sync and the shared claims exist), and its exactly
@@ -164,7 +165,7 @@ def pod_patch(pod: kinds.Pod | Mapping[str, Any], podgroup: kinds.PodGroup | kin
     pod = kinds.pod(pod)
     group_meta = podgroup if isinstance(podgroup, kinds.Meta) else kinds.podgroup(podgroup).meta
     group = group_meta.name
-    ops: list[dict] = []
+    ops: list[dict[str, Any]] = []
     if flavor.builtin:
         ops.append({"op": "add", "path": "/spec/schedulingGroup", "value": {"podGroupName": group}})
     elif pod.meta.labels:
@@ -190,7 +191,7 @@ def has_sync_gate(pod: kinds.Pod | Mapping[str, Any]) -> bool:
     return names.GATE_PODGROUP_SYNC in kinds.pod(pod).gate_names
 
 
-def ungate_patch(pod: kinds.Pod | Mapping[str, Any]) -> list[dict]:
+def ungate_patch(pod: kinds.Pod | Mapping[str, Any]) -> list[dict[str, Any]]:
     """JSON patch removing the sync gate (gates may only be removed after creation)."""
     pod = kinds.pod(pod)
     gates = [dict(g) for g in pod.gates]
@@ -242,7 +243,7 @@ def shared_claims(podgroup: kinds.PodGroup | Mapping[str, Any], configured: Any,
 
 
 def compile_claim(podgroup: kinds.PodGroup | Mapping[str, Any], shared: SharedClaim,
-                  template: kinds.ClaimTemplate | Mapping[str, Any], flavor: Flavor) -> dict:
+                  template: kinds.ClaimTemplate | Mapping[str, Any], flavor: Flavor) -> dict[str, Any]:
     """The ResourceClaim for ``shared`` from its ResourceClaimTemplate: the template's
     ``spec.spec`` and its labels and annotations, plus phalanx's marks, owned by the PodGroup."""
     group = kinds.podgroup(podgroup).meta
@@ -257,7 +258,7 @@ def compile_claim(podgroup: kinds.PodGroup | Mapping[str, Any], shared: SharedCl
     }, copy.deepcopy(dict(template.spec)))
 
 
-def claim_patch(pod: kinds.Pod | Mapping[str, Any], shared: tuple[SharedClaim, ...]) -> list[dict]:
+def claim_patch(pod: kinds.Pod | Mapping[str, Any], shared: tuple[SharedClaim, ...]) -> list[dict[str, Any]]:
     """JSON patch pointing the pod's claim entries at the PodGroup's claims. Only an exact match is
     rewritten: same ``name`` and ``resourceClaimTemplateName`` equal to the group entry's template
     (and no ``resourceClaimName``); every other entry stays a per-pod claim."""

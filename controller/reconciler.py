@@ -35,7 +35,7 @@ from __future__ import annotations
 import logging
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping, Protocol
+from typing import Any, Callable, Mapping, NoReturn, Protocol, Sequence
 
 from cluster import kinds, names
 from cluster.kinds import selector_query as label_selector
@@ -67,8 +67,8 @@ class Resolution:
     why: str = ""
     has_pods: bool = False
     pending: bool = False  # the leader is expected to create what is missing
-    pods: list = field(default_factory=list)  # the StatefulSet's pods as listed during the sync (kinds.Pod)
-    claims: tuple = ()  # objects.SharedClaim: the PodGroup's claims phalanx provides (see ensure_claims)
+    pods: list[kinds.Pod] = field(default_factory=list)  # the StatefulSet's pods as listed during the sync
+    claims: tuple[objects.SharedClaim, ...] = ()  # the PodGroup's claims phalanx provides (see ensure_claims)
 
 
 class CreationFailed(RuntimeError):
@@ -85,8 +85,8 @@ class Repair:
     """What ``repair_unstamped`` did: ``deleted`` unbound unstamped pods (names), ``bound`` unstamped
     pods left in place and reported, ``deferred`` unbound ones not deleted this time (backoff)."""
 
-    deleted: list = field(default_factory=list)
-    bound: list = field(default_factory=list)
+    deleted: list[str] = field(default_factory=list)
+    bound: list[str] = field(default_factory=list)
     deferred: int = 0
 
 
@@ -131,8 +131,9 @@ class Reconciler:
         self._created_lock = threading.Lock()
 
     # -- reads -----------------------------------------------------------------------------------
-    def _list(self, resource_path: str) -> list[dict]:
-        return self.kube.list_pages(resource_path)[0]
+    def _list(self, resource_path: str) -> list[dict[str, Any]]:
+        items: list[dict[str, Any]] = self.kube.list_pages(resource_path)[0]
+        return items
 
     def _workloads(self, namespace: str) -> list[kinds.Workload]:
         return [kinds.workload(w) for w in self._list(self.flavor.path("workloads", namespace))]
@@ -311,7 +312,7 @@ class Reconciler:
         if not self._alive(owner):  # a deleted StatefulSet (stale cache, queued key) gets nothing new
             raise StatefulSetGone(f"StatefulSet {ns}/{owner.meta.name} is gone or being deleted")
         try:
-            created = self.kube.create(self.flavor.path(resource, ns), body)
+            created: Mapping[str, Any] = self.kube.create(self.flavor.path(resource, ns), body)
         except KubeError as err:
             self.on_creation_error()
             self.recorder.event(owner, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED,
@@ -325,7 +326,8 @@ class Reconciler:
                 del self._created[next(iter(self._created))]
         return created
 
-    def ensure_claims(self, sts: kinds.StatefulSet, podgroup: kinds.PodGroup, shared: tuple) -> None:
+    def ensure_claims(self, sts: kinds.StatefulSet, podgroup: kinds.PodGroup,
+                      shared: tuple[objects.SharedClaim, ...]) -> None:
         """Create the PodGroup's shared ResourceClaims that do not exist yet (KEP-6277 story 4 where
         the cluster lacks KEP-5729's PodGroup-level claims; see ``objects.shared_claims``).
 
@@ -349,7 +351,8 @@ class Reconciler:
                 self._claim_failed(sts, f"ResourceClaim {claim.claim} exists and is not owned by PodGroup "
                                         f"{meta.name}; pods stay gated")
 
-    def _create_claim(self, sts: kinds.StatefulSet, podgroup: kinds.PodGroup, claim: Any) -> Mapping[str, Any]:
+    def _create_claim(self, sts: kinds.StatefulSet, podgroup: kinds.PodGroup,
+                      claim: objects.SharedClaim) -> Mapping[str, Any]:
         ns = podgroup.meta.namespace
         template = self.kube.get_or_none(api_path(names.RESOURCE_API_VERSION, "resourceclaimtemplates", ns,
                                                   claim.template))
@@ -358,10 +361,12 @@ class Reconciler:
                                     "not found; pods stay gated")
         body = objects.compile_claim(podgroup, claim, kinds.claim_template(template), self.flavor)
         try:
-            created = self.kube.create(api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns), body)
+            created: Mapping[str, Any] = self.kube.create(api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns),
+                                                          body)
         except KubeError as err:
             if err.status == 409:  # created meanwhile: whose it is decides
-                found = self.kube.get_or_none(api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns, claim.claim))
+                found: Mapping[str, Any] | None = self.kube.get_or_none(
+                    api_path(names.RESOURCE_API_VERSION, "resourceclaims", ns, claim.claim))
                 if found is not None:
                     return found
             self._claim_failed(sts, f"creating ResourceClaim {claim.claim}: {err}")
@@ -370,7 +375,7 @@ class Reconciler:
                             f"{podgroup.meta.name} from ResourceClaimTemplate {claim.template}")
         return created
 
-    def _claim_failed(self, sts: kinds.StatefulSet, why: str) -> None:
+    def _claim_failed(self, sts: kinds.StatefulSet, why: str) -> NoReturn:
         self.recorder.event(sts, "Warning", names.EVENT_RESOURCECLAIM_FAILED, why)
         raise CreationFailed(why)
 
@@ -381,12 +386,14 @@ class Reconciler:
         if patch is None:
             return obj
         try:
-            return self.kube.patch(self.flavor.path(resource, meta.namespace, meta.name), patch, JSON_PATCH)
+            patched: Mapping[str, Any] = self.kube.patch(self.flavor.path(resource, meta.namespace, meta.name), patch,
+                                                         JSON_PATCH)
+            return patched
         except KubeError as err:
             raise CreationFailed(f"syncing minCount of {_KINDS[resource]} {meta.name}: {err}") from err
 
     def release_pods(self, owner: Owner | Mapping[str, Any], podgroup: kinds.PodGroup | Mapping[str, Any],
-                     pods: list | None = None) -> int:
+                     pods: Sequence[kinds.Pod | Mapping[str, Any]] | None = None) -> int:
         """Lift the sync gate from the owner's pods in ``podgroup`` (minCount is in sync); ``pods``:
         the owner's pods when just listed (raw JSON or ``kinds.Pod``)."""
         released = 0

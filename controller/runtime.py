@@ -97,7 +97,7 @@ class WorkQueue:
         with self._cond:
             n = self._failures.get(key, 0)
             self._failures[key] = n + 1
-            delay = min(self.max_delay, self.base_delay * 2 ** n)
+            delay: float = min(self.max_delay, self.base_delay * 2 ** n)
             self._finish(key, delay)
             return delay
 
@@ -118,7 +118,7 @@ class Watcher(threading.Thread):
     and on any error (after a pause)."""
 
     def __init__(self, kube: Any, path: str, handle: Callable[[str, Mapping[str, Any]], None], halt: threading.Event,
-                 on_list: Callable[[list[dict]], None] | None = None):
+                 on_list: Callable[[list[dict[str, Any]]], None] | None = None):
         super().__init__(name=f"watch {path}", daemon=True)
         self.kube, self.path, self.handle, self.halt = kube, path, handle, halt
         self.on_list = on_list  # told the whole list first: what it lacks is gone (missed DELETEDs)
@@ -165,7 +165,7 @@ class EventRecorder:
         self._recent: dict[str, dict[tuple[str, str], float]] = {}  # uid -> (reason, message) -> sent at
         self._swept = time.monotonic()
         self._lock = threading.Lock()
-        self._outbox: queue.SimpleQueue[tuple[kinds.Meta, str, dict]] = queue.SimpleQueue()
+        self._outbox: queue.SimpleQueue[tuple[kinds.Meta, str, dict[str, Any]]] = queue.SimpleQueue()
         threading.Thread(target=self._post_loop, name="events", daemon=True).start()
 
     def _post_loop(self) -> None:
@@ -290,7 +290,7 @@ class Controller:
             self._known_lws.add(key)
         self.queue.add(key)
 
-    def _on_leaderworkerset_list(self, items: list[dict]) -> None:
+    def _on_leaderworkerset_list(self, items: list[dict[str, Any]]) -> None:
         with self._state_lock:
             self._known_lws = {lws.lws_key(m.namespace, m.name) for m in _metas(items, "LeaderWorkerSet")}
 
@@ -310,11 +310,11 @@ class Controller:
             self._forget_state(key, old)  # replaced under the same name
         self.queue.add(key)
 
-    def _on_statefulset_list(self, items: list[dict]) -> None:
+    def _on_statefulset_list(self, items: list[dict[str, Any]]) -> None:
         """A (re-)list: StatefulSets it lacks were deleted while the watch was down."""
-        listed = {(m.namespace, m.name): m.uid or None for m in _metas(items, "StatefulSet")}
+        listed = {m.key: m.uid or None for m in _metas(items, "StatefulSet")}
         with self._state_lock:
-            gone = [(k, uid) for k, uid in self._known.items() if listed.get(tuple(k.split("/", 1))) != uid]
+            gone = [(k, uid) for k, uid in self._known.items() if listed.get(k) != uid]
         for key, uid in gone:
             self._forget(key, uid)
 
@@ -338,7 +338,7 @@ class Controller:
             self._unstamped_bound.pop(key, None)
         self.recorder.forget(uid)
 
-    def _on_scheduling_list(self, resource: str, items: list[dict]) -> None:
+    def _on_scheduling_list(self, resource: str, items: list[dict[str, Any]]) -> None:
         self.reconciler.prune_created(resource, {m.uid for m in _metas(items, resource)})
 
     def _on_scheduling_object(self, kind: str, obj: Mapping[str, Any]) -> None:
@@ -463,5 +463,5 @@ class Controller:
             self.queue.add(key, max(0.0, allowed_at - now))
 
 
-def _metas(items: list[dict], kind: str) -> list[kinds.Meta]:
+def _metas(items: list[dict[str, Any]], kind: str) -> list[kinds.Meta]:
     return [kinds.meta_of(o, kind) for o in items]

@@ -29,7 +29,7 @@ from web import BadBody, Listener, RequestMetrics, add_health_routes, json_endpo
 from .admission import review_statefulset
 from .lws_admission import review_leaderworkerset
 
-Review = Callable[[Mapping[str, Any]], dict]
+Review = Callable[[Mapping[str, Any]], dict[str, Any]]
 
 MAX_BODY = 8 << 20  # AdmissionReviews of large pods stay far below this
 #: A pod admission may wait up to a few seconds for its PodGroup (``PodMutator.wait``) and must not
@@ -50,7 +50,13 @@ def checked(review: Any) -> Mapping[str, Any]:
         review_request(review)
     except MalformedObject as err:
         raise BadBody(f"not an AdmissionReview: {err}") from None
-    return review  # type: ignore[no-any-return]  # the review, checked; each handler reads its kind
+    body: Mapping[str, Any] = review  # checked: each handler reads its own kind from it
+    return body
+
+
+def _checked_by(review: Review) -> Callable[[Any], dict[str, Any]]:
+    """``review`` of a body checked to be an AdmissionReview first."""
+    return lambda body: review(checked(body))
 
 
 def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None) -> Flask:
@@ -62,7 +68,7 @@ def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None) -
     routes: dict[str, Review] = {"validate-statefulsets": review_statefulset, "mutate-pods": mutate_pod,
                                  "validate-leaderworkersets": review_leaderworkerset}
     for name, review in routes.items():
-        json_endpoint(app, f"/{name}", name, lambda body, review=review: review(checked(body)), metrics)
+        json_endpoint(app, f"/{name}", name, _checked_by(review), metrics)
     add_health_routes(app, (registry,), healthy="ok")
     return app
 
