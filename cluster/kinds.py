@@ -135,6 +135,7 @@ class Meta:
         ctrl = self.controller
         return None if ctrl is None else ctrl.uid
 
+    # the rule's one home (docs/design.md: KEP-6277/foreign-objects)
     @property
     def managed(self) -> bool:
         """Created by phalanx (the managed-by annotation), not by a user or a parent controller."""

@@ -77,6 +77,7 @@ class PodMutator:
             return response(request, True)  # a predecessor's pod: not ours to stamp
         deadline = time.monotonic() + self.wait
         delay = self.poll
+        # the rule's one home (docs/design.md: KEP-6277/no-pod-outside-group)
         while True:
             found = self.reconciler.sync(sts, write=False)
             if found.podgroup is not None:

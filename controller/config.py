@@ -61,6 +61,7 @@ Owner = kinds.StatefulSet | kinds.LeaderWorkerSet
 def raw_scheduling(owner: Owner | Mapping[str, Any]) -> dict[str, Any] | None:
     """The user's ``spec.scheduling`` as written (field first, then the annotation), or None; of a
     StatefulSet or LeaderWorkerSet (raw JSON is read as a StatefulSet)."""
+    # the rule's one home (docs/design.md: KEP-6277/opt-in)
     owner = kinds.workload_owner(owner)
     spec_value = owner.scheduling
     if spec_value is not None:
@@ -83,6 +84,7 @@ def raw_scheduling(owner: Owner | Mapping[str, Any]) -> dict[str, Any] | None:
 
 def resolve(raw: Mapping[str, Any]) -> SchedulingConfig:
     """The configuration the controller compiles (assumes ``validate_scheduling`` found no errors)."""
+    # the rule's one home (docs/design.md: KEP-6277/empty-is-basic)
     policy = raw.get("schedulingPolicy") or {}
     topology = (raw.get("schedulingConstraints") or {}).get("topology") or []
     mode = raw.get("disruptionMode") or {}
@@ -107,6 +109,7 @@ def _one_of(value: Any, keys: tuple[str, ...], path: str) -> list[str]:
 
 def validate_scheduling(raw: Mapping[str, Any]) -> list[str]:
     """Structural and semantic rules of the building blocks (KEP-6089/KEP-5729/KEP-5710)."""
+    # these rules' one home (docs/design.md: KEP-6277/no-user-min-count, KEP-6277/disruption-all-needs-gang)
     errors: list[str] = []
     known = {"schedulingPolicy", "schedulingConstraints", "disruptionMode", "resourceClaims"}
     if unknown := sorted(set(raw) - known):
@@ -140,6 +143,7 @@ def validate_scheduling(raw: Mapping[str, Any]) -> list[str]:
 
 
 def _validate_claims(claims: Any) -> list[str]:
+    # the rule's one home (docs/design.md: KEP-6277/claims-limit)
     if claims is None:
         return []
     path = "spec.scheduling.resourceClaims"
@@ -172,6 +176,8 @@ def validate_statefulset(sts: kinds.StatefulSet | Mapping[str, Any],
 
     Returns (errors, warnings). A StatefulSet without scheduling is valid unless an update adds it.
     """
+    # these rules' one home (docs/design.md: KEP-6277/gang-needs-parallel, KEP-6277/no-partition)
+    # these rules' one home too (docs/design.md: KEP-6277/scheduling-immutable)
     sts = kinds.statefulset(sts)
     old = None if old is None else kinds.statefulset(old)
     try:
@@ -195,6 +201,7 @@ def validate_statefulset(sts: kinds.StatefulSet | Mapping[str, Any],
 
 def claim_warnings(raw: Mapping[str, Any], template_claims: tuple[kinds.ClaimEntry, ...]) -> list[str]:
     """A warning per shared claim the pod template does not consume (same name and same source)."""
+    # the rule's one home (docs/design.md: KEP-6277/unused-claim-warning)
     warnings = []
     for i, claim in enumerate(raw.get("resourceClaims") or []):
         if not isinstance(claim, dict) or not any(_same_claim(claim, t) for t in template_claims):

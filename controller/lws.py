@@ -139,6 +139,7 @@ def whole_podgroup_name(lws: LWS) -> str:
 def replica_podgroup_name(lws: LWS, incarnation: str, group_index: str, revision: str,
                           role: str | None = None) -> str:
     """``<lws>-<uid-hash>.<incarnation>-<group-index>[-<role>]-<revision>``, at most 63 characters."""
+    # the rule's one home (docs/design.md: LWS/incarnation-name)
     meta = kinds.leaderworkerset(lws).meta
     tail = f"{naming.name_hash(meta.uid)}.{incarnation}-{group_index}" + (f"-{role}" if role else "")
     return naming.fair_join([meta.name], f"{tail}-{revision}" if revision else tail, naming.MAX_LABEL)
@@ -159,12 +160,14 @@ def podgroup_for(lws: LWS, sched: LwsScheduling, pod: Member) -> str | None:
 def whole_min_count(lws: LWS, leaders: Mapping[str, Member]) -> int:
     """The guide's rollout rule: replicas the rollout has not replaced yet count with their
     previous size (their leader's), the others (and missing ones) with the current size."""
+    # the rule's one home (docs/design.md: LWS/whole-level)
     current = size(lws)
     total = sum((leaders[str(i)].size or current) if str(i) in leaders else current for i in range(replicas(lws)))
     return max(1, total)
 
 
 def template_min_counts(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Member]) -> dict[str, int]:
+    # the rule's one home (docs/design.md: LWS/template-min-counts)
     if sched.level == LEVEL_WHOLE:
         return {TEMPLATE_WHOLE: whole_min_count(lws, leaders)}
     if sched.level == LEVEL_ROLE:
@@ -197,6 +200,7 @@ class Wanted:
 
 
 def wanted_podgroups(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Member]) -> list[Wanted]:
+    # these rules' one home (docs/design.md: LWS/replica-level, LWS/role-level)
     if sched.level == LEVEL_WHOLE:
         return [Wanted(whole_podgroup_name(lws), TEMPLATE_WHOLE, whole_min_count(lws, leaders))]
     out = []
@@ -261,6 +265,7 @@ class LwsReconciler(Reconciler):
                                                            labelSelector=f"{names.LABEL_LWS_NAME}={meta.name}")[0]]
 
     def sync_lws(self, lws: LWS, write: bool = True) -> LwsResolution:
+        # these rules' one home (docs/design.md: LWS/opt-in, LWS/stale-podgroups-deleted)
         lws = kinds.leaderworkerset(lws)
         try:
             raw = raw_scheduling(lws)
@@ -349,6 +354,7 @@ class LwsReconciler(Reconciler):
         PodGroup is in sync. Returns (the LWS exists, reconcile again shortly): a PodGroup created
         by this sync has its pods released by the next one, so that every watcher (phalanx serve's
         cache above all) has seen the PodGroup before kube-scheduler sees its pods."""
+        # the rule's one home (docs/design.md: LWS/workload-first)
         raw = self.kube.get_or_none(lws_path(namespace, name))
         if raw is None:
             return False, False

@@ -70,6 +70,7 @@ class LwsMutator:
     def review(self, request: kinds.AdmissionRequest | Mapping[str, Any],
                pod: kinds.Pod | Mapping[str, Any]) -> dict[str, Any]:
         """Admit ``pod``, the object of ``request`` (an AdmissionReview's request field)."""
+        # these rules' one home (docs/design.md: LWS/incarnation, LWS/pod-names-podgroup)
         request, pod = kinds.admission_request(request), kinds.pod(pod)
         me = lws.member(pod)
         ns = request.namespace or pod.meta.namespace
@@ -114,6 +115,7 @@ class LwsMutator:
         return response(request, True, patch=extra + stamp)
 
     def _await_group(self, ns: str, name: str, group: str, obj: kinds.LeaderWorkerSet) -> bool:
+        # the rule's one home (docs/design.md: LWS/whole-group-before-pods)
         deadline = time.monotonic() + self.wait
         delay = self.poll
         while True:

@@ -82,6 +82,7 @@ class LwsScheduling:
 
 def _with_default(block: Mapping[str, Any]) -> dict[str, Any]:
     """The block as resolved: no ``schedulingPolicy`` means a gang (the guide's default)."""
+    # the rule's one home (docs/design.md: LWS/default-gang)
     out = dict(block)
     out.setdefault("schedulingPolicy", {"gang": {}})
     return out
@@ -89,6 +90,7 @@ def _with_default(block: Mapping[str, Any]) -> dict[str, Any]:
 
 def _blocks(raw: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, Any]]] | str:
     """(level, [(template, path, block)]) for ``raw``, or the level error."""
+    # these rules' one home (docs/design.md: LWS/one-level, LWS/default-replica-level)
     whole = [k for k in WHOLE_FIELDS if k in raw]
     if whole and "replica" in raw:
         return MSG_LEVELS
@@ -109,6 +111,7 @@ def _blocks(raw: Mapping[str, Any]) -> tuple[str, list[tuple[str, str, Any]]] | 
 
 def validate_blocks(raw: Mapping[str, Any]) -> list[str]:
     """The structural rules: one level, each block as KEP-6277's building blocks, no minCount."""
+    # the rule's one home (docs/design.md: LWS/no-user-min-count)
     found = _blocks(raw)
     if isinstance(found, str):
         return [found]
@@ -146,6 +149,8 @@ def priority_class(lws: kinds.LeaderWorkerSet | Mapping[str, Any]) -> str:
 def validate_lws(lws: kinds.LeaderWorkerSet | Mapping[str, Any],
                  old: kinds.LeaderWorkerSet | Mapping[str, Any] | None = None) -> list[str]:
     """The guide's admission rules for a LeaderWorkerSet create (``old`` None) or update."""
+    # these rules' one home (docs/design.md: LWS/scheduling-immutable, LWS/no-leader-ready, LWS/one-priority-class)
+    # these rules' one home too (docs/design.md: LWS/no-scheduling-group-in-templates, LWS/no-exclusive-topology)
     lws = kinds.leaderworkerset(lws)
     old = None if old is None else kinds.leaderworkerset(old)
     try:

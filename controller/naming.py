@@ -57,6 +57,7 @@ def fair_join(parts: list[str], suffix: str, limit: int = MAX_NAME) -> str:
 
 
 def workload_name(sts_name: str, sts_uid: str) -> str:
+    # the rule's one home (docs/design.md: KEP-6277/names-for-reading)
     return fair_join([sts_name], name_hash(sts_uid))
 
 

@@ -65,6 +65,7 @@ def replicas(sts: kinds.StatefulSet | Mapping[str, Any]) -> int:
 def min_count(sts: kinds.StatefulSet | Mapping[str, Any]) -> int:
     """Gang minCount = replicas, clamped to 1 (minCount must be positive; replicas may be 0).
     Used controller-side only, never written back to the StatefulSet."""
+    # the rule's one home (docs/design.md: KEP-6277/min-count-from-replicas)
     return max(1, replicas(sts))
 
 
@@ -78,6 +79,7 @@ def template_fields(config: SchedulingConfig, sts: kinds.StatefulSet | Mapping[s
 
 def policy_fields(config: SchedulingConfig, gang_min_count: int, priority_class: str = "") -> dict[str, Any]:
     """A PodGroupTemplate's fields for ``config``, a gang's minCount given."""
+    # the rule's one home (docs/design.md: KEP-6277/claims-pass-through)
     return kinds.group_fields_json(gang_min_count if config.gang else None, config.topology_keys,
                                    config.disruption_mode, config.resource_claims, priority_class)
 
@@ -93,6 +95,7 @@ def compile_workload(sts: kinds.StatefulSet | Mapping[str, Any], config: Schedul
                      flavor: Flavor) -> dict[str, Any]:
     sts = kinds.statefulset(sts)
     meta = sts.meta
+    # the rule's one home (docs/design.md: KEP-6277/workload-owner)
     return kinds.object_json(
         flavor.api_version, "Workload",
         managed_metadata(naming.workload_name(meta.name, meta.uid), meta.namespace,
@@ -119,6 +122,7 @@ def compile_podgroup(sts: Owner | Mapping[str, Any], workload: kinds.Workload | 
                      overrides: GroupOverrides = GroupOverrides()) -> dict[str, Any]:
     """The PodGroup instantiated from ``template`` of ``workload`` (a snapshot of its fields).
     ``sts`` is its controller, of kind ``owner`` (apiVersion, kind)."""
+    # these rules' one home (docs/design.md: KEP-6277/podgroup-owners, KEP-6277/finalizer-added)
     owner_meta = kinds.workload_owner(sts).meta
     wl = kinds.workload(workload)
     if not isinstance(template, kinds.GroupTemplate):
@@ -162,6 +166,7 @@ def pod_patch(pod: kinds.Pod | Mapping[str, Any], podgroup: kinds.PodGroup | kin
     ``owned`` False: the PodGroup need not exist yet), the ``podgroup-sync`` scheduling gate (lifted
     by the reconciler once minCount is in sync and the shared claims exist), and its exactly
     matching claim entries pointed at ``shared``. ``podgroup``: the PodGroup, or its metadata."""
+    # these rules' one home (docs/design.md: KEP-6277/pod-owner, KEP-6277/pod-names-podgroup)
     pod = kinds.pod(pod)
     group_meta = podgroup if isinstance(podgroup, kinds.Meta) else kinds.podgroup(podgroup).meta
     group = group_meta.name

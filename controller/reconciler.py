@@ -157,6 +157,7 @@ class Reconciler:
         """Pods that forbid creating the Workload/PodGroup now (KEP-6277: none once pods exist):
         every pod but those admitted unstamped and still unbound, which ``repair_unstamped``
         replaces."""
+        # the rule's one home (docs/design.md: KEP-6277/create-before-pods)
         return any(not repairable(p, self.flavor) for p in pods)
 
     def created_here(self, uid: str | None) -> bool:
@@ -186,6 +187,7 @@ class Reconciler:
         ``write=False`` is the webhook's read-only view: it never changes the cluster, so only the
         leader writes. Raises CreationFailed when a write failed (retry with backoff).
         """
+        # the rule's one home (docs/design.md: KEP-6277/annotation-without-parent)
         sts = kinds.statefulset(sts)
         try:
             raw = raw_scheduling(sts)
@@ -224,6 +226,7 @@ class Reconciler:
 
     def _managed(self, sts: kinds.StatefulSet, raw: Mapping[str, Any], pods: list[kinds.Pod],
                  write: bool) -> Resolution:
+        # these rules' one home (docs/design.md: KEP-6277/workload-by-controller-ref, KEP-6277/one-template)
         ref = kinds.ControllerRef("apps", "StatefulSet", sts.meta.name)
         found = [w for w in self._workloads(sts.meta.namespace)
                  if w.controller_ref == ref and not _stale(w.meta, sts)]
@@ -254,6 +257,7 @@ class Reconciler:
 
     def _delegated(self, sts: kinds.StatefulSet, parent: kinds.OwnerRef, template_name: str,
                    pods: list[kinds.Pod], write: bool) -> Resolution:
+        # the rule's one home (docs/design.md: KEP-6277/delegation)
         ref = kinds.ControllerRef(parent.group, parent.kind, parent.name)
         found = [w for w in self._workloads(sts.meta.namespace) if w.controller_ref == ref]
         templates = [(w, t) for w in found for t in w.templates if t.name == template_name]
@@ -270,6 +274,7 @@ class Reconciler:
     def _podgroup(self, sts: kinds.StatefulSet, workload: kinds.Workload, template: kinds.GroupTemplate,
                   pods: list[kinds.Pod], owns_workload: bool, delegated: bool, composite: str | None,
                   write: bool) -> Resolution:
+        # the rule's one home (docs/design.md: KEP-6277/podgroup-by-template-ref)
         found = [g for g in self._podgroups(sts.meta.namespace)
                  if (g.workload_name, g.template_name) == (workload.meta.name, template.name)
                  and not _stale(g.meta, sts)]
@@ -294,6 +299,7 @@ class Reconciler:
 
     # -- writes ----------------------------------------------------------------------------------
     def _ambiguous(self, owner: Owner, what: str, found: list[kinds.Meta], write: bool) -> Resolution:
+        # the rule's one home (docs/design.md: KEP-6277/ambiguous)
         listed = ", ".join(sorted(m.name for m in found))
         why = f"{len(found)} {what} match this StatefulSet ({listed}); creating and changing nothing"
         if write:
@@ -307,6 +313,7 @@ class Reconciler:
 
     def _create(self, owner: Owner, resource: str, body: Mapping[str, Any], reason: str) -> Mapping[str, Any]:
         """Create ``body`` (what this module compiled, so its kind and name are known) for ``owner``."""
+        # the rule's one home (docs/design.md: KEP-6277/events)
         ns = owner.meta.namespace
         kind, name = _kind_and_name(resource, body)
         if not self._alive(owner):  # a deleted StatefulSet (stale cache, queued key) gets nothing new
@@ -339,6 +346,7 @@ class Reconciler:
         The claim is reserved pod by pod (``status.reservedFor``, at most 256 entries), so a group
         sharing it is limited to 256 pods, unlike a KEP-5729 PodGroup-level reservation.
         """
+        # the rule's one home (docs/design.md: KEP-6277/claims-without-kep-5729)
         meta = podgroup.meta
         if meta.deleting:
             return
@@ -382,6 +390,7 @@ class Reconciler:
     def _sync_min_count(self, obj: Mapping[str, Any], meta: kinds.Meta, at: str, fields: kinds.GroupFields,
                         target: int, resource: str) -> Mapping[str, Any]:
         """``obj`` (of ``resource``) with gang minCount at ``at`` patched to ``target``."""
+        # the rule's one home (docs/design.md: KEP-6277/min-count-sync)
         patch = objects.min_count_patch(at, fields, target)
         if patch is None:
             return obj
@@ -536,6 +545,7 @@ class Reconciler:
     def release_finalizer(self, podgroup: kinds.PodGroup | Mapping[str, Any]) -> bool:
         """CRD flavor: drop podgroup-protection from a deleted PodGroup once no non-terminal pod
         references it (upstream, kube-controller-manager does this for the built-in API)."""
+        # the rule's one home (docs/design.md: KEP-6277/finalizer-removed)
         group = kinds.podgroup(podgroup)
         meta = group.meta
         finalizers = list(meta.finalizers)

@@ -213,6 +213,7 @@ class EventRecorder:
 
 class Controller:
     """Watches, queue, workers and leader election around one :class:`Reconciler`."""
+    # the rule's one home (docs/design.md: KEP-6277/creation-errors-metric)
 
     def __init__(self, kube: Any, identity: str, lease_namespace: str = "kube-system", workers: int = 16,
                  resync_period: float = 30.0, lease_duration: float = 15.0, renew_deadline: float = 10.0,

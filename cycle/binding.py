@@ -69,6 +69,7 @@ class Binding:
         """Members at the barrier or bound."""
         return sum(1 for u in plan.assignments if u in plan.arrived or self.bound_node(u))
 
+    # the rule's one home (docs/design.md: KEP-6277/gang-bind-barrier)
     def complete(self, plan: Plan) -> bool:
         return all(u in plan.arrived or self.bound_node(u) for u in plan.assignments)
 

@@ -115,6 +115,7 @@ class Planner:
                    for uid, node in plan.assignments.items()}  # the cache leaves the bound ones out
         return self.cache.snapshot(self.reservations(exclude_group=key), assumed=assumed)
 
+    # the rule's one home (docs/design.md: KEP-6277/gang-waits-for-members)
     def group_view(self, key: str, pod: Pod) -> PodGroup | str:
         """The group with its members as the cache knows them plus this pod (the cache may lag
         kube-scheduler by a watch event), or the reason it cannot be planned yet."""

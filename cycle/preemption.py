@@ -163,6 +163,7 @@ class GroupPreemption:
         if nomination is not None and not any(self._nominated.get(u) == key for u in nomination.placement):
             self._drop(key)
 
+    # the rule's one home (docs/design.md: KEP-6277/group-preemption)
     def try_preempt(self, group: PodGroup) -> str:
         """Plan and start a preemption for ``group``, which does not fit. Returns a message for
         operators ("" when preemption cannot help)."""
@@ -332,6 +333,7 @@ class GroupPreemption:
         for key in due:
             self.break_unit(key, retry=True)
 
+    # the rule's one home (docs/design.md: KEP-6277/disruption-all-whole)
     def break_unit(self, key: str, retry: bool = False) -> None:
         """Evict the remaining members of the broken unit ``key`` through the Eviction API."""
         with self._units:

@@ -64,6 +64,7 @@ class StatusWriter:
     def submit(self, key: str, kind: str, call: Callable[[], None], coalesce: str = "") -> None:
         self.dispatcher.submit(Write(podgroup_obj(key), kind, call, coalesce))
 
+    # the rule's one home (docs/design.md: KEP-6277/initially-scheduled)
     def set_status(self, key: str, ok: bool, reason: str, message: str) -> None:
         """Queue ``PodGroupInitiallyScheduled`` on ``key`` (True: scheduled; never back to False)."""
         record = self.cache.podgroups.get(key)

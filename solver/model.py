@@ -540,6 +540,7 @@ class PodGroup:
     def bound(self) -> tuple[Pod, ...]:
         return tuple(p for p in self.members if p.node)
 
+    # these rules' one home (docs/design.md: KEP-6277/gang-all-or-nothing, LWS/whole-level-surge)
     @property
     def needed(self) -> int:
         """How many pending members must be placed for the placement to count."""

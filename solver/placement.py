@@ -83,6 +83,7 @@ def _assign(problem: Problem, picks: dict[int, list[tuple[int, int]]]) -> dict[s
     return out
 
 
+# the rule's one home (docs/design.md: KEP-6277/topology-one-domain)
 def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOptions(),
           allowed: Mapping[str, Collection[str]] | None = None) -> Placement:
     """Place ``group``'s pending members on ``snapshot``. ``allowed`` maps a pending pod's uid to

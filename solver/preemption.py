@@ -183,6 +183,7 @@ def victim_cost(units: Iterable[VictimUnit], budgets: Iterable[DisruptionBudget]
     )
 
 
+# the rule's one home (docs/design.md: KEP-6277/disruption-all-unit)
 def victim_units(snapshot: Snapshot, context: PreemptionContext, exclude_group: str = "") -> list[VictimUnit]:
     """Every running pod of ``snapshot`` grouped into eviction units, sorted by key. An ``all``
     unit's priority is the highest of its members' (they share the group's priority upstream)."""

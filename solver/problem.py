@@ -174,6 +174,7 @@ class Problem:
     def domain_ids(self) -> np.ndarray:
         return self.snapshot.domains(self.group.topology_key)[1]
 
+    # the rule's one home (docs/design.md: KEP-6277/topology-bound-domain)
     @cached_property
     def candidate_domains(self) -> list[int]:
         """All domains of the required key; only the bound members' domain once some are bound."""
