@@ -80,10 +80,14 @@ class Inbox:
         return changed
 
     def prune(self, live: Iterable[str]) -> None:
+        """Forget the groups not in ``live`` (deleted, or dropped by a re-list)."""
+        keep = set(live)
         with self._lock:
-            self._preempt_incomplete &= set(live)
+            self._arrived &= keep
+            self._preempt_incomplete &= keep
 
     def sizes(self) -> dict[str, int]:
+        """The maps keyed by group (the pods to touch are a queue of work the next pass drains, as
+        the dispatcher's writes are)."""
         with self._lock:
-            return {"nudges": len(self._nudges), "arrived": len(self._arrived),
-                    "preempt_incomplete": len(self._preempt_incomplete)}
+            return {"arrived": len(self._arrived), "preempt_incomplete": len(self._preempt_incomplete)}
