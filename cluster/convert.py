@@ -43,7 +43,7 @@ from solver import (
 from solver import InvalidInput as InvalidInput  # re-exported: the controller catches it from here
 from solver.model import DEFAULT_PREFERENCES, HONOR, IGNORE, LABEL_SELECTOR_OPERATORS, SELECTOR_OPERATORS, WILDCARD_IP
 
-from . import names
+from . import fields, names
 from .quantity import parse_quantity
 
 JSON = Mapping[str, Any]
@@ -57,31 +57,8 @@ def _name(obj: JSON, kind: str) -> str:
     return str(meta["name"])
 
 
-# -- type-checked reads: every wrong type becomes InvalidInput naming the field ---------------------
-def _mapping(value: Any, where: str) -> Mapping[str, Any]:
-    if value is None:
-        return {}
-    if isinstance(value, Mapping):
-        return value
-    raise InvalidInput(f"{where} must be an object, got {type(value).__name__}")
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    raise InvalidInput(f"{where} must be a list, got {type(value).__name__}")
-
-
-def _text(value: Any, where: str, required: bool = False) -> str:
-    if value is None or value == "":
-        if required:
-            raise InvalidInput(f"{where} must be a non-empty string")
-        return ""
-    if not isinstance(value, str):
-        raise InvalidInput(f"{where} must be a string, got {value!r}")
-    return value
+# -- type-checked reads: every wrong type becomes InvalidInput naming the field (cluster.fields) ---
+_mapping, _list, _text, _string_map = fields.mapping, fields.items, fields.text, fields.string_map
 
 
 def _integer(value: Any, where: str, default: int | None = None) -> int:
@@ -94,15 +71,6 @@ def _integer(value: Any, where: str, default: int | None = None) -> int:
 
 def _strings(value: Any, where: str) -> tuple[str, ...]:
     return tuple(_text(v, f"{where}[{i}]", required=True) for i, v in enumerate(_list(value, where)))
-
-
-def _string_map(value: Any, where: str) -> dict[str, str]:
-    out = {}
-    for key, text in _mapping(value, where).items():
-        if not isinstance(key, str) or not isinstance(text, str):
-            raise InvalidInput(f"{where} must map strings to strings, got {key!r}: {text!r}")
-        out[key] = text
-    return out
 
 
 def _items(value: Any, where: str) -> list[tuple[str, Mapping[str, Any]]]:

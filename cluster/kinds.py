@@ -20,39 +20,16 @@ from typing import Any, Mapping
 
 from solver import InvalidInput
 
-from . import convert, names
+from . import convert, fields, names
 
 JSON = Mapping[str, Any]
 
 
-class MalformedObject(ValueError):
-    """An API object whose field has the wrong type; the message names the object and the field."""
+MalformedObject = fields.MalformedObject
 
 
-# -- type-checked reads ------------------------------------------------------------------------------
-
-def _mapping(value: Any, where: str) -> JSON:
-    if value is None:
-        return {}
-    if isinstance(value, Mapping):
-        return value
-    raise MalformedObject(f"{where} must be an object, got {type(value).__name__}")
-
-
-def _list(value: Any, where: str) -> list[Any]:
-    if value is None:
-        return []
-    if isinstance(value, (list, tuple)):
-        return list(value)
-    raise MalformedObject(f"{where} must be a list, got {type(value).__name__}")
-
-
-def _text(value: Any, where: str) -> str:
-    if value is None:
-        return ""
-    if not isinstance(value, str):
-        raise MalformedObject(f"{where} must be a string, got {value!r}")
-    return value
+# -- type-checked reads (cluster.fields) --------------------------------------------------------------
+_mapping, _list, _text, _string_map = fields.mapping, fields.items, fields.text, fields.string_map
 
 
 def _count(value: Any, where: str) -> int | None:
@@ -61,15 +38,6 @@ def _count(value: Any, where: str) -> int | None:
     if isinstance(value, bool) or not isinstance(value, int):
         raise MalformedObject(f"{where} must be an integer, got {value!r}")
     return value
-
-
-def _string_map(value: Any, where: str) -> dict[str, str]:
-    out = {}
-    for key, text in _mapping(value, where).items():
-        if not isinstance(key, str) or not isinstance(text, str):
-            raise MalformedObject(f"{where} must map strings to strings, got {key!r}: {text!r}")
-        out[key] = text
-    return out
 
 
 def _objects(value: Any, where: str) -> tuple[JSON, ...]:
