@@ -37,6 +37,7 @@ from .convert import (
     ClaimInfo,
     ClaimRef,
     ClassInfo,
+    PdbRecord,
     PodGroupRecord,
     VolumeInfo,
     claim_from_json,
@@ -45,6 +46,7 @@ from .convert import (
     disruption_budget,
     namespace_labels,
     node_from_json,
+    pdb_record,
     pod_claims,
     pod_from_json,
     pod_group_key,
@@ -160,9 +162,9 @@ class ClusterCache:
         self.nodes: dict[str, Node] = {}
         self.pods: dict[str, PodRecord] = {}  # by uid
         self.podgroups: dict[str, PodGroupRecord] = {}  # by namespace/name
-        self.workloads: dict[str, Mapping[str, Any]] = {}
+        self.workloads: dict[str, kinds.Workload] = {}
         self.priority_classes: dict[str, int] = {}
-        self.pdbs: dict[str, Mapping[str, Any]] = {}
+        self.pdbs: dict[str, PdbRecord] = {}
         self.claims: dict[str, ClaimInfo] = {}  # by namespace/name
         self.persistent_volumes: dict[str, VolumeInfo] = {}  # by name
         self.storage_classes: dict[str, ClassInfo] = {}  # by name
@@ -244,7 +246,7 @@ class ClusterCache:
         if deleted:
             self._delete(kind, key)
             return key, None
-        record: Node | PodGroupRecord | int | Mapping[str, Any]
+        record: Any
         if kind == "Node":
             record = node_from_json(obj)
             if self.nodes.get(key) != record:  # heartbeats change nothing phalanx reads
@@ -256,12 +258,8 @@ class ClusterCache:
             store[key] = stored
             self._storage_changed(kind, previous, stored)
             return key, stored
-        elif kind == "PodGroup":
-            record = podgroup_record(obj)  # read now, so a bad spec is skipped here, not mid-cycle
-        elif kind == "PriorityClass":
-            record = priority_value(obj)
-        else:
-            record = obj
+        else:  # read now, so a malformed object is skipped here, not mid-cycle
+            record = RECORDS[kind](obj)
         store[key] = record
         return key, record
 
@@ -462,12 +460,7 @@ class ClusterCache:
                 if group is not None:
                     groups.append(group)
             pods = [(r.pod.uid, r.pod.namespace, r.labels) for r in self.pods.values() if r.pod.node and r.active]
-            budgets = []
-            for pdb in self.pdbs.values():
-                try:
-                    budgets.append(disruption_budget(pdb, pods))
-                except InvalidInput as err:
-                    log.warning("ignoring %s", err)
+            budgets = [disruption_budget(pdb, pods) for pdb in self.pdbs.values()]
         return PreemptionContext.from_groups(groups, budgets)
 
     def snapshot(self, reserved: Mapping[str, Mapping[str, int]] | None = None, with_bound: bool = True,
@@ -504,6 +497,15 @@ def priority_value(obj: Mapping[str, Any]) -> int:
     if isinstance(value, bool) or not isinstance(value, int):
         raise InvalidInput(f"priorityclass {_key(obj)}: value must be an integer")
     return value
+
+
+#: the other kinds' readers: each object is read once, when its event arrives
+RECORDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
+    "PodGroup": podgroup_record,
+    "PriorityClass": priority_value,
+    "Workload": kinds.workload,
+    "PodDisruptionBudget": pdb_record,
+}
 
 
 def _safe_key(obj: Any) -> str:

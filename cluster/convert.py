@@ -531,20 +531,34 @@ def placement_annotation(domain: str, pods: Mapping[str, str]) -> str:
     return json.dumps({"domain": domain, "pods": dict(pods)}, sort_keys=True)
 
 
-def disruption_budget(pdb: JSON, pods: list[tuple[str, str, Mapping[str, str]]]) -> DisruptionBudget:
-    """A PodDisruptionBudget as the preemption planner sees it: the uids it protects (from
-    ``pods`` as (uid, namespace, labels)) and how many disruptions it still allows."""
+@dataclass(frozen=True)
+class PdbRecord:
+    """A PodDisruptionBudget as the watch cache keeps it."""
+
+    key: str  # namespace/name
+    namespace: str
+    selector: LabelSelector | None  # None: protects nothing
+    allowed: int  # status.disruptionsAllowed
+
+
+def pdb_record(pdb: JSON) -> PdbRecord:
+    """A PodDisruptionBudget's record; raises InvalidInput naming the field when it is malformed."""
     meta = pdb.get("metadata") or {}
     namespace = meta.get("namespace") or "default"
-    where = f"poddisruptionbudget {namespace}/{meta.get('name')}: spec.selector"
-    selector = label_selector((pdb.get("spec") or {}).get("selector"), where)  # none set: protects nothing
-    covered = frozenset(uid for uid, ns, labels in pods
-                        if ns == namespace and selector is not None and selector.matches(labels))
+    where = f"poddisruptionbudget {namespace}/{meta.get('name')}"
+    selector = label_selector((pdb.get("spec") or {}).get("selector"), f"{where}: spec.selector")
     allowed = (pdb.get("status") or {}).get("disruptionsAllowed", 0)
     if isinstance(allowed, bool) or not isinstance(allowed, int):
-        raise InvalidInput(f"poddisruptionbudget {namespace}/{meta.get('name')}: "
-                           "status.disruptionsAllowed must be an integer")
-    return DisruptionBudget(f"{namespace}/{meta.get('name')}", covered, max(0, allowed))
+        raise InvalidInput(f"{where}: status.disruptionsAllowed must be an integer")
+    return PdbRecord(f"{namespace}/{meta.get('name')}", namespace, selector, max(0, allowed))
+
+
+def disruption_budget(pdb: PdbRecord, pods: list[tuple[str, str, Mapping[str, str]]]) -> DisruptionBudget:
+    """A PodDisruptionBudget as the preemption planner sees it: the uids it protects (from
+    ``pods`` as (uid, namespace, labels)) and how many disruptions it still allows."""
+    covered = frozenset(uid for uid, ns, labels in pods
+                        if ns == pdb.namespace and pdb.selector is not None and pdb.selector.matches(labels))
+    return DisruptionBudget(pdb.key, covered, pdb.allowed)
 
 
 def _timestamp(text: Any) -> float:
