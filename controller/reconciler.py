@@ -220,9 +220,14 @@ class Reconciler:
     def _invalid(self, owner: Owner, errors: list[str], write: bool) -> Resolution:
         why = "invalid scheduling configuration: " + "; ".join(errors)
         if write:
-            self.on_creation_error()
-            self.recorder.event(owner, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED, why)
+            self._creation_failed(owner, why)
         return Resolution(None, why)
+
+    def _creation_failed(self, owner: Owner, why: str) -> None:
+        """KEP-6277: a Workload or PodGroup that could not be made is a WorkloadCreationFailed
+        event on the owner and one more statefulset_workload_creation_errors_total."""
+        self.on_creation_error()
+        self.recorder.event(owner, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED, why)
 
     def _managed(self, sts: kinds.StatefulSet, raw: Mapping[str, Any], pods: list[kinds.Pod],
                  write: bool) -> Resolution:
@@ -321,9 +326,7 @@ class Reconciler:
         try:
             created: Mapping[str, Any] = self.kube.create(self.flavor.path(resource, ns), body)
         except KubeError as err:
-            self.on_creation_error()
-            self.recorder.event(owner, "Warning", names.EVENT_WORKLOAD_CREATION_FAILED,
-                                f"creating {kind} {name}: {err}")
+            self._creation_failed(owner, f"creating {kind} {name}: {err}")
             raise CreationFailed(str(err)) from err
         meta = kinds.meta_of(created, kind)
         self.recorder.event(owner, "Normal", reason, f"Created {kind} {meta.name}")
