@@ -181,10 +181,9 @@ class Binding:
         """Write the placement record (synchronously: before any binding), then bind everyone."""
         self.metrics.barrier.labels(outcome="released").inc()
         pending = {uid: node for uid, node in plan.assignments.items() if not self.bound_node(uid)}
-        try:
-            self.write_record(plan)
-        except WriteError as err:
-            self._finish(plan, False, f"could not write the placement record: {err}")
+        error = self.record(plan)
+        if error:
+            self._finish(plan, False, error)
             return
         futures = {uid: self._binder.submit(self._bind_uid, uid, node) for uid, node in pending.items()}
         failed = {}
@@ -200,6 +199,19 @@ class Binding:
             self._finish(plan, False, "; ".join(failed.values()))
         else:
             self._finish(plan, True, "")
+
+    def record(self, plan: Plan) -> str:
+        """The placement record written before any member binds (both modes' barrier ends here);
+        "" or why it could not be written (whatever the writer raises: the plan then fails, never
+        hangs)."""
+        try:
+            self.write_record(plan)
+        except WriteError as err:
+            return f"could not write the placement record: {err}"
+        except Exception as err:  # noqa: BLE001 - any writer failure fails the plan
+            log.exception("writing the placement record of %s failed", plan.group)
+            return f"could not write the placement record: {type(err).__name__}: {err}"
+        return ""
 
     def write_record(self, plan: Plan) -> None:
         """The placement record on the plan's PodGroup, synchronously (before any member binds, so

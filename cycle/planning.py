@@ -115,7 +115,6 @@ class Planner:
                    for uid, node in plan.assignments.items()}  # the cache leaves the bound ones out
         return self.cache.snapshot(self.reservations(exclude_group=key), assumed=assumed)
 
-    # the rule's one home (docs/design.md: KEP-6277/gang-waits-for-members)
     def group_view(self, key: str, pod: Pod) -> PodGroup | str:
         """The group with its members as the cache knows them plus this pod (the cache may lag
         kube-scheduler by a watch event), or the reason it cannot be planned yet."""
@@ -128,13 +127,13 @@ class Planner:
             return f"phalanx: {err}"
         if group is None:
             return f"phalanx: podgroup {key} does not exist yet"
-        if group.policy is Policy.GANG and len(group.members) < group.min_count:
+        if group.missing_members:
             invalid = self.cache.invalid_members(key)
             if invalid:  # it will never convert as it is: say so, not "waiting" for ever
                 message = f"podgroup {key}: member {invalid[0].pod} is malformed: {invalid[0].error}"
                 self.status.set_status(key, False, names.REASON_UNSCHEDULABLE, message)
                 return message
-            return f"podgroup {key}: waiting for members, {len(group.members)} of {group.min_count} exist"
+            return group.missing_members
         return group
 
     # -- from the placement record -----------------------------------------------------------

@@ -38,7 +38,6 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Iterator, Mapping
 
-from cluster.backend import WriteError
 from cluster.cache import CacheEvent
 from solver import Pod, Policy
 
@@ -249,13 +248,7 @@ class PluginEnforcement:
                 return early or PermitAnswer("reject")
             self.metrics.barrier.labels(outcome="released").inc()
             self.book.transition(plan, PlanState.BINDING)
-        error = ""
-        try:
-            self.binding.write_record(plan)
-        except WriteError as err:
-            error = f"could not write the placement record: {err}"
-        except Exception as err:  # noqa: BLE001 - any writer failure fails the plan, never hangs it
-            error = f"could not write the placement record: {type(err).__name__}: {err}"
+        error = self.binding.record(plan)
         with self.lock:
             if error:
                 self.book.transition(plan, PlanState.FAILED, Change(replans.BIND_FAILED, error))

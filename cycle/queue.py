@@ -65,7 +65,7 @@ class PodGroupQueue:
     @staticmethod
     def order(groups: Iterable[PodGroup]) -> list[PodGroup]:
         """Eligible groups (enough members exist), highest priority first, then oldest."""
-        eligible = [g for g in groups if g.pending and len(g.members) >= g.min_count]
+        eligible = [g for g in groups if g.pending and not g.missing_members]
         return sorted(eligible, key=lambda g: (-g.priority, g.created, g.key))
 
 

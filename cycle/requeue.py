@@ -185,7 +185,7 @@ class Requeue:
                 group = self.cache.podgroup(key)
             except InvalidInput:
                 continue  # the group's own explanation says why
-            if group is None or len(group.members) < group.min_count:
+            if group is None or group.missing_members:
                 continue
             self.inbox.nudge(self.parked.complete(key))
             if self.inbox.take_preempting(key) and group.pending:

@@ -548,8 +548,14 @@ class PodGroup:
             return 1 if self.pending else 0
         return max(0, self.min_count - len(self.bound))
 
-    def check_ready(self) -> None:
+    # the rule's one home (docs/design.md: KEP-6277/gang-waits-for-members)
+    @property
+    def missing_members(self) -> str:
+        """Why a gang cannot be placed yet — fewer than minCount members exist — or "" when it can."""
         if self.policy is Policy.GANG and len(self.members) < self.min_count:
-            raise InvalidInput(
-                f"podgroup {self.key}: waiting for members, {len(self.members)} of {self.min_count} exist"
-            )
+            return f"podgroup {self.key}: waiting for members, {len(self.members)} of {self.min_count} exist"
+        return ""
+
+    def check_ready(self) -> None:
+        if self.missing_members:
+            raise InvalidInput(self.missing_members)
