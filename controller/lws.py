@@ -166,13 +166,21 @@ def whole_min_count(lws: LWS, leaders: Mapping[str, Member]) -> int:
     return max(1, total)
 
 
+def replica_min_counts(level: str, group_size: int) -> dict[str, int]:
+    """The minCount of each PodGroup of one replica of ``group_size`` pods, by template: the whole
+    replica, or at the role level the leader (1) and the workers (``size-1``; 0: no worker group)."""
+    # these rules' one home (docs/design.md: LWS/replica-level, LWS/role-level)
+    if level == LEVEL_ROLE:
+        return {"leader": 1, "worker": group_size - 1}
+    return {TEMPLATE_REPLICA: group_size}
+
+
 def template_min_counts(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Member]) -> dict[str, int]:
+    """The Workload's templates' minCounts: a replica's, each at least 1 (a template needs one)."""
     # the rule's one home (docs/design.md: LWS/template-min-counts)
     if sched.level == LEVEL_WHOLE:
         return {TEMPLATE_WHOLE: whole_min_count(lws, leaders)}
-    if sched.level == LEVEL_ROLE:
-        return {"leader": 1, "worker": max(1, size(lws) - 1)}
-    return {TEMPLATE_REPLICA: size(lws)}
+    return {t: max(1, c) for t, c in replica_min_counts(sched.level, size(lws)).items()}
 
 
 def compile_workload(lws: LWS, sched: LwsScheduling, flavor: objects.Flavor,
@@ -200,22 +208,19 @@ class Wanted:
 
 
 def wanted_podgroups(lws: LWS, sched: LwsScheduling, leaders: Mapping[str, Member]) -> list[Wanted]:
-    # these rules' one home (docs/design.md: LWS/replica-level, LWS/role-level)
+    """The PodGroups the LWS should have now: the whole-LWS one, or per live leader its replica's."""
     if sched.level == LEVEL_WHOLE:
         return [Wanted(whole_podgroup_name(lws), TEMPLATE_WHOLE, whole_min_count(lws, leaders))]
     out = []
     for index, leader in sorted(leaders.items()):
         if not leader.incarnation:
             continue  # admitted without phalanx's webhook: not in a group
-        group_size = leader.size or size(lws)
-        if sched.level == LEVEL_ROLE:
-            out.append(Wanted(podgroup_for(lws, sched, leader) or "", "leader", 1, index))
-            if group_size > 1:
-                worker = Member(leader.lws, False, index, leader.revision, leader.size, leader.leader_name,
-                                leader.incarnation)
-                out.append(Wanted(podgroup_for(lws, sched, worker) or "", "worker", group_size - 1, index))
-        else:
-            out.append(Wanted(podgroup_for(lws, sched, leader) or "", TEMPLATE_REPLICA, group_size, index))
+        for template, count in replica_min_counts(sched.level, leader.size or size(lws)).items():
+            if count < 1:
+                continue  # a replica of one pod has no worker group
+            one = leader if template != "worker" else Member(
+                leader.lws, False, index, leader.revision, leader.size, leader.leader_name, leader.incarnation)
+            out.append(Wanted(podgroup_for(lws, sched, one) or "", template, count, index))
     return out
 
 
