@@ -29,7 +29,8 @@ barrier capacity (:mod:`.capacity`), binding (:mod:`.binding`), status and event
 place a plan transition's consequences are written (status, events, metrics, notifications), the
 same way for gang and Basic groups. Timers (plan TTL, barrier, backoff) use the injected clock.
 
-No input reaching a verb raises out of it: a pod that does not convert is answered with the reason.
+The verbs take typed pods: the entry points read a request's pod once (``cluster.convert.read_pod``)
+and answer one that does not convert with the reason. No group's content raises out of a verb.
 """
 
 from __future__ import annotations
