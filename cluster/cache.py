@@ -417,6 +417,11 @@ class ClusterCache:
         return self._base, self._used
 
     # -- reading -----------------------------------------------------------------------------
+    def bound_node(self, uid: str) -> str:
+        """The node pod ``uid`` is bound to, "" when it is unbound or unknown."""
+        record = self.pods.get(uid)
+        return record.pod.node if record else ""
+
     def members(self, group_key: str) -> list[PodRecord]:
         """Non-terminal pods that name the group, in a stable order."""
         with self._lock:

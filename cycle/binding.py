@@ -57,21 +57,17 @@ class Binding:
         self.barrier_timeout = barrier_timeout
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
 
-    def bound_node(self, uid: str) -> str:
-        record = self.cache.pods.get(uid)
-        return record.pod.node if record else ""
-
     def pod_name(self, uid: str) -> str:
         record = self.cache.pods.get(uid)
         return record.pod.name if record else uid
 
     def arrived(self, plan: Plan) -> int:
         """Members at the barrier or bound."""
-        return sum(1 for u in plan.assignments if u in plan.arrived or self.bound_node(u))
+        return sum(1 for u in plan.assignments if u in plan.arrived or self.cache.bound_node(u))
 
     # the rule's one home (docs/design.md: KEP-6277/gang-bind-barrier)
     def complete(self, plan: Plan) -> bool:
-        return all(u in plan.arrived or self.bound_node(u) for u in plan.assignments)
+        return all(u in plan.arrived or self.cache.bound_node(u) for u in plan.assignments)
 
     # -- the verb ----------------------------------------------------------------------------
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -128,7 +124,8 @@ class Binding:
     def settle_basic(self, plan: Plan) -> None:
         """A Basic plan in ``binding`` whose every member is bound (by phalanx, or as the cache
         shows) is ``bound``. Lock held."""
-        if plan.state is PlanState.BINDING and all(u in plan.bound or self.bound_node(u) for u in plan.assignments):
+        bound = self.cache.bound_node
+        if plan.state is PlanState.BINDING and all(u in plan.bound or bound(u) for u in plan.assignments):
             self.book.transition(plan, PlanState.BOUND)
 
     # -- the barrier -------------------------------------------------------------------------
@@ -180,7 +177,7 @@ class Binding:
     def _bind_gang(self, plan: Plan) -> None:
         """Write the placement record (synchronously: before any binding), then bind everyone."""
         self.metrics.barrier.labels(outcome="released").inc()
-        pending = {uid: node for uid, node in plan.assignments.items() if not self.bound_node(uid)}
+        pending = {uid: node for uid, node in plan.assignments.items() if not self.cache.bound_node(uid)}
         error = self.record(plan)
         if error:
             self._finish(plan, False, error)

@@ -88,16 +88,12 @@ class Planner:
         self.solving: set[str] = set()  # groups whose cycle is solving off the lock now
 
     # -- what a cycle sees -------------------------------------------------------------------
-    def bound_node(self, uid: str) -> str:
-        record = self.cache.pods.get(uid)
-        return record.pod.node if record else ""
-
     def reservations(self, exclude_group: str = "") -> Usage:
         """Capacity held by plans (other than ``exclude_group``), per node, minus bound members;
         by partly bound gangs' records; by preemption nominations."""
         with self.lock:  # also called by group preemption, off the lock
             self.refresh_records()
-            held = [plan.reservations({uid for uid in plan.assignments if self.bound_node(uid)})
+            held = [plan.reservations({uid for uid in plan.assignments if self.cache.bound_node(uid)})
                     for plan in self.book.holding(exclude=exclude_group)]
             held += self.recorded.usage(lambda key: key == exclude_group or (
                 key in self.book and self.book[key].state in HOLDING))  # a plan holds it already
@@ -315,7 +311,7 @@ class Planner:
         expires."""
         now = self.clock()
         for plan in list(self.book.values()):
-            done = all(self.bound_node(u) for u in plan.assignments)
+            done = all(self.cache.bound_node(u) for u in plan.assignments)
             if done and plan.state is PlanState.BINDING and not plan.gang:
                 self.book.transition(plan, PlanState.BOUND)
             if done and plan.state in (PlanState.PLANNED, PlanState.BOUND) or (

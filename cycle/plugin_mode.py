@@ -301,7 +301,7 @@ class PluginEnforcement:
         for the cache to show their bindings), and per node the capacity held for members neither
         reserved at the plugin (kube-scheduler's cache counts those as assumed) nor bound (a gang's
         only while it is planned), plus preemption nominations."""
-        bound = self.binding.bound_node
+        bound = self.cache.bound_node
         with self.lock:
             self.planner.expire()
             plans = tuple(p for p in self.book.holding() if not (p.gang and p.state is PlanState.BOUND))

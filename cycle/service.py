@@ -118,7 +118,7 @@ class WorkloadCycle:
         self.replans = ReplanBudget()  # group -> plans released since it last bound
         for reason in replans.REASONS:
             self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start
-        self.capacity = BarrierCapacity(self.book, barrier_capacity, self._bound_node, clock, plan_ttl)
+        self.capacity = BarrierCapacity(self.book, barrier_capacity, cache.bound_node, clock, plan_ttl)
         self.queue_policies = QueuePolicies(cache, clock, self.queue, self.status, queue_policy)
         self.preemption = GroupPreemption(cache, writer, clock, self.metrics, self.status, self.inbox,
                                           reservations=lambda exclude: self.planner.reservations(exclude),
@@ -147,10 +147,6 @@ class WorkloadCycle:
 
     def subscribe(self, listener: Callable[[str, Mapping[str, Any]], None]) -> None:
         self.status.subscribe(listener)
-
-    def _bound_node(self, uid: str) -> str:
-        record = self.cache.pods.get(uid)
-        return record.pod.node if record else ""
 
     # -- the consequences of a plan transition -------------------------------------------------
     def _on_transition(self, plan: Plan, came: PlanState | None, to: PlanState, change: Change) -> None:
@@ -342,7 +338,9 @@ class WorkloadCycle:
             if uid == pod.uid or node == mine or node not in candidates or uid in plan.answered or uid in plan.arrived:
                 continue
             other = plan.members.get(uid)
-            if other is None or other.volumes or other.spec.shape_key != pod.spec.shape_key or self._bound_node(uid):
+            if other is None or other.volumes or other.spec.shape_key != pod.spec.shape_key:
+                continue
+            if self.cache.bound_node(uid):
                 continue
             verdict = self.verdicts.get(uid)
             partner = partner or uid
