@@ -50,9 +50,14 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 // Unreserve tells the service the member is no longer assumed; when that ends its gang's chance
 // (a Permit timeout), the members still waiting are rejected too. Asynchronous: Unreserve may run
 // in the scheduling cycle, which must not wait for an RPC.
-func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) {
+//
+// With GenericWorkload on, kube-scheduler's pod-group cycle first reserves every member of the
+// group in a simulation and reverts it (Unreserve) before it reserves them again for binding; the
+// simulation's cycle state says so (IsPodGroupSchedulingCycle), and its revert is not reported: the
+// member has not left the plan.
+func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, node string) {
 	group := GroupOf(pod)
-	if group == "" {
+	if group == "" || inPodGroupSimulation(state) {
 		return
 	}
 	uid := pod.UID
@@ -77,6 +82,12 @@ func (p *Plugin) Unreserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, n
 			p.release(types.UID(other), decision{msg: fmt.Sprintf("phalanx: podgroup %s: %s left the barrier, so the gang does not bind", group, pod.Name)})
 		}
 	}()
+}
+
+// inPodGroupSimulation: the cycle is the simulation of kube-scheduler's pod-group cycle
+// (GenericWorkload), whose reservations are reverted before the members are reserved for binding.
+func inPodGroupSimulation(state fwk.CycleState) bool {
+	return state != nil && state.IsPodGroupSchedulingCycle()
 }
 
 // Permit is the gang barrier: every member Waits; its Permit call runs beside the scheduling loop,

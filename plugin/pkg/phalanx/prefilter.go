@@ -28,6 +28,7 @@ import (
 // it runs. late: the members answered "being planned" (moved back to the active queue when the
 // reply lands); done is closed once reply/err are set.
 type planCall struct {
+	started time.Time
 	wait    time.Time // planWait after the call started: members waiting for it wait until then only
 	done    chan struct{}
 	reply   *pb.PlanForPodReply
@@ -107,7 +108,14 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		return nil, fwk.AsStatus(fmt.Errorf("phalanx: encoding pod: %w", err))
 	}
 	call := p.planFor(group, pod.UID, podJSON)
-	timer := time.NewTimer(time.Until(call.wait)) // a member joining a call in flight waits what is left
+	deadline := call.wait // a member joining a call in flight waits what is left
+	if inPodGroupSimulation(state) {
+		// kube-scheduler's pod-group cycle (GenericWorkload) holds its loop for the whole group
+		// anyway, and a member answered "being planned" there fails the group's attempt (its
+		// PodGroupPostFilter runs, every member backs off): the member waits for the plan
+		deadline = call.started.Add(p.args.PlanTimeout.Duration)
+	}
+	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
 	select {
 	case <-call.done:
@@ -157,7 +165,8 @@ func (p *Plugin) planFor(group string, uid types.UID, podJSON []byte) *planCall 
 		call.waiting[uid] = true
 		return call
 	}
-	call := &planCall{wait: time.Now().Add(p.args.PlanWait.Duration), done: make(chan struct{}),
+	now := time.Now()
+	call := &planCall{started: now, wait: now.Add(p.args.PlanWait.Duration), done: make(chan struct{}),
 		late: map[types.UID]*v1.Pod{}, waiting: map[types.UID]bool{uid: true}}
 	if err := p.breaker.Allow(); err != nil {
 		call.err = err
