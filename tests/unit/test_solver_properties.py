@@ -206,3 +206,20 @@ def test_with_rules_exact_matches_the_brute_force_optimum_and_greedy_stays_valid
     assert exact.objective == evaluate(snap, group, exact.assignments, Problem(snap, group))
     if greedy.assignments:
         assert exact.objective <= greedy.objective
+
+
+@settings(max_examples=300, deadline=None)
+@given(instances(max_nodes=14, max_pods=4))
+def test_node_classes_grouped_at_once_equal_the_classes_built_node_by_node(instance):
+    """The exact path groups a domain's nodes into classes on an integer matrix (np.unique); the
+    classes, their order and their members' order are those of building each node's key."""
+    from solver.exact import PlacementModel
+
+    snap, group = instance
+    problem = Problem(snap, group)
+    for bound in problem.domain_bounds():
+        model = PlacementModel(problem, bound)
+        if model.enc is not None:
+            continue
+        per_node = model._node_classes_per_node()
+        assert list(model.classes.items()) == list(per_node.items())
