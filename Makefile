@@ -52,6 +52,7 @@ e2e: install
 	bash hack/build-tools.sh
 	bash hack/build-lws.sh
 	bash hack/build-plugin.sh
+	bash hack/build-scheduler-perf.sh >/dev/null
 	$(PY) -m pytest tests/e2e -q
 
 # interactive (Ctrl-C stops it); scripts: make demo DEMO_ARGS="--duration 20 --headless"

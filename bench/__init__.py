@@ -16,6 +16,7 @@ SUITES = {
     "faults": "bench.faults_bench",
     "contention": "bench.contention_bench",
     "plugin": "bench.plugin_bench",
+    "scheduler-perf": "bench.scheduler_perf_bench",
 }
 
 

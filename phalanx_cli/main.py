@@ -12,7 +12,10 @@ def _bench(args: argparse.Namespace) -> int:
     from bench import SUITES
 
     module = importlib.import_module(SUITES[args.suite])
-    return module.main(quick=args.quick, json_path=args.json, seeds=args.seeds)
+    if args.workloads and args.suite != "scheduler-perf":
+        raise SystemExit(f"phalanx bench {args.suite}: --workloads is for scheduler-perf only")
+    extra = {"workloads_arg": args.workloads} if args.suite == "scheduler-perf" else {}
+    return module.main(quick=args.quick, json_path=args.json, seeds=args.seeds, **extra)
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -85,6 +88,8 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--quick", action="store_true", help="the short version that `make bench` runs")
     bench.add_argument("--json", metavar="FILE", help="write results as JSON (and a markdown table beside it)")
     bench.add_argument("--seeds", type=int, help="seeds per case (default: 20 full, 3 quick)")
+    bench.add_argument("--workloads", metavar="CASE/NAME,...",
+                       help="scheduler-perf: upstream workloads to run (default: the published table's)")
     bench.set_defaults(func=_bench)
 
     serve = sub.add_parser("serve", help="run the cache, the workload-cycle service and the HTTP extender")
