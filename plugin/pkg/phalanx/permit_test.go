@@ -5,6 +5,9 @@ import (
 	"strings"
 	"testing"
 
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
 
@@ -94,5 +97,73 @@ func TestReserveOnTheMirrorsPlannedNodeMakesNoCallAndPermitReportsTheMemberReser
 	defer r.svc.mu.Unlock()
 	if got := r.svc.permitReq.GetReservedUids(); len(got) != 1 || got[0] != "uid-a" || r.svc.permitReq.GetNode() != "n1" {
 		t.Fatalf("the Permit call names the member reserved on its node: %v", r.svc.permitReq)
+	}
+}
+
+func TestAGangsMembersAtPermitShareTheirGroupsCalls(t *testing.T) {
+	r := newRig(t, true)
+	assignments := map[string]string{}
+	var pods []*v1.Pod
+	for _, name := range []string{"a", "b", "c", "d", "e"} {
+		pods = append(pods, member(name, "g"))
+		assignments["uid-"+name] = "n-" + name
+	}
+	r.plugin.mirror.PutPlan(&pb.GroupPlan{Group: "ns/g", Id: 3, State: "planned", Gang: true, Assignments: assignments})
+	r.svc.permitGate = make(chan struct{})
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 5 members reserved", WaitSeconds: 30}
+	var waiting []*fakeWaitingPod
+	st, _ := r.plugin.Permit(context.Background(), nil, pods[0], "n-a")
+	if st.Code() != fwk.Wait {
+		t.Fatalf("first member: %v", st)
+	}
+	waiting = append(waiting, r.handle.wait(pods[0]))
+	waitFor(t, "the first member's call in flight", func() bool { return r.svc.Calls("Permit") == 1 })
+	for _, m := range pods[1:] { // reach Permit while that call is in flight
+		if st, _ := r.plugin.Permit(context.Background(), nil, m, "n-"+m.Name); st.Code() != fwk.Wait {
+			t.Fatalf("member %s: %v", m.Name, st)
+		}
+		waiting = append(waiting, r.handle.wait(m))
+	}
+	waitFor(t, "the four queued behind it", func() bool {
+		r.plugin.mu.Lock()
+		defer r.plugin.mu.Unlock()
+		return len(r.plugin.permitting["ns/g"]) == 4
+	})
+	r.svc.mu.Lock()
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_ALLOW, AllowUids: []string{"uid-a", "uid-b", "uid-c", "uid-d", "uid-e"}}
+	r.svc.mu.Unlock()
+	close(r.svc.permitGate)
+	waitFor(t, "every member allowed", func() bool {
+		for _, w := range waiting {
+			if len(w.Allowed()) == 0 {
+				return false
+			}
+		}
+		return true
+	})
+	r.svc.mu.Lock()
+	defer r.svc.mu.Unlock()
+	if len(r.svc.permitReqs) != 2 {
+		t.Fatalf("Permit calls: %d, want 2 (the first member's, then one for the four queued)", len(r.svc.permitReqs))
+	}
+	second := r.svc.permitReqs[1]
+	if got := sets.New(second.GetReservedUids()...); !got.Equal(sets.New("uid-b", "uid-c", "uid-d", "uid-e")) ||
+		!got.Has(second.GetPodUid()) {
+		t.Fatalf("second call: pod %s reserved %v, want the four queued", second.GetPodUid(), second.GetReservedUids())
+	}
+}
+
+func TestAMemberAssumedOffItsPlannedNodeCallsAlone(t *testing.T) {
+	r := newRig(t, true)
+	r.plugin.mirror.PutPlan(&pb.GroupPlan{Group: "ns/g", Id: 3, State: "planned", Gang: true,
+		Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}})
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, WaitSeconds: 30}
+	r.plugin.Permit(context.Background(), nil, member("a", "g"), "elsewhere")
+	r.handle.wait(member("a", "g"))
+	waitFor(t, "its call", func() bool { return r.svc.Calls("Permit") == 1 })
+	r.plugin.mu.Lock()
+	defer r.plugin.mu.Unlock()
+	if _, queued := r.plugin.permitting["ns/g"]; queued {
+		t.Fatal("a member off its planned node opened the group's shared calls")
 	}
 }

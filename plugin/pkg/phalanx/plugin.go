@@ -63,6 +63,9 @@ type Plugin struct {
 	// members waiting in PreBind (the barrier of members naming a ResourceClaim): each gate gets
 	// one decision, sent under mu by whoever removes it from the map
 	atPreBind map[types.UID]chan decision
+	// members at Permit waiting for their group's next Permit call, while one is in flight (a
+	// gang's members reach Permit together: one call names many reserved, not one call each)
+	permitting map[string][]permitting
 	// whether the profile runs this plugin at PreBind after DynamicResources (read once, from the
 	// built framework): only then do members naming a claim pass Permit
 	preBindOnce sync.Once
@@ -109,7 +112,7 @@ func NewWithClient(ctx context.Context, args Args, h Handle, pods corelisters.Po
 	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(),
 		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx),
 		ctx: ctx, planning: map[string]*planCall{}, calling: make(chan struct{}, 1),
-		atPreBind: map[types.UID]chan decision{}}
+		atPreBind: map[types.UID]chan decision{}, permitting: map[string][]permitting{}}
 	p.wg.Add(1)
 	go func() {
 		defer p.wg.Done()

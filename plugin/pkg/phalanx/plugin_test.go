@@ -39,6 +39,9 @@ type fakeService struct {
 	snapshots chan *pb.Reservations
 	lastPod   map[string]any
 	planGate  chan struct{} // when set, PlanForPod answers once it is closed (a solve)
+	// when set, Permit answers once it is closed; every request is kept in permitReqs
+	permitGate chan struct{}
+	permitReqs []*pb.PermitRequest
 }
 
 func newFakeService() *fakeService {
@@ -90,6 +93,13 @@ func (f *fakeService) Unreserve(context.Context, *pb.UnreserveRequest) (*pb.Unre
 
 func (f *fakeService) Permit(_ context.Context, r *pb.PermitRequest) (*pb.PermitReply, error) {
 	f.count("Permit")
+	f.mu.Lock()
+	gate := f.permitGate
+	f.permitReqs = append(f.permitReqs, r)
+	f.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	f.permitReq = r
