@@ -157,12 +157,7 @@ func (p *Plugin) permitBatch(group string, batch []permitting) {
 	for i, m := range batch {
 		uids[i] = string(m.pod.UID)
 	}
-	var reply *pb.PermitReply
-	err := p.unary(p.ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: uids[0], Group: group,
-			Node: first.node, ReservedUids: uids})
-		return err
-	})
+	reply, err := p.callPermit(p.ctx, group, first.node, uids)
 	if err != nil {
 		for _, m := range batch {
 			if wp := p.waitingPod(m.pod.UID); wp != nil {
@@ -185,12 +180,12 @@ func (p *Plugin) permitBatch(group string, batch []permitting) {
 	}
 }
 
-// callPermit is a member's Permit call, from either barrier (permit, started by Permit; PreBind):
-// it names the member reserved on node (Reserve made no call when the mirror's plan agreed).
-func (p *Plugin) callPermit(ctx context.Context, pod *v1.Pod, group, node string) (reply *pb.PermitReply, err error) {
+// callPermit is a Permit call, from either barrier (permitBatch; PreBind): it names the members
+// uids reserved (Reserve made no call when the mirror's plan agreed), the first of them on node.
+func (p *Plugin) callPermit(ctx context.Context, group, node string, uids []string) (reply *pb.PermitReply, err error) {
 	err = p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: string(pod.UID), Group: group,
-			Node: node, ReservedUids: []string{string(pod.UID)}})
+		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: uids[0], Group: group,
+			Node: node, ReservedUids: uids})
 		return err
 	})
 	return reply, err

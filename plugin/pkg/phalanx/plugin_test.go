@@ -221,6 +221,17 @@ var shippedPreBind = []string{"VolumeBinding", "DynamicResources", Name}
 // unless a test sets a shorter one.
 const rigPlanWait = time.Second
 
+// newSolvingRig is a rig (planWait 20ms) for members a and b of group g whose PlanForPod call is held
+// until r.svc.planGate is closed, then plans a on n1 and b on n2.
+func newSolvingRig(t testing.TB) (r *rig, a, b *v1.Pod) {
+	a, b = member("a", "g"), member("b", "g")
+	r = newRigWait(t, true, 20*time.Millisecond, a, b)
+	r.svc.planGate = make(chan struct{})
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	return r, a, b
+}
+
 func newRig(t testing.TB, serve bool, pods ...*v1.Pod) *rig {
 	return newRigWait(t, serve, rigPlanWait, pods...)
 }

@@ -8,8 +8,6 @@ import (
 	v1 "k8s.io/api/core/v1"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
-
-	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
 )
 
 // podGroupCycle is the cycle state of kube-scheduler's pod-group cycle (GenericWorkload on) while
@@ -33,11 +31,7 @@ func TestUnreserveOfThePodGroupCyclesSimulationIsNotReported(t *testing.T) {
 }
 
 func TestInThePodGroupCycleAMemberWaitsForThePlanPastPlanWait(t *testing.T) {
-	a, b := member("a", "g"), member("b", "g")
-	r := newRigWait(t, true, 20*time.Millisecond, a, b)
-	r.svc.planGate = make(chan struct{})
-	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
-		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	r, a, b := newSolvingRig(t)
 	go func() {
 		time.Sleep(100 * time.Millisecond) // five planWaits: a member outside the cycle is long answered
 		close(r.svc.planGate)

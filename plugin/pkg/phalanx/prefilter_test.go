@@ -53,11 +53,7 @@ func TestPreFilterWaitsWithTheServicesReason(t *testing.T) {
 }
 
 func TestPreFilterPastPlanWaitAnswersBeingPlannedAndActivatesTheGroupWhenThePlanLands(t *testing.T) {
-	a, b := member("a", "g"), member("b", "g")
-	r := newRigWait(t, true, 20*time.Millisecond, a, b)
-	r.svc.planGate = make(chan struct{})
-	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
-		Group: "ns/g", Id: 7, State: "planned", Gang: true, Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}
+	r, a, b := newSolvingRig(t)
 	for _, m := range []*v1.Pod{a, b} {
 		_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), m, nil)
 		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "being planned") {
