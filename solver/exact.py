@@ -110,13 +110,11 @@ class PlacementModel:
         matrix = np.concatenate([np.asarray(c).astype(np.int64).reshape(n, -1) for c in columns], axis=1)
         _, first, inverse = np.unique(matrix, axis=0, return_index=True, return_inverse=True)
         inverse = inverse.reshape(-1)
-        by_class = np.argsort(inverse, kind="stable")  # each class's nodes stay in ascending order
-        ends = np.cumsum(np.bincount(inverse, minlength=len(first)))
+        # each class's nodes in ascending order, the classes in the order of np.unique's rows
+        groups = np.split(np.argsort(inverse, kind="stable"), np.cumsum(np.bincount(inverse))[:-1])
         classes: dict[ClassKey, list[int]] = {}
         for c in np.argsort(first, kind="stable"):
-            start = int(ends[c - 1]) if c else 0
-            members = by_class[start:int(ends[c])].tolist()
-            classes[self.class_key(members[0])] = members
+            classes[self.class_key(int(first[c]))] = groups[c].tolist()
         return classes
 
     def _node_classes_per_node(self) -> dict[ClassKey, list[int]]:

@@ -19,8 +19,6 @@ import pytest
 
 from bench import scheduler_perf_bench as perf
 
-QUICK = list(perf.QUICK)
-
 
 @pytest.fixture(scope="module")
 def built() -> perf.Build:
@@ -28,7 +26,7 @@ def built() -> perf.Build:
 
 
 @pytest.mark.parametrize("scheduler", ["plugin", "extender"])
-@pytest.mark.parametrize("workload", QUICK)
+@pytest.mark.parametrize("workload", perf.QUICK)
 def test_upstream_workload_binds_every_pod(built: perf.Build, workload: str, scheduler: str,
                                            tmp_path: pathlib.Path) -> None:
     (w,) = perf.workloads(built.upstream, [workload])
