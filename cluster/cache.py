@@ -150,6 +150,15 @@ def _placed(record: PodRecord | None) -> TypeGuard[PodRecord]:
     return record is not None and bool(record.pod.node) and record.active
 
 
+def _discard(index: dict[str, set[str]], key: str, uid: str) -> None:
+    """Take ``uid`` out of ``index[key]``, and the key out once its set is empty."""
+    members = index.get(key)
+    if members:
+        members.discard(uid)
+        if not members:
+            del index[key]
+
+
 def _key(obj: Mapping[str, Any]) -> str:
     meta = obj.get("metadata") or {}
     ns = meta.get("namespace")
@@ -179,8 +188,12 @@ class ClusterCache:
         # matrix aligned with it, kept incrementally, so a cycle's snapshot is one matrix copy
         self._base: Snapshot | None = None
         self._used: np.ndarray | None = None
-        # the bound pods as one tuple and the volume inventory, rebuilt only after a change to them
+        # the bound pods as one tuple and the volume inventory, rebuilt only after a change to them;
+        # the tuple is made from ``_on_nodes`` (uid -> pod, in ``pods``' order: active pods bound to a
+        # known node), kept beside ``pods`` so that a binding costs one entry, not a pass over every pod
         self._bound: tuple[Pod, ...] | None = None
+        self._on_nodes: dict[str, Pod] | None = None  # None: rebuilt from ``pods`` when next read
+        self._anti: set[str] = set()  # the uids in ``_on_nodes`` with required anti-affinity
         self._inventory: VolumeInventory | None = None
         self.skipped = 0  # malformed objects ignored
         self.version = 0  # bumps on every applied change
@@ -293,7 +306,7 @@ class ClusterCache:
 
     def _nodes_changed(self) -> None:
         self._base = None
-        self._bound = None  # the bound pods listed are those on known nodes
+        self._bound = self._on_nodes = None  # the bound pods listed are those on known nodes
 
     def _convert_pod(self, uid: str, obj: Mapping[str, Any]) -> PodRecord:
         """The pod's record; a pod that does not convert is remembered in ``invalid_pods``."""
@@ -336,6 +349,8 @@ class ClusterCache:
             after = self._resolved(before)
             if after is not before:
                 self.pods[uid] = after
+                if self._on_nodes is not None and uid in self._on_nodes:
+                    self._on_nodes[uid] = after.pod
                 self._note_bound_change(before, after)
 
     def _note_bound_change(self, before: PodRecord | None, after: PodRecord | None) -> None:
@@ -358,30 +373,25 @@ class ClusterCache:
             self.pods_by_node.setdefault(pod.node, set()).add(pod.uid)
             if record.active:
                 self._charge(pod, +1)
+                if self._on_nodes is not None and pod.node in self.nodes:
+                    self._on_nodes[pod.uid] = pod
+                    if pod.spec.pod_anti_affinity:
+                        self._anti.add(pod.uid)
 
     def _remove_pod(self, uid: str) -> PodRecord | None:
         record = self.pods.pop(uid, None)
         if record is None:
             return None
+        if self._on_nodes is not None:
+            self._on_nodes.pop(uid, None)
+            self._anti.discard(uid)
         pod = record.pod
         for claim in record.claims:
-            users = self.pods_by_claim.get(claim.name)
-            if users:
-                users.discard(uid)
-                if not users:
-                    del self.pods_by_claim[claim.name]
+            _discard(self.pods_by_claim, claim.name, uid)
         if pod.group:
-            members = self.pods_by_group.get(pod.group)
-            if members:
-                members.discard(uid)
-                if not members:
-                    del self.pods_by_group[pod.group]
+            _discard(self.pods_by_group, pod.group, uid)
         if pod.node:
-            on_node = self.pods_by_node.get(pod.node)
-            if on_node:
-                on_node.discard(uid)
-                if not on_node:
-                    del self.pods_by_node[pod.node]
+            _discard(self.pods_by_node, pod.node, uid)
             if record.active:
                 self._charge(pod, -1)
         return record
@@ -480,14 +490,17 @@ class ClusterCache:
         extra = self.assumed_pods(assumed) if assumed else None
         with self._lock:
             base, used = self._base_snapshot()
-            snapshot = base.with_used(used, self._bound_pods()).with_context(
+            snapshot = base.with_used(used, self._bound_pods(), bound_anti=bool(self._anti)).with_context(
                 assumed=extra, namespaces=self.namespaces, volumes=self._volume_inventory())
         reserved = {n: a for n, a in (reserved or {}).items() if n in snapshot.index}
         return snapshot.with_usage(reserved) if reserved else snapshot
 
     def _bound_pods(self) -> tuple[Pod, ...]:
         if self._bound is None:
-            self._bound = tuple(r.pod for r in self.pods.values() if r.pod.node in self.nodes and r.active)
+            if self._on_nodes is None:
+                self._on_nodes = {u: r.pod for u, r in self.pods.items() if r.pod.node in self.nodes and r.active}
+                self._anti = {u for u, p in self._on_nodes.items() if p.spec.pod_anti_affinity}
+            self._bound = tuple(self._on_nodes.values())
         return self._bound
 
     def _volume_inventory(self) -> VolumeInventory:

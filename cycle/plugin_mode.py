@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, Mapping
+from typing import Iterable, Mapping
 
 from cluster.cache import CacheEvent
 from solver import Pod, Policy
@@ -105,6 +105,12 @@ class PluginEnforcement:
         self._ids_lock = threading.RLock()  # PlanForPod replies and snapshots name plans at once
         self._changed = threading.Condition(threading.Lock())
         self._version = 0
+        # the gang groups still waiting for members, kept per group: a cache event marks its group
+        # for a recount (None: every group, as at start), the stream recounts only those
+        self._waiting: dict[str, None] = {}  # an ordered set
+        self._recount: set[str] | None = None  # None: every group, as at start
+        self._group_of: dict[str, str] = {}  # member uid -> its group, for the uid a deletion names
+        self._waiting_lock = threading.Lock()
         cycle.subscribe(lambda kind, data: self.changed())
         self.cache.subscribe(self._on_cache_change)
 
@@ -118,7 +124,21 @@ class PluginEnforcement:
         # members arriving, binding or going, groups appearing; a plain pod changes nothing the
         # stream carries (a deleted pod is only a uid: it may have been a member)
         if event.kind == "PodGroup" or (event.kind == "Pod" and (event.pod is None or event.pod.pod.group)):
+            self._mark_recount(event)
             self.changed()
+
+    def _mark_recount(self, event: CacheEvent) -> None:
+        record = event.pod
+        with self._waiting_lock:
+            if event.kind == "PodGroup":
+                groups = {event.key}
+            else:
+                before = self._group_of.pop(event.key, "") if record is None else self._group_of.get(event.key, "")
+                if record is not None:
+                    self._group_of[event.key] = record.pod.group
+                groups = {before, record.pod.group if record is not None else ""} - {""}
+            if self._recount is not None:
+                self._recount |= groups
 
     def wait_change(self, seen: int, timeout: float) -> int:
         """Block until the change counter passes ``seen`` (or ``timeout``); returns it."""
@@ -292,7 +312,7 @@ class PluginEnforcement:
             live = {p.group for p in plans}
             for group in [g for g in self._ids if g not in live]:
                 del self._ids[group]
-        return Snapshot(version, plans, nodes, tuple(self._waiting_groups()), ids)
+        return Snapshot(version, plans, nodes, self._waiting_groups(), ids)
 
     def _reservations(self) -> tuple[tuple[Plan, ...], Usage]:
         """Every plan holding capacity except a gang's once bound (every member was allowed at
@@ -310,13 +330,27 @@ class PluginEnforcement:
             held += self.preemption.reservations()
         return plans, total_usage(held)
 
-    def _waiting_groups(self) -> Iterator[str]:
-        by_group, pods = self.cache.pods_by_group, self.cache.pods
-        for key, record in list(self.cache.podgroups.items()):
-            spec = record.spec
-            if spec.policy is not Policy.GANG or spec.min_count <= 1:
-                continue
-            uids = list(by_group.get(key, ()))  # a copy: the cache's thread may add members meanwhile
-            live = sum(1 for r in map(pods.get, uids) if r is not None and r.active and not r.terminating)
-            if uids and live < spec.min_count:
-                yield key
+    def _waiting_groups(self) -> tuple[str, ...]:
+        """Gang groups with members but fewer live ones than their minimum: those marked by a cache
+        event since the last call are recounted, the rest kept."""
+        with self._waiting_lock:
+            recount, self._recount = self._recount, set()
+            if recount is None:  # the first call: every group, and the members' groups from here on
+                recount = set(self.cache.podgroups)
+                self._waiting.clear()
+                self._group_of = {u: r.pod.group for u, r in list(self.cache.pods.items()) if r.pod.group}
+            for key in recount:
+                if self._short_of_members(key):
+                    self._waiting[key] = None
+                else:
+                    self._waiting.pop(key, None)
+            return tuple(self._waiting)
+
+    def _short_of_members(self, key: str) -> bool:
+        record = self.cache.podgroups.get(key)
+        if record is None or record.spec.policy is not Policy.GANG or record.spec.min_count <= 1:
+            return False
+        pods = self.cache.pods
+        uids = list(self.cache.pods_by_group.get(key, ()))  # a copy: the cache's thread may add members meanwhile
+        live = sum(1 for r in map(pods.get, uids) if r is not None and r.active and not r.terminating)
+        return bool(uids) and live < record.spec.min_count

@@ -266,10 +266,12 @@ def _bound_cache(snapshot: "Snapshot") -> dict[Any, Any]:
 def placed_anti_affinity(snapshot: "Snapshot") -> bool:
     """Does any placed pod carry required anti-affinity (which may exclude any new pod)? One scan
     of the bound pods per bound-pod tuple, without building the index."""
-    shared = _bound_cache(snapshot)
-    bound: bool | None = shared.get("any-anti")
+    bound: bool | None = snapshot.bound_anti
     if bound is None:
-        bound = shared["any-anti"] = any(p.spec.pod_anti_affinity for p in snapshot.bound)
+        shared = _bound_cache(snapshot)
+        bound = shared.get("any-anti")
+        if bound is None:
+            bound = shared["any-anti"] = any(p.spec.pod_anti_affinity for p in snapshot.bound)
     return bound or any(p.spec.pod_anti_affinity for p in snapshot.assumed)
 
 

@@ -48,6 +48,9 @@ class Snapshot:
                 raise InvalidInput(f"duplicate node {node.name}")
             self.index[node.name] = i
         self.bound: tuple[Pod, ...] = tuple(bound)
+        #: does a bound pod carry required anti-affinity? Set by a maker that keeps count (a watch
+        #: cache); None: :func:`~.constraints.placed_anti_affinity` scans :attr:`bound` once
+        self.bound_anti: bool | None = None
         #: pods planned by other groups but not bound yet (kube-scheduler has them assumed): they
         #: count for inter-pod constraints and host ports, never for capacity (``reserved`` does)
         self.assumed: tuple[Pod, ...] = ()
@@ -87,11 +90,13 @@ class Snapshot:
                 used[i, j] += amount
         used[i, self.rindex[PODS]] += pods
 
-    def _clone(self) -> "Snapshot":
-        """A copy sharing nodes, indexes and the static caches, with its own usage matrix."""
+    def _clone(self, copy_used: bool = True) -> "Snapshot":
+        """A copy sharing nodes, indexes and the static caches, with its own usage matrix (the
+        caller sets it when ``copy_used`` is False)."""
         clone = object.__new__(Snapshot)
         clone.__dict__.update(self.__dict__)
-        clone.used = self.used.copy()
+        if copy_used:
+            clone.used = self.used.copy()
         clone.usage_cache = {}
         return clone
 
@@ -103,16 +108,19 @@ class Snapshot:
             self._charge(clone.used, node_name, amounts, pods=amounts.get(PODS, 0), what="usage")
         return clone
 
-    def with_used(self, used: np.ndarray, bound: Iterable[Pod] | None = None) -> "Snapshot":
+    def with_used(self, used: np.ndarray, bound: Iterable[Pod] | None = None,
+                  bound_anti: bool | None = None) -> "Snapshot":
         """A new snapshot over the same nodes with the usage matrix ``used`` (nodes x
         :attr:`resources`, as kept incrementally by a watch cache) and, optionally, the bound pods
-        behind it. Shares every static part; O(nodes x resources) instead of O(pods)."""
+        behind it (with ``bound_anti``, :attr:`bound_anti`, when the caller counts it). Shares every
+        static part; O(nodes x resources) instead of O(pods)."""
         if used.shape != self.allocatable.shape:
             raise InvalidInput(f"usage matrix has shape {used.shape}, expected {self.allocatable.shape}")
-        clone = self._clone()
+        clone = self._clone(copy_used=False)
         clone.used = used.copy()
         if bound is not None:
             clone.bound = tuple(bound)
+            clone.bound_anti = bound_anti
         return clone
 
     def with_context(
@@ -160,6 +168,7 @@ class Snapshot:
             raise InvalidInput(f"pods {sorted(missing)} are not bound in the snapshot")
         clone = self._clone()
         clone.bound = tuple(p for p in self.bound if p.uid not in gone)
+        clone.bound_anti = None
         for pod in self.bound:
             if pod.uid in gone:
                 released = {r: -amount for r, amount in pod.spec.requests.items()}
