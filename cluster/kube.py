@@ -9,7 +9,8 @@ the controller — goes through :class:`Kube`.
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator, Mapping
+import time
+from typing import Any, Callable, Iterator, Mapping
 
 import kubernetes
 
@@ -54,6 +55,24 @@ def _query(params: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
     return [(k, v) for k, v in (params or {}).items() if v is not None]
 
 
+#: how often a request checks whether the kubeconfig's token (exec plugin, in-cluster token file)
+#: needs reloading; the official client checks before every request, which costs more CPU than
+#: the request itself (it copies the whole configuration back, host and proxies included)
+TOKEN_CHECK_SECONDS = 1.0
+
+
+def _throttled(hook: Callable[[Any], None], every: float) -> Callable[[Any], None]:
+    """``hook`` run at most once per ``every`` seconds (the first call runs it)."""
+    last = [float("-inf")]
+
+    def run(configuration: Any) -> None:
+        now = time.monotonic()
+        if now - last[0] >= every:
+            last[0] = now
+            hook(configuration)
+    return run
+
+
 class Kube:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, timeout: float = 30.0,
                  qps_pool: int = 32):
@@ -66,6 +85,9 @@ class Kube:
             except kubernetes.config.ConfigException:
                 kubernetes.config.load_kube_config(context=context, client_configuration=config)
         config.connection_pool_maxsize = qps_pool
+        hook = getattr(config, "refresh_api_key_hook", None)
+        if hook is not None:
+            config.refresh_api_key_hook = _throttled(hook, TOKEN_CHECK_SECONDS)  # type: ignore[assignment]
         self.config = config
         self.api = kubernetes.client.ApiClient(config)
         self.timeout = timeout
