@@ -61,16 +61,22 @@ def _query(params: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
 TOKEN_CHECK_SECONDS = 1.0
 
 
-def _throttled(hook: Callable[[Any], None], every: float) -> Callable[[Any], None]:
-    """``hook`` run at most once per ``every`` seconds (the first call runs it)."""
-    last = [float("-inf")]
+def _throttle_token_check(config: Any, every: float) -> None:
+    """Run ``config``'s token check at most once per ``every`` seconds (the first request runs it).
+    The client's loader installs its hook anew each time it runs, so the throttle puts itself back."""
+    state: dict[str, Any] = {"hook": config.refresh_api_key_hook, "last": float("-inf")}
 
-    def run(configuration: Any) -> None:
+    def throttled(configuration: Any) -> None:
         now = time.monotonic()
-        if now - last[0] >= every:
-            last[0] = now
-            hook(configuration)
-    return run
+        if now - state["last"] < every:
+            return
+        state["last"] = now
+        state["hook"](configuration)
+        if configuration.refresh_api_key_hook is not throttled:
+            state["hook"] = configuration.refresh_api_key_hook
+            configuration.refresh_api_key_hook = throttled
+
+    config.refresh_api_key_hook = throttled
 
 
 class Kube:
@@ -85,9 +91,8 @@ class Kube:
             except kubernetes.config.ConfigException:
                 kubernetes.config.load_kube_config(context=context, client_configuration=config)
         config.connection_pool_maxsize = qps_pool
-        hook = getattr(config, "refresh_api_key_hook", None)
-        if hook is not None:
-            config.refresh_api_key_hook = _throttled(hook, TOKEN_CHECK_SECONDS)  # type: ignore[assignment]
+        if getattr(config, "refresh_api_key_hook", None) is not None:
+            _throttle_token_check(config, TOKEN_CHECK_SECONDS)
         self.config = config
         self.api = kubernetes.client.ApiClient(config)
         self.timeout = timeout

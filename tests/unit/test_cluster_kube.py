@@ -142,19 +142,23 @@ def test_delete_with_a_body_and_query_and_other_errors_raised_even_when_missing_
 
 
 def test_the_token_check_runs_at_most_once_per_interval_and_requests_still_carry_the_token(api, kube, monkeypatch):
-    """The official client re-reads the kubeconfig's credentials before every request; phalanx
-    does it once per TOKEN_CHECK_SECONDS (an expired exec or in-cluster token is still renewed)."""
+    """The official client re-reads the kubeconfig's credentials before every request (and puts
+    its hook back each time); phalanx does it once per TOKEN_CHECK_SECONDS, so an expired exec or
+    in-cluster token is still renewed."""
     from cluster import kube as kube_module
 
-    calls = []
+    from kubernetes.config import kube_config
+
     clock = [100.0]
     monkeypatch.setattr(kube_module.time, "monotonic", lambda: clock[0])
-    hook = kube_module._throttled(lambda configuration: calls.append(configuration), kube_module.TOKEN_CHECK_SECONDS)
-    hook("a"), hook("b")
+    checks = []
+    set_config = kube_config.KubeConfigLoader._set_config
+    monkeypatch.setattr(kube_config.KubeConfigLoader, "_set_config",
+                        lambda loader, configuration: (checks.append(clock[0]), set_config(loader, configuration)))
+    for _ in range(3):
+        kube.get("/api/v1/pods")
     clock[0] += kube_module.TOKEN_CHECK_SECONDS
-    hook("c")
-    assert calls == ["a", "c"]
-    # the client built from a token kubeconfig has the throttled hook, and every request its token
-    assert kube.config.refresh_api_key_hook.__qualname__.startswith("_throttled")
-    kube.get("/api/v1/pods"), kube.get("/api/v1/pods")
-    assert [s["authorization"] for s in api.seen] == ["Bearer secret-token"] * 2
+    kube.get("/api/v1/pods")
+    kube.get("/api/v1/pods")
+    assert checks == [100.0, 100.0 + kube_module.TOKEN_CHECK_SECONDS]
+    assert [s["authorization"] for s in api.seen] == ["Bearer secret-token"] * 5
