@@ -145,9 +145,9 @@ def test_the_token_check_runs_at_most_once_per_interval_and_requests_still_carry
     """The official client re-reads the kubeconfig's credentials before every request (and puts
     its hook back each time); phalanx does it once per TOKEN_CHECK_SECONDS, so an expired exec or
     in-cluster token is still renewed."""
-    from cluster import kube as kube_module
-
     from kubernetes.config import kube_config
+
+    from cluster import kube as kube_module
 
     clock = [100.0]
     monkeypatch.setattr(kube_module.time, "monotonic", lambda: clock[0])
