@@ -30,13 +30,14 @@ def _rss_mib() -> float:
     return 0.0
 
 
-def node_json(i: int) -> dict:
+def node_json(i: int, zone_nodes: int = 1024) -> dict:
+    """Node ``i`` of racks of 32 nodes and zones of ``zone_nodes``."""
     name = f"node-{i:05d}"
     return {
         "apiVersion": "v1", "kind": "Node",
         "metadata": {"name": name, "uid": f"n-{i}", "resourceVersion": str(i),
                      "labels": {LABEL_HOSTNAME: name, LABEL_RACK: f"rack-{i // 32:03d}",
-                                LABEL_ZONE: f"zone-{i // 1024}", "kubernetes.io/os": "linux",
+                                LABEL_ZONE: f"zone-{i // zone_nodes}", "kubernetes.io/os": "linux",
                                 "node.kubernetes.io/instance-type": "gpu-8x"}},
         "spec": {"podCIDR": f"10.{i // 250}.{i % 250}.0/24"},
         "status": {"capacity": {"cpu": "96", "memory": "1024Gi", "nvidia.com/gpu": "8", "pods": "110"},
