@@ -10,6 +10,7 @@ SUITES = {
     "solver": "bench.solver_bench",
     "preemption": "bench.preemption_bench",
     "cache": "bench.cache_bench",
+    "scale": "bench.scale_bench",
     "trace": "bench.trace_bench",
     "controller": "bench.controller_bench",
     "extender": "bench.extender_bench",
