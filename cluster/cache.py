@@ -84,6 +84,7 @@ class PodRecord:
     labels: Mapping[str, str] = field(default_factory=dict)
     disrupted: bool = False  # carries the DisruptionTarget condition (evicted or preempted)
     claims: tuple[ClaimRef, ...] = ()  # the PVCs it mounts (``pod.volumes`` holds them resolved)
+    scheduler_name: str = names.DEFAULT_SCHEDULER  # the profile of kube-scheduler that places it
 
     @property
     def active(self) -> bool:
@@ -142,6 +143,7 @@ def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
         disrupted=any(c.type == names.CONDITION_DISRUPTION_TARGET and c.status == "True"
                       for c in conditions_from_json(obj)),
         claims=pod_claims(obj),
+        scheduler_name=view.scheduler_name,
     )
 
 

@@ -348,6 +348,7 @@ class Pod:
     node_name: str
     phase: str
     claims: tuple[ClaimEntry, ...]  # spec.resourceClaims
+    scheduler_name: str = names.DEFAULT_SCHEDULER  # spec.schedulerName
     raw: JSON = field(default_factory=dict, compare=False, repr=False)
 
     @property
@@ -368,7 +369,10 @@ def pod(obj: Pod | JSON) -> Pod:
     return Pod(meta, group, _objects(spec.get("schedulingGates"), f"{where}: spec.schedulingGates"),
                _text(spec.get("nodeName"), f"{where}: spec.nodeName"),
                _text(_mapping(obj.get("status"), f"{where}: status").get("phase"), f"{where}: status.phase"),
-               claim_entries(spec.get("resourceClaims"), f"{where}: spec.resourceClaims"), raw=obj)
+               claim_entries(spec.get("resourceClaims"), f"{where}: spec.resourceClaims"),
+               scheduler_name=(_text(spec.get("schedulerName"), f"{where}: spec.schedulerName")
+                               or names.DEFAULT_SCHEDULER),
+               raw=obj)
 
 
 @dataclass(frozen=True)

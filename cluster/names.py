@@ -36,6 +36,7 @@ ANNOTATION_PARENT_COMPOSITE_ALT = "scheduling.k8s.io/parent-composite-podgroup" 
 FINALIZER_PODGROUP_PROTECTION = "scheduling.k8s.io/podgroup-protection"
 GATE_LWS_GROUP_REPLACEMENT = "leaderworkerset.sigs.k8s.io/group-replacement"
 LABEL_STATEFULSET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # set on every pod a StatefulSet creates
+DEFAULT_SCHEDULER = "default-scheduler"  # a pod's spec.schedulerName when it names none
 
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_RACK = "topology.kubernetes.io/rack"
