@@ -243,6 +243,28 @@ class Planner:
                 return placement, capacity_version, time.perf_counter() - started
         return None
 
+    def plan_ahead(self, group: PodGroup) -> bool:
+        """Plan ``group`` before any member asks (lock held): a placement found is kept as a
+        member's call would keep it; none found changes nothing (no explanation, preemption or
+        status: the members' own calls run the full cycle). True when a plan is now held."""
+        key = group.key
+        if key in self.solving:
+            return False
+        self.solving.add(key)
+        try:
+            solved = self._solve(group, "")
+            if solved is None:
+                return False
+            placement, _, elapsed = solved
+            if isinstance(placement, InvalidInput) or not placement.assignments:
+                return False
+            self.metrics.attempt_duration.observe(elapsed)
+            self.metrics.attempts.labels(result="scheduled").inc()
+            return bool(self.keep(group, placement, elapsed).assignments)
+        finally:
+            self.solving.discard(key)
+            self.lock.notify()
+
     def _solve_and_commit(self, group: PodGroup, fresh: str) -> Placement:
         key = group.key
         solved = self._solve(group, fresh)

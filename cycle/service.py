@@ -47,6 +47,7 @@ from solver import InvalidInput, Placement, Pod, SolveOptions, rank_candidates
 from solver.model import PODS
 
 from . import replans
+from .ahead import PlanAhead
 from .binding import Binding
 from .capacity import BarrierCapacity
 from .dispatch import Dispatcher
@@ -121,6 +122,7 @@ class WorkloadCycle:
         barrier_capacity: int | None = None,
         dispatcher: Dispatcher | None = None,
         queue_policy: QueuePolicy = QueuePolicy(),
+        plan_ahead: frozenset[str] = frozenset(),
     ) -> None:
         self.cache = cache
         self.writer = writer
@@ -156,12 +158,16 @@ class WorkloadCycle:
         self.requeue = Requeue(self.lock, self.book, cache, self.status, self.planner, self.capacity,
                                self.queue, self.preemption, self.verdicts, self.recorded, self.parked,
                                self.replans, self.inbox, self.heap, clock)
+        # gangs of these profiles planned before they ask
+        self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, self.queue, self.capacity,
+                               plan_ahead)
 
     def start(self) -> "WorkloadCycle":
         """Start the cycle's threads (requeue, broken-unit evictions): ``phalanx serve`` does once
         its caches are listed."""
         self.requeue.start()
         self.preemption.start()
+        self.ahead.start()
         return self
 
     @property
@@ -521,6 +527,7 @@ class WorkloadCycle:
         return "pending"
 
     def close(self) -> None:
+        self.ahead.close()
         self.requeue.close()
         self.binding.close()
         self.dispatcher.flush(timeout=2.0)

@@ -49,6 +49,7 @@ class ServeOptions:
     grpc_addr: str = "127.0.0.1:50051"  # the WorkloadCycle gRPC service; "" or "off": none
     health_addr: str = ""  # HOST:PORT of the probe listener (/healthz, /readyz only); "": none
     queue_policy: QueuePolicy = QueuePolicy()  # starvation holds, fragmentation, lost-work preemption
+    plan_ahead: tuple[str, ...] = ()  # kube-scheduler profiles whose complete gangs are planned before they ask
 
 
 def http_server(app, options: ServeOptions) -> wsgi.Server:
@@ -109,7 +110,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
     if sim is not None:
         cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
-                              queue_policy=options.queue_policy)
+                              queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead))
         def ready() -> tuple[bool, str]:
             return (True, "ok (simulated cluster)")
         def stop_backend() -> None:
@@ -122,7 +123,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
             log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
-                              queue_policy=options.queue_policy)
+                              queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead))
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed

@@ -36,7 +36,8 @@ def _serve(args: argparse.Namespace) -> int:
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
-                           health_addr=args.health_addr, queue_policy=_queue_policy(args))
+                           health_addr=args.health_addr, queue_policy=_queue_policy(args),
+                           plan_ahead=tuple(args.plan_ahead_for or ()))
     from cluster.apiserver import FlavorUnavailable
 
     try:
@@ -106,6 +107,9 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a gang waits at bind for all members (default 30; keep below httpTimeout)")
     serve.add_argument("--plan-ttl", type=float, default=60.0, help="seconds a plan holds its reservation (default 60)")
     serve.add_argument("--solver", choices=["exact", "greedy"], default="exact", help="solver path (default exact)")
+    serve.add_argument("--plan-ahead-for", action="append", metavar="SCHEDULER",
+                       help="plan a gang as soon as it is complete, before kube-scheduler asks, when its pods' "
+                            "schedulerName is SCHEDULER (repeatable; the profile(s) running phalanx; default: none)")
     serve.add_argument("--grpc-addr", default="127.0.0.1:50051",
                        help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
     serve.add_argument("--health-addr", default="",

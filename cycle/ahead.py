@@ -1,0 +1,136 @@
+"""Planning a gang before kube-scheduler asks.
+
+Without it a gang is planned when its first member reaches kube-scheduler's PreFilter (plugin
+mode) or filter (extender mode): the solve sits on kube-scheduler's one scheduling loop, which
+waits for it. With it, the moment the cache shows a gang complete (its PodGroup and at least
+``minCount`` live members, none bound yet) the group is planned on a thread of ``phalanx serve``;
+by the time its members reach kube-scheduler the plan is held (plugin mode: in the plugin's
+mirror, so PreFilter answers from it without a call), and the loop and the solve run side by
+side instead of one after the other.
+
+Only pods of the kube-scheduler profiles named in ``schedulers`` (``phalanx serve
+--plan-ahead-for``) are planned ahead: serve cannot know otherwise which pods a phalanx scheduler
+will place, and a plan holds capacity. A solve that finds no placement changes nothing here: no
+explanation, status, event or preemption — the members' own calls run the full cycle as before,
+so what a user sees of an unschedulable group is unchanged. A plan made ahead is the plan a
+member's call would have made (same solve, same book, same expiry).
+
+Ahead by a few groups only (:data:`WINDOW` plans planned and not yet binding): enough to keep
+kube-scheduler's loop from waiting, while every solve subtracts the plans held and the
+reservations stream carries them all — planning a thousand queued gangs at once would make both
+cost a thousand times more and hold capacity for minutes.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+
+from cluster.cache import CacheEvent, ClusterCache
+from solver import Policy
+
+from .capacity import BarrierCapacity
+from .lock import CycleLock
+from .planning import Planner
+from .plans import PlanBook, PlanState
+from .preemption import GroupPreemption
+from .queue import PodGroupQueue
+
+log = logging.getLogger(__name__)
+
+#: at most this many plans stay ``planned`` (not yet binding) while more groups are planned ahead
+WINDOW = 4
+#: how often a full window is looked at again
+RECHECK_SECONDS = 0.02
+
+
+class PlanAhead:
+    """Plans complete gangs of ``schedulers``' pods as their last member appears (one thread)."""
+
+    def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, planner: Planner,
+                 preemption: GroupPreemption, queue: PodGroupQueue, capacity: BarrierCapacity,
+                 schedulers: frozenset[str]) -> None:
+        self.lock, self.book, self.cache, self.planner = lock, book, cache, planner
+        self.preemption, self.queue, self.capacity = preemption, queue, capacity
+        self.schedulers = schedulers
+        self._pending: dict[str, None] = {}  # groups to look at, in the order their events came
+        self._wake = threading.Condition(threading.Lock())
+        self._closed = False
+        self._thread: threading.Thread | None = None
+        self.planned = 0  # groups planned ahead (for tests and the log)
+        if schedulers:
+            self.cache.subscribe(self._on_event)
+
+    def start(self) -> "PlanAhead":
+        if self.schedulers and self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="phalanx-plan-ahead", daemon=True)
+            self._thread.start()
+        return self
+
+    def close(self) -> None:
+        with self._wake:
+            self._closed = True
+            self._wake.notify_all()
+        if self._thread is not None:
+            self._thread.join(timeout=5.0)
+
+    def _on_event(self, event: CacheEvent) -> None:
+        record = event.pod
+        if record is not None:
+            if not record.pod.group or record.pod.node or record.scheduler_name not in self.schedulers:
+                return
+            key = record.pod.group
+        elif event.kind == "PodGroup" and event.record is not None:
+            key = event.key
+        else:
+            return
+        with self._wake:
+            self._pending[key] = None
+            self._wake.notify()
+
+    def _run(self) -> None:
+        while True:
+            with self._wake:
+                while not self._pending and not self._closed:
+                    self._wake.wait()
+                if self._closed:
+                    return
+            if self._window_full():  # (the cycle's lock is never taken under ``_wake``)
+                with self._wake:
+                    self._wake.wait(RECHECK_SECONDS)
+                continue
+            with self._wake:
+                key = next(iter(self._pending))
+                del self._pending[key]
+            try:
+                if self.plan(key):
+                    self.planned += 1
+            except Exception:  # noqa: BLE001 - a failed look-ahead must not stop the next one
+                log.exception("planning %s ahead failed", key)
+
+    def _window_full(self) -> bool:
+        with self.lock:
+            return sum(1 for p in self.book.holding() if p.state is PlanState.PLANNED) >= WINDOW
+
+    def plan(self, key: str) -> bool:
+        """Plan gang ``key`` now when it is complete, unbound, of ``schedulers`` and holds no
+        plan; True when it now holds one."""
+        record = self.cache.podgroups.get(key)
+        if record is None or record.spec.policy is not Policy.GANG:
+            return False
+        members = self.cache.members(key)
+        if len(members) < record.spec.min_count or any(r.pod.node for r in members):
+            return False  # not complete yet, or partly bound (the placement record's path)
+        pending = [r for r in members if not r.gated]
+        if not pending or any(r.scheduler_name not in self.schedulers for r in pending):
+            return False
+        with self.lock:
+            if self.book.get(key) is not None or key in self.planner.solving or self.preemption.waiting(key):
+                return False
+            self.planner.expire()
+            group = self.planner.group_view(key, pending[0].pod)
+            if isinstance(group, str) or group.bound:
+                return False
+            if self.queue.backing_off(key, self.cache.capacity_version) or self.capacity.wait(group, None):
+                return False
+            return self.planner.plan_ahead(group)

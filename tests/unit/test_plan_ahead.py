@@ -1,0 +1,121 @@
+"""Plan ahead (``phalanx serve --plan-ahead-for``): a complete gang of a named profile's pods is
+planned before kube-scheduler asks, with the plan a member's call would make; anything else —
+another profile's pods, an incomplete or unplaceable gang — is left to the members' own calls,
+with nothing written."""
+
+import time
+
+import pytest
+
+from cluster.sim import SimCluster
+from cycle.plugin_mode import PluginEnforcement
+from cycle.service import WorkloadCycle
+
+from .k8s_objects import node, pod, podgroup
+
+
+@pytest.fixture
+def sim():
+    s = SimCluster()
+    for i in range(4):
+        s.create(node(f"n-{i}", rack=f"r{i // 2}", gpus=4))
+    return s
+
+
+@pytest.fixture
+def cycle(sim):
+    service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, plan_ahead=frozenset({"default-scheduler"}))
+    yield service  # not started: the tests call plan() themselves, except the one that starts it
+    service.close()
+
+
+def gang(sim, name, size, gpu=1, scheduler=None, min_count=None):
+    sim.create(podgroup(name, min_count or size))
+    made = []
+    for i in range(size):
+        obj = pod(f"{name}-{i}", name, gpu=gpu)
+        if scheduler:
+            obj["spec"]["schedulerName"] = scheduler
+        made.append(sim.create(obj))
+    return made
+
+
+def attempts(cycle, result):
+    return cycle.metrics.attempts.labels(result=result)._value.get()
+
+
+def test_a_complete_gang_is_planned_ahead_and_prefilter_answers_from_that_plan(sim, cycle):
+    members = gang(sim, "db", 3)
+    assert cycle.ahead.plan("default/db")
+    plan = cycle.book.get("default/db")
+    assert plan is not None and set(plan.assignments) == {m["metadata"]["uid"] for m in members}
+    solved = attempts(cycle, "scheduled")
+    enforcement = PluginEnforcement(cycle)
+    read = sim.cache.pods[members[1]["metadata"]["uid"]].pod
+    answer = enforcement.plan_for_pod(read)
+    assert answer.verdict == "planned" and answer.node == plan.assignments[read.uid]
+    assert attempts(cycle, "scheduled") == solved  # no second solve
+    assert "default/db" in {p.group for p in enforcement.snapshot().plans}  # the plugin's mirror gets it
+    assert not cycle.ahead.plan("default/db")  # a plan is held: nothing to do
+
+
+def test_another_profiles_gang_an_incomplete_one_and_a_basic_group_are_left_alone(sim, cycle):
+    gang(sim, "other", 2, scheduler="someone-else")
+    gang(sim, "half", 2, min_count=3)
+    sim.create(podgroup("basic", None))
+    sim.create(pod("basic-0", "basic", gpu=1))
+    for key in ("default/other", "default/half", "default/basic", "default/missing"):
+        assert not cycle.ahead.plan(key)
+        assert cycle.book.get(key) is None and key not in cycle.explanations
+    cycle.dispatcher.flush(timeout=5.0)  # writes go out asynchronously: none may be queued
+    assert sim.events == [] and attempts(cycle, "scheduled") == 0
+
+
+def test_a_gang_that_does_not_fit_is_left_to_its_members_calls_with_nothing_written(sim, cycle):
+    gang(sim, "big", 3, gpu=8)  # no node has 8 GPUs
+    assert not cycle.ahead.plan("default/big")
+    assert cycle.book.get("default/big") is None and "default/big" not in cycle.explanations
+    cycle.dispatcher.flush(timeout=5.0)
+    assert sim.events == [] and attempts(cycle, "unschedulable") == 0
+    # the member's own call runs the full cycle: the explanation and the Warning event
+    member = next(r.pod for r in sim.cache.members("default/big"))
+    PluginEnforcement(cycle).plan_for_pod(member)
+    cycle.dispatcher.flush(timeout=5.0)
+    assert "default/big" in cycle.explanations
+    assert any(e["reason"] == "FailedScheduling" for e in sim.events)
+
+
+def test_started_it_plans_a_gang_when_its_last_member_appears(sim, cycle):
+    cycle.start()
+    gang(sim, "late", 2, min_count=3)
+    sim.create(pod("late-2", "late", gpu=1))
+    deadline = time.monotonic() + 10.0  # a bounded wait for the thread, not a timing assertion
+    while cycle.book.get("default/late") is None and time.monotonic() < deadline:
+        time.sleep(0.01)
+    plan = cycle.book.get("default/late")
+    assert plan is not None and len(plan.assignments) == 3 and cycle.ahead.planned == 1
+
+
+def test_without_profiles_nothing_is_planned_ahead(sim):
+    service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        gang(sim, "db", 3)
+        assert service.ahead._thread is None and not service.ahead._pending
+    finally:
+        service.close()
+
+
+def test_only_a_window_of_plans_is_held_ahead(sim, cycle, monkeypatch):
+    from cycle import ahead
+
+    monkeypatch.setattr(ahead, "WINDOW", 1)
+    gang(sim, "a", 2)
+    gang(sim, "b", 2)
+    assert not cycle.ahead._window_full()
+    assert cycle.ahead.plan("default/a")
+    assert cycle.ahead._window_full()  # the thread waits until "a" binds or goes
+    from cycle import replans
+
+    with cycle.lock:  # as every release runs
+        cycle.planner.release("default/a", replans.EXPIRED, "released by the test")
+    assert not cycle.ahead._window_full()
