@@ -104,6 +104,11 @@ def workloads(upstream: pathlib.Path, ids: tuple[str, ...] | list[str]) -> list[
     return [known[i] for i in ids]
 
 
+#: phalanx serve plans ahead for the profile the harness's scheduler configurations put phalanx in
+#: (upstream's pod templates name no schedulerName), as the chart does for its own profile
+PLAN_AHEAD = "--plan-ahead-for default-scheduler"
+
+
 def run_one(b: Build, w: Workload, scheduler: str, out: pathlib.Path, timeout: float = TIMEOUT_S,
             pods_timeout: str = "", serve_args: str = "") -> dict[str, Any]:
     """Run one workload with one scheduler; the row of its results (``status`` says whether every pod
@@ -115,7 +120,7 @@ def run_one(b: Build, w: Workload, scheduler: str, out: pathlib.Path, timeout: f
             "-test.benchtime=1x", "-test.timeout=0", f"-perf-scheduling-label-filter={label}",
             f"-data-items-dir={out}", f"-phalanx-scheduler={scheduler}", f"-phalanx-topic-dir={w.topic_dir}",
             f"-phalanx-repo={REPO}", f"-phalanx-bin={pathlib.Path(sys.executable).parent / 'phalanx'}",
-            f"-phalanx-log-dir={out}", f"-phalanx-serve-args={serve_args}"]
+            f"-phalanx-log-dir={out}", f"-phalanx-serve-args={PLAN_AHEAD} {serve_args}".strip()]
     if pods_timeout:
         argv.append(f"-phalanx-pods-timeout={pods_timeout}")
     env = {**os.environ, "PATH": f"{b.binary.parent}{os.pathsep}{os.environ.get('PATH', '')}"}

@@ -52,6 +52,9 @@ app.kubernetes.io/component: {{ index . 1 }}
   - --plan-ttl={{ .Values.serve.planTTL }}
   - --http-threads={{ .Values.serve.httpThreads }}
   - --solver={{ .Values.serve.solver }}
+  {{- if .Values.serve.planAhead }}
+  - --plan-ahead-for={{ if eq .Values.mode "main" }}default-scheduler{{ else }}{{ .Values.scheduler.name }}{{ end }}
+  {{- end }}
   {{- range .Values.serve.extraArgs }}
   - {{ . | quote }}
   {{- end }}
