@@ -114,7 +114,6 @@ EVENT_UNIT_EVICTION_BLOCKED = "UnitEvictionBlocked"  # PodGroup: a PDB refused e
 
 # -- the workload cycle's state machine, bind-barrier capacity and write dispatcher -----------------
 EVENT_PLANNED = "Planned"
-EVENT_BOUND = "Bound"
 EVENT_BIND_FAILED = "BindFailed"
 EVENT_BARRIER_TIMEOUT = "BarrierTimeout"
 EVENT_FAILED_SCHEDULING = "FailedScheduling"

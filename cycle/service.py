@@ -196,7 +196,8 @@ class WorkloadCycle:
             self.verdicts.forget(plan.assignments)  # learned for this group's members, now moot
             self.replans.forget(key)
             self.metrics.time_to_place.observe(max(0.0, self.clock() - plan.created))
-            self.status.event(key, names.EVENT_BOUND, f"bound {len(plan.assignments)} pods")
+            # no event: the condition went True at binding and kube-scheduler writes each member's
+            # Scheduled event; one write fewer per group (docs/operations.md, "Condition and events")
             self.status.emit("bound", group=key, assignments=dict(plan.assignments))
         elif to is not PlanState.FORGOTTEN:  # released, expired, failed: nothing is held any more
             self._dropped(plan, to, change)
