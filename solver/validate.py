@@ -8,6 +8,7 @@ aggregation, classes or patterns cannot hide behind itself.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from typing import Mapping, Sequence
 
 from .errors import PlacementInvalid
@@ -121,6 +122,11 @@ class _FinalState:
     everyone: list[Pod]
     labels_of: Mapping[str, Mapping[str, str]]
 
+    @cached_property
+    def anti_holders(self) -> list[Pod]:
+        """The placed pods carrying required anti-affinity (usually few: scanned once, not per pod)."""
+        return [p for p in self.everyone if p.spec.pod_anti_affinity]
+
     def same_domain(self, a: Pod, b: Pod, key: str) -> bool:
         va = self.labels_of.get(a.node, {}).get(key)
         return va is not None and va == self.labels_of.get(b.node, {}).get(key)
@@ -158,13 +164,17 @@ def _check_ports(state: _FinalState, pod: Pod, where: str) -> None:
 
 
 def _check_anti_affinity(state: _FinalState, pod: Pod, where: str) -> None:
-    """Neither the pod's required anti-affinity nor any other pod's selects a pod beside it."""
-    for other in state.everyone:
+    """Neither the pod's required anti-affinity nor any other pod's selects a pod beside it (the
+    pods scanned are everyone for the pod's own terms, only the holders for theirs)."""
+    for other in state.everyone if pod.spec.pod_anti_affinity else ():
         if other.uid == pod.uid:
             continue
         for term in pod.spec.pod_anti_affinity:
             if state.same_domain(pod, other, term.topology_key) and state.selects(term, other):
                 raise PlacementInvalid(f"{where}: anti-affinity on {term.topology_key} with {other.key}")
+    for other in state.anti_holders:
+        if other.uid == pod.uid:
+            continue
         for term in other.spec.pod_anti_affinity:
             if state.same_domain(pod, other, term.topology_key) and state.selects(term, pod):
                 raise PlacementInvalid(f"{where}: {other.key}'s anti-affinity on {term.topology_key} selects it")
