@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import re
+import weakref
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any, Callable, Mapping, NamedTuple, TypeVar, cast
@@ -362,7 +363,7 @@ def pod_from_json(obj: JSON) -> Pod:
         node=_text(spec.get("nodeName"), f"{where}: spec.nodeName"),
         group=f"{namespace}/{group}" if group else "",
         labels=labels,
-        spec=PodSpec(
+        spec=_shared(PodSpec(
             requests=pod_requests(spec, where),
             node_selector=_string_map(spec.get("nodeSelector"), f"{where}: spec.nodeSelector"),
             affinity=_affinity(spec, where),
@@ -374,8 +375,24 @@ def pod_from_json(obj: JSON) -> Pod:
             preferred_anti_affinity=preferred_anti_affinity,
             spread=_spread(spec, where, labels),
             host_ports=_host_ports(spec, where),
-        ),
+        )),
     )
+
+
+#: one PodSpec object per distinct spec among the pods alive: the pods of a StatefulSet, a Job or a
+#: gang share theirs, so grouping pods by shape meets the same key object (an identity check, not a
+#: walk through tolerations and affinity terms), eligibility caches hit, and 500,000 pods hold as
+#: many specs as they have shapes. Weak: a spec goes when its last pod does.
+_SPECS: "weakref.WeakValueDictionary[tuple[object, ...], PodSpec]" = weakref.WeakValueDictionary()
+
+
+def _shared(spec: PodSpec) -> PodSpec:
+    """The PodSpec object already held for an equal spec, or ``spec`` (then held)."""
+    key = (spec.shape_key, spec.priority, spec.host_ports)  # every field (the shape key sorts ports)
+    try:
+        return _SPECS.setdefault(key, spec)
+    except TypeError:  # an unhashable part (never from JSON): not shared
+        return spec
 
 
 def preferred_keys(meta: JSON) -> tuple[str, ...]:

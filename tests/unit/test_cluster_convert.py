@@ -427,3 +427,26 @@ def test_placement_preference_annotation_defaults_to_pack_and_rejects_unknown_va
     assert podgroup_from_json(group({"scheduling.phalanx.dev/placement-preference": "Spread"})).default_preference == "spread"
     with pytest.raises(InvalidInput, match="placement-preference must be one of pack, spread"):
         podgroup_from_json(group({"scheduling.phalanx.dev/placement-preference": "sideways"}))
+
+
+def test_pods_with_equal_specs_share_one_spec_object_and_a_difference_keeps_its_own():
+    import copy
+    import gc
+
+    from cluster import convert
+
+    base = {"metadata": {"name": "a", "namespace": "ns", "uid": "u1"},
+            "spec": {"priority": 5, "tolerations": [{"key": "k", "operator": "Exists"}],
+                     "containers": [{"name": "c", "resources": {"requests": {"cpu": "1"}}}]}}
+    other = copy.deepcopy(base)
+    other["metadata"].update(name="b", uid="u2")
+    first, second = convert.pod_from_json(base), convert.pod_from_json(other)
+    assert first.spec is second.spec and first.uid != second.uid
+    higher = copy.deepcopy(other)
+    higher["spec"]["priority"] = 6  # not part of the shape, yet a different spec
+    assert convert.pod_from_json(higher).spec is not first.spec
+    assert convert.pod_from_json(higher).spec == convert.pod_from_json(higher).spec
+    key = (first.spec.shape_key, first.spec.priority, first.spec.host_ports)
+    del first, second
+    gc.collect()
+    assert key not in convert._SPECS  # held weakly: gone with its last pod
