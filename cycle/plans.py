@@ -87,6 +87,8 @@ class Plan:
     error: str = ""
     members: dict[str, Pod] = field(default_factory=dict)  # pending pod uid -> its record when planned
     answered: set[str] = field(default_factory=set)  # members filter answered with their node
+    #: kube-scheduler's pod-group cycle writes PodGroupInitiallyScheduled (plugin mode, GenericWorkload)
+    condition_by_scheduler: bool = False
 
     def swap(self, a: str, b: str) -> None:
         """Exchange two identical members' nodes (re-slot): the plan's nodes stay the same."""

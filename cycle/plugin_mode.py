@@ -247,22 +247,28 @@ class PluginEnforcement:
         return others
 
     # -- Permit --------------------------------------------------------------------------------
-    def permit(self, uid: str, group: str, reserved: tuple[str, ...] = (), node: str = "") -> PermitAnswer:
+    def permit(self, uid: str, group: str, reserved: tuple[str, ...] = (), node: str = "",
+               condition_by_scheduler: bool = False) -> PermitAnswer:
         """Permit, the plugin's barrier (``reserved``: members the plugin reserved itself from its
         mirror of the plan, each as if reserve had been called — the stream then stops counting
         their capacity as held; ``node``: where kube-scheduler assumed ``uid``, checked against its
         plan when it is among them). Once every planned member is reserved (or bound) the placement
         record is written (off the lock, before any member binds), the plan goes ``binding`` then
         ``bound`` (kube-scheduler binds; the plan holds its capacity until the cache shows the
-        bindings) and every reserved member is allowed. A Basic group's member is allowed at once."""
-        answer = self._permit(uid, group, reserved, node)
+        bindings) and every reserved member is allowed. A Basic group's member is allowed at once.
+        ``condition_by_scheduler``: kube-scheduler's pod-group cycle writes the group's
+        PodGroupInitiallyScheduled condition, so binding does not write it too."""
+        answer = self._permit(uid, group, reserved, node, condition_by_scheduler)
         if reserved:
             self.changed()
         return answer
 
-    def _permit(self, uid: str, key: str, reserved: tuple[str, ...], node: str) -> PermitAnswer:
+    def _permit(self, uid: str, key: str, reserved: tuple[str, ...], node: str,
+                condition_by_scheduler: bool) -> PermitAnswer:
         with self.lock:
             plan = self.book.get(key)
+            if plan is not None and condition_by_scheduler:
+                plan.condition_by_scheduler = True
             early = self._permit_now(plan, uid, key, reserved, node)
             if early is not None or plan is None:
                 return early or PermitAnswer("reject")

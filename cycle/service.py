@@ -190,8 +190,9 @@ class WorkloadCycle:
             self.status.emit("planned", group=key, domain=plan.domain, assignments=dict(plan.assignments),
                              path=plan.placement.path if plan.placement else "", ms=(plan.placement_ms or 0.0))
         elif to is PlanState.BINDING:
-            self.status.set_status(key, True, "Scheduled",
-                                   f"{len(plan.assignments)} pods going to binding in {plan.domain or 'the cluster'}")
+            if not plan.condition_by_scheduler:  # else kube-scheduler's pod-group cycle writes it
+                self.status.set_status(key, True, "Scheduled", f"{len(plan.assignments)} pods going to binding "
+                                       f"in {plan.domain or 'the cluster'}")
         elif to is PlanState.BOUND:
             self.verdicts.forget(plan.assignments)  # learned for this group's members, now moot
             self.replans.forget(key)

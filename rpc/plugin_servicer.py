@@ -102,7 +102,8 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     @answered
     def Permit(self, request: pb.PermitRequest, context: grpc.ServicerContext) -> pb.PermitReply:
         _checked(request)
-        answer = self.enforcement.permit(request.pod_uid, request.group, tuple(request.reserved_uids), request.node)
+        answer = self.enforcement.permit(request.pod_uid, request.group, tuple(request.reserved_uids), request.node,
+                                         request.condition_by_scheduler)
         return pb.PermitReply(decision=DECISIONS[answer.decision], reason=answer.reason,
                               allow_uids=list(answer.allow), wait_seconds=answer.wait_seconds)
 

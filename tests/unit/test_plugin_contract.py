@@ -307,3 +307,21 @@ def test_a_placement_record_that_cannot_be_written_rejects_the_gang_and_fails_it
     assert "could not write the placement record" in answer.reason and str(error) in answer.reason
     assert cycle.plan_of("default/w") is None
     assert names.ANNOTATION_PLACEMENT not in (sim.get("PodGroup", "default/w")["metadata"].get("annotations") or {})
+
+
+@pytest.mark.parametrize("by_scheduler", [False, True])
+def test_the_condition_is_written_at_binding_unless_kube_scheduler_writes_it(sim, stub, cycle, by_scheduler):
+    """kube-scheduler's own pod-group cycle (GenericWorkload) writes PodGroupInitiallyScheduled; a
+    plugin that says so at Permit gets the gang bound without serve writing the condition too."""
+    members = gang(sim, "c", 2)
+    reply = plan_for(stub, members[0])
+    answer = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[-1]), group="default/c",
+                                          node=reply.plan.assignments[uid(members[-1])],
+                                          reserved_uids=[uid(m) for m in members],
+                                          condition_by_scheduler=by_scheduler))
+    assert answer.decision == pb.PermitReply.ALLOW
+    cycle.dispatcher.flush(timeout=5.0)
+    conditions = sim.get("PodGroup", "default/c").get("status", {}).get("conditions") or []
+    written = [c for c in conditions if c["type"] == names.CONDITION_INITIALLY_SCHEDULED]
+    assert (written == []) if by_scheduler else (written[0]["status"] == "True")
+    assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/c")["metadata"]["annotations"]

@@ -185,7 +185,7 @@ func (p *Plugin) permitBatch(group string, batch []permitting) {
 func (p *Plugin) callPermit(ctx context.Context, group, node string, uids []string) (reply *pb.PermitReply, err error) {
 	err = p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
 		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: uids[0], Group: group,
-			Node: node, ReservedUids: uids})
+			Node: node, ReservedUids: uids, ConditionByScheduler: p.conditionByScheduler})
 		return err
 	})
 	return reply, err

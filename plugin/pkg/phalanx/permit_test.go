@@ -167,3 +167,23 @@ func TestAMemberAssumedOffItsPlannedNodeCallsAlone(t *testing.T) {
 		t.Fatal("a member off its planned node opened the group's shared calls")
 	}
 }
+
+func TestPermitTellsTheServiceWhetherKubeSchedulerWritesTheGroupsCondition(t *testing.T) {
+	for _, byScheduler := range []bool{false, true} {
+		r := newRig(t, true)
+		r.plugin.conditionByScheduler = byScheduler
+		a := member("a", "g")
+		r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+		if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
+			t.Fatalf("got %v", st)
+		}
+		r.handle.wait(a)
+		waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+		r.svc.mu.Lock()
+		got := r.svc.permitReqs[0].GetConditionByScheduler()
+		r.svc.mu.Unlock()
+		if got != byScheduler {
+			t.Fatalf("condition_by_scheduler = %v, want %v", got, byScheduler)
+		}
+	}
+}

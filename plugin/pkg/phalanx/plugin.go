@@ -17,9 +17,11 @@ import (
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
+	utilfeature "k8s.io/apiserver/pkg/util/feature"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/klog/v2"
 	fwk "k8s.io/kube-scheduler/framework"
+	"k8s.io/kubernetes/pkg/features"
 
 	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
 )
@@ -70,6 +72,9 @@ type Plugin struct {
 	// built framework): only then do members naming a claim pass Permit
 	preBindOnce sync.Once
 	preBind     bool
+	// kube-scheduler runs its pod-group cycle (GenericWorkload), which writes each group's
+	// PodGroupInitiallyScheduled condition: Permit tells the service so it does not write it too
+	conditionByScheduler bool
 }
 
 var (
@@ -102,6 +107,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	}
 	p := NewWithClient(ctx, args, h, pods, pb.NewSchedulerPluginClient(conn))
 	p.closeFn = func() { _ = conn.Close() }
+	p.conditionByScheduler = utilfeature.DefaultFeatureGate.Enabled(features.GenericWorkload)
 	return p, nil
 }
 

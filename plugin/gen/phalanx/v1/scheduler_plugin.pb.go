@@ -795,9 +795,13 @@ type PermitRequest struct {
 	// Optional: members the client has reserved (assumed) on their planned nodes, this one
 	// included; they count as reserved as if each had called Reserve (a client that tracks its
 	// reservations itself may call Permit once per gang, for the member that completes it).
-	ReservedUids  []string `protobuf:"bytes,5,rep,name=reserved_uids,json=reservedUids,proto3" json:"reserved_uids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	ReservedUids []string `protobuf:"bytes,5,rep,name=reserved_uids,json=reservedUids,proto3" json:"reserved_uids,omitempty"`
+	// Optional: kube-scheduler's own pod-group cycle (feature GenericWorkload) writes the group's
+	// PodGroupInitiallyScheduled condition itself: the service does not write it at binding too
+	// (one writer, one API write fewer per group).
+	ConditionByScheduler bool `protobuf:"varint,6,opt,name=condition_by_scheduler,json=conditionByScheduler,proto3" json:"condition_by_scheduler,omitempty"`
+	unknownFields        protoimpl.UnknownFields
+	sizeCache            protoimpl.SizeCache
 }
 
 func (x *PermitRequest) Reset() {
@@ -863,6 +867,13 @@ func (x *PermitRequest) GetReservedUids() []string {
 		return x.ReservedUids
 	}
 	return nil
+}
+
+func (x *PermitRequest) GetConditionByScheduler() bool {
+	if x != nil {
+		return x.ConditionByScheduler
+	}
+	return false
 }
 
 type PermitReply struct {
@@ -1149,13 +1160,14 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"1\n" +
 	"\x0eUnreserveReply\x12\x1f\n" +
 	"\vreject_uids\x18\x01 \x03(\tR\n" +
-	"rejectUids\"\xae\x01\n" +
+	"rejectUids\"\xe4\x01\n" +
 	"\rPermitRequest\x125\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1b.phalanx.v1.ContractVersionR\aversion\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12#\n" +
-	"\rreserved_uids\x18\x05 \x03(\tR\freservedUids\"\xec\x01\n" +
+	"\rreserved_uids\x18\x05 \x03(\tR\freservedUids\x124\n" +
+	"\x16condition_by_scheduler\x18\x06 \x01(\bR\x14conditionByScheduler\"\xec\x01\n" +
 	"\vPermitReply\x12<\n" +
 	"\bdecision\x18\x01 \x01(\x0e2 .phalanx.v1.PermitReply.DecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1d\n" +
