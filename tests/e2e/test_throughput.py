@@ -39,7 +39,10 @@ ROUNDS = int(os.environ.get("PHALANX_THROUGHPUT_ROUNDS", "1"))
 PLAIN_PODS = int(os.environ.get("PHALANX_THROUGHPUT_PLAIN", "200"))
 HOSTNAME = "kubernetes.io/hostname"
 RACK_SIZE = 20  # 500 nodes -> 25 racks
-CASES = ((8, 8, False), (64, 2, False), (8, 8, True))  # (gang size, gangs, hostname anti-affinity)
+#: (gang size, gangs, hostname anti-affinity, rack constraint): rack gangs, and the small gangs
+#: most clusters run most of (LWS replicas, quorum sets) without a topology constraint
+CASES = ((8, 8, False, True), (64, 2, False, True), (8, 8, True, True), (3, 100, False, False),
+         (2, 150, False, False))
 GANG_MODES = ("phalanx-plugin", "phalanx-extender", "in-tree", "preset")
 PLAIN_MODES = ("phalanx-plugin", "phalanx-extender", "stock", "preset")
 PRESET = "preset"  # no scheduler: spec.nodeName set at creation (the ceiling)
@@ -93,7 +96,8 @@ class _NoScheduler:
 def phalanx(control_plane):
     """``phalanx serve`` as deployed: its own process (the CLI), extender and gRPC ports both open.
     Not in this test's process, whose threads create the pods and poll for them."""
-    rig = Rig(control_plane, "unused", PHALANX_BARRIER_SECONDS, mode="plugin")
+    rig = Rig(control_plane, "unused", PHALANX_BARRIER_SECONDS, mode="plugin",
+              plan_ahead=("phalanx-plugin", "phalanx-extender"))
     rig.start_serve()
     yield rig
     assert rig.serve is not None
@@ -233,10 +237,10 @@ def clear(rest, namespace, run):
         time.sleep(0.2)
 
 
-def run_gangs(rest, kube, namespace, racks, run, scheduler_name, gang, count, anti, usage):
+def run_gangs(rest, kube, namespace, racks, run, scheduler_name, gang, count, anti, usage, racked=True):
     groups = [f"{run}-{gang}-{'a' if anti else ''}{g}" for g in range(count)]
     for group in groups:
-        create(rest, podgroup(group, min_count=gang, topology_key=RACK), namespace)
+        create(rest, podgroup(group, min_count=gang, topology_key=RACK if racked else None), namespace)
     measured = usage.start(scheduler_name)
     by_rack: dict[str, list[str]] = {}
     for node, rack in sorted(racks.items()):
@@ -259,7 +263,7 @@ def run_gangs(rest, kube, namespace, racks, run, scheduler_name, gang, count, an
     for group in groups:
         nodes = [n for name, n in placed.items() if name.rsplit("-", 1)[0] == group]
         assert len(nodes) == gang, f"{scheduler_name}: {group} has {len(nodes)} pods"
-        assert len({racks[n] for n in nodes}) == 1, f"{scheduler_name}: {group} spans racks"
+        assert not racked or len({racks[n] for n in nodes}) == 1, f"{scheduler_name}: {group} spans racks"
         if anti:
             assert len(set(nodes)) == gang, f"{scheduler_name}: anti-affinity gang {group} shares a node"
     clear(rest, namespace, run)
@@ -290,7 +294,7 @@ def run_plain(rest, kube, namespace, racks, run, scheduler_name, usage):
 def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_cluster, phalanx, control_plane):
     samples: dict[tuple, list[float]] = {}
     kube = Kube(str(control_plane.admin_kubeconfig))
-    usage = {"gangs": Usage(rest, control_plane, phalanx), "plain": Usage(rest, control_plane, phalanx)}
+    usage = {kind: Usage(rest, control_plane, phalanx) for kind in ("gangs", "small", "plain")}
     for r in range(ROUNDS):
         # gang modes, then plain modes, each pass in an order rotated per round (a mode is not
         # always measured right after the same other mode's clean-up); a pause lets the previous
@@ -308,11 +312,11 @@ def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_
                 sched = start(control_plane, phalanx, mode)
                 try:
                     if kind == "gangs":
-                        for gang, count, anti in CASES:
-                            run = f"{mode}-r{r}-g{gang}{'a' if anti else ''}"
-                            samples.setdefault((mode, gang, anti), []).append(
+                        for gang, count, anti, racked in CASES:
+                            run = f"{mode}-r{r}-g{gang}{'a' if anti else ''}{'' if racked else 'n'}"
+                            samples.setdefault((mode, gang, anti, racked), []).append(
                                 run_gangs(rest, kube, namespace, big_cluster, run, mode, gang, count, anti,
-                                          usage["gangs"]))
+                                          usage["small" if gang <= 3 else "gangs"], racked))
                     else:
                         samples.setdefault((mode, "plain"), []).append(
                             run_plain(rest, kube, namespace, big_cluster, f"{mode}-r{r}-p", mode, usage["plain"]))
@@ -325,13 +329,15 @@ def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_
           f"median of {ROUNDS} round(s), pods/s:")
     print("  | nodes | case | plugin | extender | in-tree | plugin/in-tree | extender/in-tree | "
           "ceiling (preset nodeName) | ceiling/in-tree |")
-    for gang, count, anti in CASES if ONLY != "plain" else ():
-        plugin, extender, tree, ceiling = (med[(m, gang, anti)] for m in GANG_MODES)
-        what = f"{count} gangs of {gang:>2}{' + hostname anti-affinity' if anti else ''}"
+    for gang, count, anti, racked in CASES if ONLY != "plain" else ():
+        plugin, extender, tree, ceiling = (med[(m, gang, anti, racked)] for m in GANG_MODES)
+        what = (f"{count} gangs of {gang:>2}{' + hostname anti-affinity' if anti else ''}"
+                f"{'' if racked else ', no topology'}")
         print(f"  | {NODES} | {what} | {plugin:.1f} | {extender:.1f} | {tree:.1f} | {plugin / tree:.2f} | "
               f"{extender / tree:.2f} | {ceiling:.1f} | {ceiling / tree:.2f} |")
     if ONLY != "plain":
-        usage["gangs"].report("gang pods, every case and round")
+        usage["gangs"].report("rack gang pods (gangs of 8 and 64), every case and round")
+        usage["small"].report("small gang pods (gangs of 2 and 3, no topology), every case and round")
     if ONLY == "gangs":
         return
     plugin, extender, stock, ceiling = (med[(m, "plain")] for m in PLAIN_MODES)

@@ -172,8 +172,11 @@ class Rig:
     """phalanx serve (subprocess) + kube-scheduler with phalanx in ``mode`` (extender, or
     phalanx-scheduler with the plugin on serve's gRPC port), both restartable."""
 
-    def __init__(self, plane: ControlPlane, scheduler_name: str, barrier_timeout: float, mode: str = "extender"):
+    def __init__(self, plane: ControlPlane, scheduler_name: str, barrier_timeout: float, mode: str = "extender",
+                 plan_ahead: tuple[str, ...] | None = None):
         self.plane, self.scheduler_name, self.barrier_timeout, self.mode = plane, scheduler_name, barrier_timeout, mode
+        # as the chart deploys it: serve plans ahead for the profile (or the profiles given)
+        self.plan_ahead = (scheduler_name,) if plan_ahead is None else plan_ahead
         self.serve_port = free_port()
         self.grpc_port = free_port() if mode == "plugin" else None
         self.serve: Component | None = None
@@ -186,6 +189,8 @@ class Rig:
                 "--http-addr", f"127.0.0.1:{self.serve_port}",
                 "--grpc-addr", f"127.0.0.1:{self.grpc_port}" if self.grpc_port else "off", "--http-threads", "300",
                 "--barrier-timeout", str(self.barrier_timeout), "--plan-ttl", "30"]
+        for profile in self.plan_ahead:
+            argv += ["--plan-ahead-for", profile]
         self.serve_starts += 1
         self.serve = Component("phalanx-serve", argv, self.plane.workdir / "logs" / "phalanx-serve.log", cwd=ROOT)
         with open(self.serve.log, "ab") as f:
