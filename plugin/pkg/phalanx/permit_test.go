@@ -87,12 +87,7 @@ func TestReserveOnTheMirrorsPlannedNodeMakesNoCallAndPermitReportsTheMemberReser
 	if st := r.plugin.Reserve(context.Background(), nil, b, "n9"); !st.IsSuccess() || r.svc.Calls("Reserve") != 1 {
 		t.Fatalf("reserve off the mirror's plan: %v, %d calls", st, r.svc.Calls("Reserve"))
 	}
-	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
-	if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
-		t.Fatalf("Permit: %v", st)
-	}
-	r.handle.wait(a)
-	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+	firstPermitWaits(t, r, a)
 	r.svc.mu.Lock()
 	defer r.svc.mu.Unlock()
 	if got := r.svc.permitReq.GetReservedUids(); len(got) != 1 || got[0] != "uid-a" || r.svc.permitReq.GetNode() != "n1" {
@@ -172,13 +167,7 @@ func TestPermitTellsTheServiceWhetherKubeSchedulerWritesTheGroupsCondition(t *te
 	for _, byScheduler := range []bool{false, true} {
 		r := newRig(t, true)
 		r.plugin.conditionByScheduler = byScheduler
-		a := member("a", "g")
-		r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
-		if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
-			t.Fatalf("got %v", st)
-		}
-		r.handle.wait(a)
-		waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+		firstPermitWaits(t, r, member("a", "g"))
 		r.svc.mu.Lock()
 		got := r.svc.permitReqs[0].GetConditionByScheduler()
 		r.svc.mu.Unlock()
@@ -186,4 +175,15 @@ func TestPermitTellsTheServiceWhetherKubeSchedulerWritesTheGroupsCondition(t *te
 			t.Fatalf("condition_by_scheduler = %v, want %v", got, byScheduler)
 		}
 	}
+}
+
+// firstPermitWaits: member a (on n1) calls Permit, the service answers wait, the call is made.
+func firstPermitWaits(t *testing.T, r *rig, a *v1.Pod) {
+	t.Helper()
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+	if st, _ := r.plugin.Permit(context.Background(), nil, a, "n1"); st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v", st)
+	}
+	r.handle.wait(a)
+	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
 }
