@@ -1,7 +1,7 @@
 """``phalanx bench contention``: one group's filter and bind while another group's preemption
 plan is solved, against the same calls idle, in the same run.
 
-A simulated cluster of 2,000 8-GPU nodes is full of low-priority 8-GPU pods but for a few nodes.
+A simulated cluster of 5,000 8-GPU nodes (quick: 2,000) is full of low-priority 8-GPU pods but for a few nodes.
 In the *busy* phase a thread keeps sending the first filter call of a fresh high-priority gang
 (6 pods of 8 GPUs) that does not fit: each is a workload cycle (placement solve) followed by a
 group-preemption solve over the whole cluster (evictions are not carried out, so every preemptor
@@ -28,7 +28,7 @@ from . import run_suite
 
 NS = "bench"
 POOL = "bench.phalanx.dev/pool"  # the full nodes are the preemptors' pool: the probe's room stays its own
-FULL = dict(nodes=2_000, probes=60, seeds=1)
+FULL = dict(nodes=5_000, probes=60, seeds=1)
 QUICK = dict(nodes=2_000, probes=20, seeds=1)
 
 
