@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass, field
-from typing import Mapping, Sequence
+from typing import Iterable, Mapping, Sequence
 
 from .errors import InvalidInput
 
@@ -455,6 +455,22 @@ class Pod:
     @property
     def key(self) -> str:
         return f"{self.namespace}/{self.name}"
+
+
+def by_shape(pods: Iterable[Pod]) -> dict[tuple[object, ...], list[Pod]]:
+    """``pods`` grouped by ``spec.shape_key``, keys and members in the order given. Pods sharing a
+    spec object (the watch cache gives equal specs one) are grouped by its identity first: a shape
+    key is a nested tuple whose hash is recomputed at every lookup (tolerations, affinity terms)."""
+    by_spec: dict[int, list[tuple[int, Pod]]] = {}
+    for k, pod in enumerate(pods):
+        by_spec.setdefault(id(pod.spec), []).append((k, pod))
+    # first-seen spec order is first-seen shape order; equal shapes of distinct spec objects merge
+    merged: dict[tuple[object, ...], list[list[tuple[int, Pod]]]] = {}
+    for members in by_spec.values():
+        merged.setdefault(members[0][1].spec.shape_key, []).append(members)
+    return {key: [p for _, p in (parts[0] if len(parts) == 1 else sorted((m for part in parts for m in part),
+                                                                          key=lambda m: m[0]))]
+            for key, parts in merged.items()}
 
 
 class Policy(str, enum.Enum):

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from .model import PODS, Pod, PodSpec
+from .model import PODS, Pod, by_shape
 from .snapshot import Snapshot
 
 STANDARD_RESOURCES = ("cpu", "memory", "ephemeral-storage", PODS)
@@ -53,14 +53,10 @@ class Objective:
 
 def main_resource(pods: tuple[Pod, ...] | list[Pod]) -> str:
     """The resource whose placement matters most for this group (see the module docstring)."""
-    per_shape: dict[tuple[object, ...], tuple[PodSpec, int]] = {}
-    for pod in pods:
-        spec, count = per_shape.get(pod.spec.shape_key, (pod.spec, 0))
-        per_shape[pod.spec.shape_key] = (spec, count + 1)
     totals: dict[str, int] = {}
-    for spec, count in per_shape.values():
-        for r, amount in spec.requests.items():
-            totals[r] = totals.get(r, 0) + amount * count
+    for members in by_shape(pods).values():
+        for r, amount in members[0].spec.requests.items():
+            totals[r] = totals.get(r, 0) + amount * len(members)
     extended = sorted((-amount, r) for r, amount in totals.items() if r not in STANDARD_RESOURCES and amount > 0)
     if extended:
         return extended[0][1]

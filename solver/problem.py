@@ -16,7 +16,7 @@ import numpy as np
 
 from .constraints import Rules, build_rules, placed_anti_affinity, signature_scopes, soft_penalty, volume_signature
 from .errors import InvalidInput
-from .model import PODS, Pod, PodGroup
+from .model import PODS, Pod, PodGroup, by_shape
 from .objective import Objective, Weights, main_resource, preferred_paths
 from .snapshot import Eligibility, Snapshot
 
@@ -68,9 +68,7 @@ class Problem:
         pending = sorted(self.group.pending, key=_ordinal_key)
         self.main_name = main_resource(pending)
         self.main_j = snap.rindex.get(self.main_name)
-        buckets: dict[tuple[object, ...], list[Pod]] = {}
-        for pod in pending:
-            buckets.setdefault(pod.spec.shape_key, []).append(pod)
+        buckets = by_shape(pending)
         plain = self._plain(buckets.values(), pending)
         if not plain:
             buckets = self._rule_buckets(pending)

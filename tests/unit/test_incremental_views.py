@@ -129,3 +129,26 @@ def test_a_group_whose_last_member_is_deleted_stops_waiting():
         assert enforcement.snapshot().waiting_groups == ()
     finally:
         service.close()
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 2), st.integers(0, 2), st.booleans()), max_size=30))
+def test_pods_grouped_by_shape_through_shared_specs_equal_a_plain_grouping(choices):
+    """solver.model.by_shape groups by spec identity first: keys and members come out in the order
+    a plain grouping by shape key gives, whether equal specs are one object or several."""
+    from solver.model import Pod, PodSpec, Toleration, by_shape
+
+    shared = {}
+    pods = []
+    for k, (cpu, tol, fresh) in enumerate(choices):
+        def make(cpu=cpu, tol=tol):
+            return PodSpec(requests={"cpu": 1000 * (cpu + 1)}, tolerations=(Toleration(f"k{tol}", "Exists"),),
+                           priority=tol)  # priority is not part of the shape
+        spec = make() if fresh else shared.setdefault((cpu, tol), make())
+        pods.append(Pod(f"u{k}", f"p{k}", spec))
+    plain = {}
+    for pod in pods:
+        plain.setdefault(pod.spec.shape_key, []).append(pod)
+    grouped = by_shape(pods)
+    assert list(grouped) == list(plain)
+    assert all([p.uid for p in grouped[key]] == [p.uid for p in plain[key]] for key in plain)
