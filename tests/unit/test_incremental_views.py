@@ -147,8 +147,8 @@ def test_pods_grouped_by_shape_through_shared_specs_equal_a_plain_grouping(choic
         spec = make() if fresh else shared.setdefault((cpu, tol), make())
         pods.append(Pod(f"u{k}", f"p{k}", spec))
     plain = {}
-    for pod in pods:
-        plain.setdefault(pod.spec.shape_key, []).append(pod)
+    for made in pods:
+        plain.setdefault(made.spec.shape_key, []).append(made)
     grouped = by_shape(pods)
     assert list(grouped) == list(plain)
     assert all([p.uid for p in grouped[key]] == [p.uid for p in plain[key]] for key in plain)
