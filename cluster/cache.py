@@ -95,13 +95,14 @@ class PodRecord:
 @dataclass(frozen=True)
 class CacheEvent:
     """One change the cache applied, as its listeners get it: the kind, the watch event's type, the
-    object's key (a pod's uid; ``namespace/name`` or a cluster-scoped name otherwise) and its record
-    as the cache now holds it (None once deleted)."""
+    object's key (a pod's uid; ``namespace/name`` or a cluster-scoped name otherwise), its record
+    as the cache now holds it (None once deleted) and, for a pod, its record before the change."""
 
     kind: str
     type: str  # ADDED | MODIFIED | DELETED
     key: str
     record: Any = None
+    previous: Any = None  # Pod events: the record before (None: the pod was not held)
 
     @property
     def deleted(self) -> bool:
@@ -111,6 +112,16 @@ class CacheEvent:
     def pod(self) -> "PodRecord | None":
         """The pod's record, for a Pod event that did not delete it."""
         return self.record if self.kind == "Pod" and isinstance(self.record, PodRecord) else None
+
+    @property
+    def groups(self) -> frozenset[str]:
+        """The PodGroups the change touches: a PodGroup's own key; the group a pod names before
+        and after it (a deleted pod's from its previous record)."""
+        if self.kind == "PodGroup":
+            return frozenset((self.key,))
+        if self.kind != "Pod":
+            return frozenset()
+        return frozenset(r.pod.group for r in (self.previous, self.record) if isinstance(r, PodRecord) and r.pod.group)
 
 
 CacheListener = Callable[[CacheEvent], None]
@@ -211,13 +222,13 @@ class ClusterCache:
         """Apply one watch event. Returns False (and counts it) when the object is malformed."""
         try:
             with self._lock:
-                key, record = self._apply(kind, event_type, obj)
+                key, record, previous = self._apply(kind, event_type, obj)
                 self.version += 1
         except (InvalidInput, KeyError, TypeError, ValueError, AttributeError) as err:
             self.skipped += 1
             log.warning("skipping malformed %s %s: %s", kind, _safe_key(obj), err)
             return False
-        event = CacheEvent(kind, event_type, key, record)
+        event = CacheEvent(kind, event_type, key, record, previous)
         for listener in self._listeners:
             listener(event)
         return True
@@ -247,8 +258,9 @@ class ClusterCache:
             "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}
         return stores[kind]
 
-    def _apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> tuple[str, Any]:
-        """Apply one event under the lock: the object's key and its record (None once deleted)."""
+    def _apply(self, kind: str, event_type: str, obj: Mapping[str, Any]) -> tuple[str, Any, Any]:
+        """Apply one event under the lock: the object's key, its record (None once deleted) and, for
+        a pod, its record before (None otherwise)."""
         deleted = event_type == "DELETED"
         if kind == "Pod":
             return self._apply_pod(deleted, obj)
@@ -260,7 +272,7 @@ class ClusterCache:
             raise InvalidInput(f"{kind}: metadata.name is missing")
         if deleted:
             self._delete(kind, key)
-            return key, None
+            return key, None, None
         record: Any
         if kind == "Node":
             record = node_from_json(obj)
@@ -272,13 +284,13 @@ class ClusterCache:
             previous = store.get(key)
             store[key] = stored
             self._storage_changed(kind, previous, stored)
-            return key, stored
+            return key, stored, None
         else:  # read now, so a malformed object is skipped here, not mid-cycle
             record = RECORDS[kind](obj)
         store[key] = record
-        return key, record
+        return key, record, None
 
-    def _apply_pod(self, deleted: bool, obj: Mapping[str, Any]) -> tuple[str, PodRecord | None]:
+    def _apply_pod(self, deleted: bool, obj: Mapping[str, Any]) -> tuple[str, PodRecord | None, PodRecord | None]:
         uid = str((obj.get("metadata") or {}).get("uid") or "")
         if not uid:
             raise InvalidInput(f"pod {_safe_key(obj)}: metadata.uid is missing")
@@ -294,7 +306,7 @@ class ClusterCache:
             self.capacity_version += 1  # a bound pod went away or finished: room was freed
         if record is not None:
             self._add_pod(record)
-        return uid, record
+        return uid, record, previous
 
     def _delete(self, kind: str, key: str) -> None:
         """Forget the record ``key`` of ``kind`` (not Pod), with whatever depended on it."""

@@ -105,11 +105,10 @@ class PluginEnforcement:
         self._ids_lock = threading.RLock()  # PlanForPod replies and snapshots name plans at once
         self._changed = threading.Condition(threading.Lock())
         self._version = 0
-        # the gang groups still waiting for members, kept per group: a cache event marks its group
-        # for a recount (None: every group, as at start), the stream recounts only those
+        # the gang groups still waiting for members, kept per group: a cache event marks the groups
+        # it touches for a recount, the stream recounts only those
         self._waiting: dict[str, None] = {}  # an ordered set
         self._recount: set[str] | None = None  # None: every group, as at start
-        self._group_of: dict[str, str] = {}  # member uid -> its group, for the uid a deletion names
         self._waiting_lock = threading.Lock()
         cycle.subscribe(lambda kind, data: self.changed())
         self.cache.subscribe(self._on_cache_change)
@@ -122,23 +121,13 @@ class PluginEnforcement:
 
     def _on_cache_change(self, event: CacheEvent) -> None:
         # members arriving, binding or going, groups appearing; a plain pod changes nothing the
-        # stream carries (a deleted pod is only a uid: it may have been a member)
-        if event.kind == "PodGroup" or (event.kind == "Pod" and (event.pod is None or event.pod.pod.group)):
-            self._mark_recount(event)
+        # stream carries
+        groups = event.groups
+        if groups:
+            with self._waiting_lock:
+                if self._recount is not None:
+                    self._recount |= groups
             self.changed()
-
-    def _mark_recount(self, event: CacheEvent) -> None:
-        record = event.pod
-        with self._waiting_lock:
-            if event.kind == "PodGroup":
-                groups = {event.key}
-            else:
-                before = self._group_of.pop(event.key, "") if record is None else self._group_of.get(event.key, "")
-                if record is not None:
-                    self._group_of[event.key] = record.pod.group
-                groups = {before, record.pod.group if record is not None else ""} - {""}
-            if self._recount is not None:
-                self._recount |= groups
 
     def wait_change(self, seen: int, timeout: float) -> int:
         """Block until the change counter passes ``seen`` (or ``timeout``); returns it."""
@@ -341,10 +330,9 @@ class PluginEnforcement:
         event since the last call are recounted, the rest kept."""
         with self._waiting_lock:
             recount, self._recount = self._recount, set()
-            if recount is None:  # the first call: every group, and the members' groups from here on
+            if recount is None:  # the first call: every group
                 recount = set(self.cache.podgroups)
                 self._waiting.clear()
-                self._group_of = {u: r.pod.group for u, r in list(self.cache.pods.items()) if r.pod.group}
             for key in recount:
                 if self._short_of_members(key):
                     self._waiting[key] = None
