@@ -29,12 +29,10 @@ import threading
 from cluster.cache import CacheEvent, ClusterCache
 from solver import Policy
 
-from .capacity import BarrierCapacity
 from .lock import CycleLock
 from .planning import Planner
 from .plans import PlanBook, PlanState
 from .preemption import GroupPreemption
-from .queue import PodGroupQueue
 
 log = logging.getLogger(__name__)
 
@@ -48,10 +46,8 @@ class PlanAhead:
     """Plans complete gangs of ``schedulers``' pods as their last member appears (one thread)."""
 
     def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, planner: Planner,
-                 preemption: GroupPreemption, queue: PodGroupQueue, capacity: BarrierCapacity,
-                 schedulers: frozenset[str]) -> None:
-        self.lock, self.book, self.cache, self.planner = lock, book, cache, planner
-        self.preemption, self.queue, self.capacity = preemption, queue, capacity
+                 preemption: GroupPreemption, schedulers: frozenset[str]) -> None:
+        self.lock, self.book, self.cache, self.planner, self.preemption = lock, book, cache, planner, preemption
         self.schedulers = schedulers
         self._pending: dict[str, None] = {}  # groups to look at, in the order their events came
         self._wake = threading.Condition(threading.Lock())
@@ -129,8 +125,6 @@ class PlanAhead:
                 return False
             self.planner.expire()
             group = self.planner.group_view(key, pending[0].pod)
-            if isinstance(group, str) or group.bound:
-                return False
-            if self.queue.backing_off(key, self.cache.capacity_version) or self.capacity.wait(group, None):
+            if isinstance(group, str) or group.bound or self.planner.held_back(group):
                 return False
             return self.planner.plan_ahead(group)

@@ -20,8 +20,9 @@ domain.
 
 from __future__ import annotations
 
+import contextlib
 import time
-from typing import Callable, Mapping
+from typing import Callable, Iterator, Mapping
 
 from cluster import names
 from cluster.cache import ClusterCache, PodRecord
@@ -212,12 +213,24 @@ class Planner:
             if plan is not None and plan.placement is not None:
                 return plan.placement
             return Placement(key, {}, explanation=None)
+        with self._solving(key):
+            return self._solve_and_commit(group, fresh)
+
+    @contextlib.contextmanager
+    def _solving(self, key: str) -> Iterator[None]:
+        """``key`` is being solved meanwhile: another call for it waits (see :meth:`cycle`)."""
         self.solving.add(key)
         try:
-            return self._solve_and_commit(group, fresh)
+            yield
         finally:
             self.solving.discard(key)
             self.lock.notify()
+
+    def held_back(self, group: PodGroup) -> str:
+        """Why ``group`` is not solved now although it could be planned (lock held), or "": backing
+        off (nothing freed since its last attempt failed) or known not to fit the free barrier
+        capacity yet."""
+        return self.queue.backing_off(group.key, self.cache.capacity_version) or self.capacity.wait(group, None)
 
     def _solve(self, group: PodGroup, fresh: str) -> tuple[Placement | InvalidInput, int, float] | None:
         """Solve off the lock until the generation held still; None when it never did. Returns the
@@ -247,11 +260,9 @@ class Planner:
         """Plan ``group`` before any member asks (lock held): a placement found is kept as a
         member's call would keep it; none found changes nothing (no explanation, preemption or
         status: the members' own calls run the full cycle). True when a plan is now held."""
-        key = group.key
-        if key in self.solving:
+        if group.key in self.solving:
             return False
-        self.solving.add(key)
-        try:
+        with self._solving(group.key):
             solved = self._solve(group, "")
             if solved is None:
                 return False
@@ -259,11 +270,12 @@ class Planner:
             if isinstance(placement, InvalidInput) or not placement.assignments:
                 return False
             self.metrics.attempt_duration.observe(elapsed)
-            self.metrics.attempts.labels(result="scheduled").inc()
-            return bool(self.keep(group, placement, elapsed).assignments)
-        finally:
-            self.solving.discard(key)
-            self.lock.notify()
+            return bool(self._scheduled(group, placement, elapsed).assignments)
+
+    def _scheduled(self, group: PodGroup, placement: Placement, elapsed: float) -> Placement:
+        """A solve that placed the group: counted, and held as its plan (see :meth:`keep`)."""
+        self.metrics.attempts.labels(result="scheduled").inc()
+        return self.keep(group, placement, elapsed)
 
     def _solve_and_commit(self, group: PodGroup, fresh: str) -> Placement:
         key = group.key
@@ -281,8 +293,7 @@ class Planner:
             return Placement(key, {}, explanation=None)
         self.metrics.attempt_duration.observe(elapsed)
         if placement.assignments:
-            self.metrics.attempts.labels(result="scheduled").inc()
-            return self.keep(group, placement, elapsed)
+            return self._scheduled(group, placement, elapsed)
         self.metrics.attempts.labels(result="unschedulable").inc()
         message = placement.explanation.message() if placement.explanation else "no placement"
         with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too

@@ -159,8 +159,7 @@ class WorkloadCycle:
                                self.queue, self.preemption, self.verdicts, self.recorded, self.parked,
                                self.replans, self.inbox, self.heap, clock)
         # gangs of these profiles planned before they ask
-        self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, self.queue, self.capacity,
-                               plan_ahead)
+        self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead)
 
     def start(self) -> "WorkloadCycle":
         """Start the cycle's threads (requeue, broken-unit evictions): ``phalanx serve`` does once
@@ -298,12 +297,9 @@ class WorkloadCycle:
             self.explanations[key] = group
             self._park_incomplete(key, pod)
             return no(group)
-        backing_off = self.queue.backing_off(key, self.cache.capacity_version)
-        if backing_off:
-            return no(backing_off)  # nothing freed since the last attempt failed: do not re-solve
-        waiting = self.capacity.wait(group, None)
-        if waiting:
-            return no(waiting)  # known not to fit the free barrier capacity yet: do not re-solve
+        held = self.planner.held_back(group)
+        if held:
+            return no(held)  # backing off, or known not to fit the barrier capacity: do not re-solve
         placement = self.planner.resume(group, candidates) or self.planner.cycle(group, fresh=pod.uid)
         if not placement.assignments:
             return no(self.explanations.get(key) or f"podgroup {key}: no placement")
