@@ -464,13 +464,16 @@ def by_shape(pods: Iterable[Pod]) -> dict[tuple[object, ...], list[Pod]]:
     by_spec: dict[int, list[tuple[int, Pod]]] = {}
     for k, pod in enumerate(pods):
         by_spec.setdefault(id(pod.spec), []).append((k, pod))
-    # first-seen spec order is first-seen shape order; equal shapes of distinct spec objects merge
-    merged: dict[tuple[object, ...], list[list[tuple[int, Pod]]]] = {}
+    # first-seen spec order is first-seen shape order; equal shapes of distinct spec objects merge,
+    # their pods back in the order given
+    merged: dict[tuple[object, ...], list[tuple[int, Pod]]] = {}
     for members in by_spec.values():
-        merged.setdefault(members[0][1].spec.shape_key, []).append(members)
-    return {key: [p for _, p in (parts[0] if len(parts) == 1 else sorted((m for part in parts for m in part),
-                                                                          key=lambda m: m[0]))]
-            for key, parts in merged.items()}
+        key = members[0][1].spec.shape_key
+        if key in merged:
+            merged[key] = sorted(merged[key] + members, key=lambda m: m[0])
+        else:
+            merged[key] = members
+    return {key: [pod for _, pod in members] for key, members in merged.items()}
 
 
 class Policy(str, enum.Enum):
