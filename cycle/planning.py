@@ -87,6 +87,7 @@ class Planner:
         # (evicted, preempted) or the PodGroup is deleted
         self.domains = domains
         self.solving: set[str] = set()  # groups whose cycle is solving off the lock now
+        self.solving_ahead: set[str] = set()  # those of them planned ahead (see plan_ahead)
 
     # -- what a cycle sees -------------------------------------------------------------------
     def reservations(self, exclude_group: str = "") -> Usage:
@@ -206,24 +207,31 @@ class Planner:
         call that triggered it (its verdict is the newest, see Verdicts.allowed)."""
         key = group.key
         if key in self.solving:
+            ahead = key in self.solving_ahead
             deadline = self.clock() + max(self.barrier_timeout, 30.0)
             while key in self.solving and self.clock() < deadline:
                 self.lock.wait(1.0)
             plan = self.book.get(key)
             if plan is not None and plan.placement is not None:
                 return plan.placement
-            return Placement(key, {}, explanation=None)
+            if not ahead or key in self.solving:
+                return Placement(key, {}, explanation=None)
+            # a solve ahead that placed nothing changed nothing (no explanation, no preemption):
+            # this call runs the full cycle, as if there had been none
         with self._solving(key):
             return self._solve_and_commit(group, fresh)
 
     @contextlib.contextmanager
-    def _solving(self, key: str) -> Iterator[None]:
+    def _solving(self, key: str, ahead: bool = False) -> Iterator[None]:
         """``key`` is being solved meanwhile: another call for it waits (see :meth:`cycle`)."""
         self.solving.add(key)
+        if ahead:
+            self.solving_ahead.add(key)
         try:
             yield
         finally:
             self.solving.discard(key)
+            self.solving_ahead.discard(key)
             self.lock.notify()
 
     def held_back(self, group: PodGroup) -> str:
@@ -262,7 +270,7 @@ class Planner:
         status: the members' own calls run the full cycle). True when a plan is now held."""
         if group.key in self.solving:
             return False
-        with self._solving(group.key):
+        with self._solving(group.key, ahead=True):
             solved = self._solve(group, "")
             if solved is None:
                 return False

@@ -119,3 +119,45 @@ def test_only_a_window_of_plans_is_held_ahead(sim, cycle, monkeypatch):
     with cycle.lock:  # as every release runs
         cycle.planner.release("default/a", replans.EXPIRED, "released by the test")
     assert not cycle.ahead._window_full()
+
+
+def test_a_member_call_that_waited_for_a_fruitless_solve_ahead_runs_the_full_cycle(sim, cycle, monkeypatch):
+    """A member's call that arrives while its gang is being solved ahead waits for that solve; when
+    it placed nothing (and so wrote nothing, started no preemption), the call runs the full cycle
+    itself — else the member would be answered "no node" with no reason and nothing to retry it."""
+    import threading
+
+    from cycle import planning
+    gang(sim, "big", 3, gpu=8)  # no node has 8 GPUs
+    inside, go_on = threading.Event(), threading.Event()
+    real_place = planning.place
+
+    def held_place(*args, **kwargs):
+        if threading.current_thread().name == "ahead":
+            inside.set()
+            go_on.wait(10.0)
+        return real_place(*args, **kwargs)
+    monkeypatch.setattr(planning, "place", held_place)
+    ahead = threading.Thread(target=cycle.ahead.plan, args=("default/big",), name="ahead")
+    ahead.start()
+    assert inside.wait(10.0)
+    waiting = threading.Event()
+    lock = cycle.planner.lock
+    real_wait = lock.wait
+
+    def spied_wait(timeout):
+        waiting.set()
+        real_wait(timeout)
+    monkeypatch.setattr(lock, "wait", spied_wait)
+    member = next(r.pod for r in sim.cache.members("default/big"))
+    answers = []
+    call = threading.Thread(target=lambda: answers.append(PluginEnforcement(cycle).plan_for_pod(member)))
+    call.start()
+    assert waiting.wait(10.0)  # the call waits for the solve ahead
+    go_on.set()
+    ahead.join(10.0)
+    call.join(10.0)
+    assert answers and answers[0].verdict == "wait"
+    assert "default/big" in cycle.explanations and "nvidia.com/gpu" in answers[0].reason
+    cycle.dispatcher.flush(timeout=5.0)
+    assert any(e["reason"] == "FailedScheduling" for e in sim.events)
