@@ -26,7 +26,7 @@ from enum import Enum
 from typing import AbstractSet, Callable, Iterator, Mapping
 
 from solver import Placement, Pod
-from solver.model import add_resources, placement_usage
+from solver.model import DO_NOT_SCHEDULE, add_resources, placement_usage
 
 
 class PlanState(str, Enum):
@@ -69,6 +69,21 @@ OPEN = frozenset({PlanState.PLANNED, PlanState.BINDING})
 Usage = dict[str, dict[str, int]]  # node -> resource -> amount
 
 
+def placed_in_order(pod: Pod) -> bool:
+    """kube-scheduler's filters judge each member against the members already assumed: with
+    required inter-pod (anti-)affinity or a DoNotSchedule spread constraint, a plan's nodes can be
+    right for the group and still refused to one member, depending on the order they come in."""
+    spec = pod.spec
+    return bool(spec.pod_affinity or spec.pod_anti_affinity
+                or any(c.when_unsatisfiable == DO_NOT_SCHEDULE for c in spec.spread))
+
+
+def interchangeable(a: Pod, b: Pod) -> bool:
+    """Two members may trade planned nodes: the same shape and no volumes (a volume may tie a pod
+    to its node)."""
+    return not a.volumes and not b.volumes and a.spec.shape_key == b.spec.shape_key
+
+
 @dataclass
 class Plan:
     group: str
@@ -89,6 +104,22 @@ class Plan:
     answered: set[str] = field(default_factory=set)  # members filter answered with their node
     #: kube-scheduler's pod-group cycle writes PodGroupInitiallyScheduled (plugin mode, GenericWorkload)
     condition_by_scheduler: bool = False
+    _classes: dict[str, int] | None = field(default=None, repr=False, compare=False)
+
+    def trade_classes(self) -> dict[str, int]:
+        """Members kube-scheduler may place on each other's planned nodes, by class: those whose
+        filters depend on the order members are placed in (required inter-pod terms, a hard spread
+        constraint), grouped with the identical ones (same shape, no volumes). A member alone in
+        its shape is left out. Worked out once: a trade exchanges nodes, never members."""
+        if self._classes is None:
+            by_shape: dict[object, list[str]] = {}
+            for uid in self.assignments:
+                pod = self.members.get(uid)
+                if pod is not None and placed_in_order(pod) and not pod.volumes:
+                    by_shape.setdefault(pod.spec.shape_key, []).append(uid)
+            self._classes = {uid: n for n, uids in enumerate(u for u in by_shape.values() if len(u) > 1)
+                             for uid in uids}
+        return self._classes
 
     def swap(self, a: str, b: str) -> None:
         """Exchange two identical members' nodes (re-slot): the plan's nodes stay the same."""

@@ -195,17 +195,40 @@ class PluginEnforcement:
         return "released", ""
 
     # -- Reserve / Unreserve -------------------------------------------------------------------
-    def reserve(self, uid: str, group: str, node: str) -> tuple[bool, str]:
+    def reserve(self, uid: str, group: str, node: str, traded_with: str = "") -> tuple[bool, str]:
         """Reserve: a planned member kube-scheduler assumed on ``node`` arrives at the barrier.
-        Returns (False, why) when it is not planned there."""
+        ``traded_with``: the member planned on ``node`` whose place it took (kube-scheduler's
+        filters refused its own planned node for now, see :meth:`.Plan.trade_classes`); the two
+        trade nodes first. Returns (False, why) when it is not planned there."""
         with self.lock:
             plan = self.book.get(group)
+            if traded_with and plan is not None:
+                refused = self._trade(plan, uid, traded_with, node)
+                if refused:
+                    return False, refused
             refused = not_planned_there(plan, group, uid, node)
             if refused or plan is None:
                 return False, refused
             self._arrive(plan, (uid,))
         self.changed()
         return True, ""
+
+    def _trade(self, plan: Plan, uid: str, partner: str, node: str) -> str:
+        """Member ``uid`` takes ``partner``'s planned ``node`` and gives it its own (lock held):
+        why not, or "". The plan's nodes stay the same, so nothing else moves."""
+        if plan.state is not PlanState.PLANNED or uid not in plan.assignments or partner not in plan.assignments:
+            return f"phalanx: podgroup {plan.group}: no trade with {partner} in this plan"
+        if plan.assignments[partner] != node:
+            return f"phalanx: pod {partner} is planned on {plan.assignments[partner]}, not {node}"
+        if partner in plan.arrived or self.cache.bound_node(partner):
+            return f"phalanx: pod {partner} already holds {node}"
+        classes = plan.trade_classes()
+        if uid not in classes or classes.get(partner) != classes[uid]:
+            return f"phalanx: pods {uid} and {partner} do not trade nodes (not in one trade class)"
+        was = plan.assignments[uid]
+        plan.swap(uid, partner)
+        self.cycle.status.emit("reslotted", group=plan.group, pod=plan.members[uid].key, node=node, was=was)
+        return ""
 
     def _arrive(self, plan: Plan, uids: Iterable[str]) -> None:
         """Members kube-scheduler assumed on their planned nodes arrive at the barrier (lock held).

@@ -58,7 +58,7 @@ from .lock import CycleLock
 from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .planning import Planner
-from .plans import Change, Plan, PlanBook, PlanState
+from .plans import Change, Plan, PlanBook, PlanState, interchangeable
 from .preemption import GroupPreemption
 from .queue import PodGroupQueue, QueuePolicy
 from .records import RecordedHolds
@@ -366,7 +366,7 @@ class WorkloadCycle:
             if uid == pod.uid or node == mine or node not in candidates or uid in plan.answered or uid in plan.arrived:
                 continue
             other = plan.members.get(uid)
-            if other is None or other.volumes or other.spec.shape_key != pod.spec.shape_key:
+            if other is None or not interchangeable(pod, other):
                 continue
             if self.cache.bound_node(uid):
                 continue

@@ -17,6 +17,7 @@ from typing import Any, Iterator
 import grpc
 
 from cluster.convert import read_pod
+from cycle.plans import Plan
 from cycle.plugin_mode import COALESCE_SECONDS, PlanAnswer, PluginEnforcement, Snapshot
 from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
 from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as pb_grpc
@@ -47,13 +48,16 @@ def _pod(raw: bytes) -> Pod | str:
     return read_pod(obj)
 
 
+def group_plan(plan: Plan, plan_id: int) -> pb.GroupPlan:
+    return pb.GroupPlan(group=plan.group, id=plan_id, state=plan.state.value if plan.state else "",
+                        assignments=plan.assignments, gang=plan.gang, reserved=sorted(plan.arrived),
+                        trade_classes=plan.trade_classes())
+
+
 def snapshot_message(snap: Snapshot) -> pb.Reservations:
     message = pb.Reservations(version=snap.version, waiting_groups=list(snap.waiting_groups))
     for plan in snap.plans:
-        message.plans.append(pb.GroupPlan(group=plan.group, id=snap.plan_ids.get(plan.group, 0),
-                                          state=plan.state.value if plan.state else "",
-                                          assignments=plan.assignments, gang=plan.gang,
-                                          reserved=sorted(plan.arrived)))
+        message.plans.append(group_plan(plan, snap.plan_ids.get(plan.group, 0)))
     for node, amounts in snap.nodes.items():
         message.nodes[node].amounts.update(amounts)
     return message
@@ -71,11 +75,7 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
         reply = pb.PlanForPodReply(verdict=VERDICTS[answer.verdict], node=answer.node, reason=answer.reason,
                                    members_missing=answer.members_missing)
         if answer.plan is not None:
-            plan = answer.plan
-            reply.plan.CopyFrom(pb.GroupPlan(group=plan.group, id=self.enforcement.plan_id(plan),
-                                             state=plan.state.value if plan.state else "",
-                                             assignments=plan.assignments, gang=plan.gang,
-                                             reserved=sorted(plan.arrived)))
+            reply.plan.CopyFrom(group_plan(answer.plan, self.enforcement.plan_id(answer.plan)))
         return reply
 
     @answered
@@ -90,7 +90,7 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     @answered
     def Reserve(self, request: pb.ReserveRequest, context: grpc.ServicerContext) -> pb.ReserveReply:
         _checked(request)
-        ok, reason = self.enforcement.reserve(request.pod_uid, request.group, request.node)
+        ok, reason = self.enforcement.reserve(request.pod_uid, request.group, request.node, request.traded_with)
         return pb.ReserveReply(ok=ok, reason=reason)
 
     @answered

@@ -325,3 +325,53 @@ def test_the_condition_is_written_at_binding_unless_kube_scheduler_writes_it(sim
     written = [c for c in conditions if c["type"] == names.CONDITION_INITIALLY_SCHEDULED]
     assert (written == []) if by_scheduler else (written[0]["status"] == "True")
     assert names.ANNOTATION_PLACEMENT in sim.get("PodGroup", "default/c")["metadata"]["annotations"]
+
+
+def spread_gang(sim, name, size, rule="DoNotSchedule"):
+    """A gang whose members spread over racks (one filter kube-scheduler judges member by member)."""
+    sim.create(podgroup(name, size))
+    made = []
+    for i in range(size):
+        obj = pod(f"{name}-{i}", name, gpu=1, labels={"app": name})
+        obj["spec"]["topologySpreadConstraints"] = [{
+            "maxSkew": 1, "topologyKey": names.LABEL_RACK, "whenUnsatisfiable": rule,
+            "labelSelector": {"matchLabels": {"app": name}}}]
+        made.append(sim.create(obj))
+    return made
+
+
+def test_members_placed_in_order_trade_nodes_at_reserve(sim, stub):
+    """kube-scheduler's spread filter judges each member against those already assumed, so a plan
+    right for the group can be refused to one member for now: the plan names the members that may
+    take each other's nodes, and a member reserved on another's node trades with it."""
+    members = spread_gang(sim, "s", 3)
+    reply = plan_for(stub, members[0])
+    classes = dict(reply.plan.trade_classes)
+    assert set(classes) == {uid(m) for m in members} and len(set(classes.values())) == 1
+    nodes = reply.plan.assignments
+    a = uid(members[0])
+    b = next(uid(m) for m in members if nodes[uid(m)] != nodes[a])  # the spread puts one on another rack
+    c = next(uid(m) for m in members if uid(m) not in (a, b))
+    node_a, node_b = nodes[a], nodes[b]
+    answer = stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=a, group="default/s", node=node_b, traded_with=b))
+    assert answer.ok, answer.reason
+    traded = first_snapshot(stub, lambda s: any(p.group == "default/s" for p in s.plans))
+    plan = next(p for p in traded.plans if p.group == "default/s")
+    assert plan.assignments[a] == node_b and plan.assignments[b] == node_a and a in plan.reserved
+    # a member reserved already holds its node: no trade with it
+    refused = stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=c, group="default/s", node=node_b, traded_with=a))
+    assert not refused.ok and "already holds" in refused.reason
+    # nor with a member planned elsewhere than the node named
+    refused = stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=c, group="default/s", node=node_b, traded_with=b))
+    assert not refused.ok and f"planned on {node_a}, not {node_b}" in refused.reason
+
+
+@pytest.mark.parametrize("rule", ["ScheduleAnyway", None])
+def test_members_whose_filters_do_not_depend_on_order_keep_their_nodes(sim, stub, rule):
+    members = spread_gang(sim, "k", 2, rule) if rule else gang(sim, "k", 2)
+    reply = plan_for(stub, members[0])
+    assert reply.verdict == pb.PlanForPodReply.PLANNED and not reply.plan.trade_classes
+    a, b = (uid(m) for m in members)
+    refused = stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=a, group="default/k",
+                                             node=reply.plan.assignments[b], traded_with=b))
+    assert not refused.ok and "not in one trade class" in refused.reason

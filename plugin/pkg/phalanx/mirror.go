@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/sets"
 
 	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
 )
@@ -28,12 +29,20 @@ type Mirror struct {
 	nodes   map[string]map[string]int64
 	waiting map[string]bool
 	missing map[string]bool // groups the service answered "members missing", until complete
+	// members kube-scheduler reserved in this process (a pod-group cycle's simulation too, which
+	// the service is not told of): their planned nodes are not offered to others for a trade
+	taken map[types.UID]bool
 }
+
+// MaxTradeNodes bounds the nodes PreFilter offers a member beside its own (see Alternatives): the
+// filters kube-scheduler runs on each of them are the price of a trade.
+const MaxTradeNodes = 64
 
 // NewMirror returns an empty, unsynced mirror.
 func NewMirror() *Mirror {
 	return &Mirror{plans: map[string]*pb.GroupPlan{}, byUID: map[types.UID]string{},
-		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}, missing: map[string]bool{}}
+		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}, missing: map[string]bool{},
+		taken: map[types.UID]bool{}}
 }
 
 // MembersMissing (when a PlanForPod reply lands, see planFor) notes that the service answered a
@@ -87,6 +96,11 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	}
 	m.synced, m.version = true, snap.GetVersion()
 	m.plans, m.byUID, m.nodes, m.waiting = plans, byUID, nodes, waiting
+	for uid := range m.taken {
+		if _, planned := byUID[uid]; !planned {
+			delete(m.taken, uid)
+		}
+	}
 	return progress
 }
 
@@ -150,6 +164,72 @@ func (m *Mirror) PlannedNode(uid types.UID) (string, bool) {
 	}
 	node, ok := plan.GetAssignments()[string(uid)]
 	return node, ok
+}
+
+// Alternatives, asked by PreFilter for a member whose plan lists it in a trade class, are the
+// planned nodes of the other members of its class that kube-scheduler has not reserved, other than
+// its own: node -> the member planned there (the smallest uid when several are). At most
+// MaxTradeNodes; nil when the member has no class.
+func (m *Mirror) Alternatives(uid types.UID) map[string]types.UID {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	plan := m.plans[m.byUID[uid]]
+	class, ok := plan.GetTradeClasses()[string(uid)]
+	if !ok || plan.GetState() != "planned" {
+		return nil
+	}
+	own := plan.GetAssignments()[string(uid)]
+	reserved := sets.New(plan.GetReserved()...)
+	out := map[string]types.UID{}
+	for other, c := range plan.GetTradeClasses() {
+		node := plan.GetAssignments()[other]
+		if c != class || other == string(uid) || node == "" || node == own || reserved.Has(other) ||
+			m.taken[types.UID(other)] {
+			continue
+		}
+		if held, seen := out[node]; seen {
+			if types.UID(other) < held {
+				out[node] = types.UID(other)
+			}
+			continue
+		}
+		if len(out) < MaxTradeNodes {
+			out[node] = types.UID(other)
+		}
+	}
+	return out
+}
+
+// Trade records a trade the service accepted at Reserve: uid now holds node, partner uid's old
+// node. Nothing changes when uid holds node already (a snapshot brought the trade first) or the
+// partner no longer holds it.
+func (m *Mirror) Trade(uid, partner types.UID, node string) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	plan := m.plans[m.byUID[uid]]
+	if plan == nil || m.byUID[partner] != plan.GetGroup() {
+		return
+	}
+	assignments := plan.GetAssignments()
+	if assignments[string(uid)] == node || assignments[string(partner)] != node {
+		return
+	}
+	assignments[string(uid)], assignments[string(partner)] = node, assignments[string(uid)]
+}
+
+// Take and Release mark a member reserved by kube-scheduler in this process (Reserve) and no longer
+// (Unreserve): a member taken is not offered for a trade.
+func (m *Mirror) Take(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.taken[uid] = true
+}
+
+// Release: see Take.
+func (m *Mirror) Release(uid types.UID) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	delete(m.taken, uid)
 }
 
 // Plan is the group's plan as mirrored (nil when none). No phase reads it: it shows what the

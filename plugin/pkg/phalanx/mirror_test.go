@@ -222,3 +222,48 @@ func TestMirrorReadsWhileSnapshotsAndPlansAreWritten(t *testing.T) {
 	plannedNode(t, m, "uid-a", "n499")
 	plannedNode(t, m, "uid-b", "")
 }
+
+func TestMirrorOffersAMembersClassmatesNodesForATradeUntilTheyAreTaken(t *testing.T) {
+	m := NewMirror()
+	plan := gangPlan("ns/g", 1, "planned", map[string]string{"a": "n1", "b": "n2", "c": "n3", "d": "n3", "e": "n4", "f": "n5"})
+	plan.TradeClasses = map[string]uint32{"a": 0, "b": 0, "c": 0, "d": 0, "f": 1}
+	plan.Reserved = []string{"b"}
+	m.Apply(&pb.Reservations{Plans: []*pb.GroupPlan{plan}})
+	alternatives := func(uid string, want map[string]types.UID) {
+		t.Helper()
+		got := m.Alternatives(types.UID(uid))
+		if len(got) != len(want) {
+			t.Fatalf("%s: alternatives %v, want %v", uid, got, want)
+		}
+		for node, partner := range want {
+			if got[node] != partner {
+				t.Fatalf("%s: alternatives %v, want %v", uid, got, want)
+			}
+		}
+	}
+	// b is reserved (the service says so); of c and d on n3, the smaller uid; e has no class, f is
+	// alone in its own
+	alternatives("a", map[string]types.UID{"n3": "c"})
+	alternatives("e", nil)
+	alternatives("f", nil)
+	m.Take("c") // kube-scheduler reserved c in this process (the service may not know yet)
+	alternatives("a", map[string]types.UID{"n3": "d"})
+	m.Take("d")
+	alternatives("a", nil)
+	m.Release("d")
+	alternatives("a", map[string]types.UID{"n3": "d"})
+	m.Trade("a", "d", "n3")
+	plannedNode(t, m, "a", "n3")
+	plannedNode(t, m, "d", "n1")
+	m.Trade("a", "d", "n3") // the stream brought the trade first: nothing changes
+	plannedNode(t, m, "a", "n3")
+	plannedNode(t, m, "d", "n1")
+	// a member the plan no longer lists is forgotten as taken; a plan not planned offers nothing
+	binding := gangPlan("ns/g", 1, "binding", map[string]string{"a": "n3", "b": "n2", "d": "n1"})
+	binding.TradeClasses = map[string]uint32{"a": 0, "b": 0, "d": 0}
+	m.Apply(&pb.Reservations{Plans: []*pb.GroupPlan{binding}})
+	if _, kept := m.taken["c"]; kept {
+		t.Fatalf("c is still marked taken after its plan dropped it")
+	}
+	alternatives("a", nil)
+}

@@ -23,18 +23,25 @@ import (
 // Reserve: kube-scheduler assumed the member on its node. When that is the node of the mirror's
 // plan nothing is called (the scheduling loop goes on): the member's Permit call tells the service
 // it is reserved (reserved_uids) and the service checks the node again there. Otherwise the
-// service is asked (its plan may be newer than the mirror's).
-func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
+// service is asked (its plan may be newer than the mirror's); when the node is one PreFilter
+// offered for a trade, the service is asked to trade the two members' nodes first.
+func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
 	group := GroupOf(pod)
 	if group == "" {
 		return nil
 	}
 	if planned, ok := p.mirror.PlannedNode(pod.UID); ok && planned == node {
+		p.mirror.Take(pod.UID)
 		return nil
+	}
+	var partner types.UID
+	if s := readState(state); s != nil {
+		partner = s.trades[node]
 	}
 	var reply *pb.ReserveReply
 	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
-		reply, err = p.client.Reserve(ctx, &pb.ReserveRequest{Version: version, PodUid: string(pod.UID), Group: group, Node: node})
+		reply, err = p.client.Reserve(ctx, &pb.ReserveRequest{Version: version, PodUid: string(pod.UID), Group: group,
+			Node: node, TradedWith: string(partner)})
 		return err
 	})
 	if err != nil {
@@ -44,6 +51,10 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 		p.mirror.DropPlan(group)
 		return fwk.NewStatus(fwk.Unschedulable, reply.GetReason())
 	}
+	if partner != "" {
+		p.mirror.Trade(pod.UID, partner, node)
+	}
+	p.mirror.Take(pod.UID)
 	return nil
 }
 
@@ -57,7 +68,11 @@ func (p *Plugin) Reserve(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 // member has not left the plan.
 func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, node string) {
 	group := GroupOf(pod)
-	if group == "" || inPodGroupSimulation(state) {
+	if group == "" {
+		return
+	}
+	p.mirror.Release(pod.UID)
+	if inPodGroupSimulation(state) {
 		return
 	}
 	uid := pod.UID

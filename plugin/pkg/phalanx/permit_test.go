@@ -187,3 +187,38 @@ func firstPermitWaits(t *testing.T, r *rig, a *v1.Pod) {
 	r.handle.wait(a)
 	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
 }
+
+func TestAMemberOfATradeClassIsOfferedItsClassmatesNodesAndTradesWithTheOneItIsReservedOn(t *testing.T) {
+	a, b, c := member("a", "g"), member("b", "g"), member("c", "g")
+	r := newRig(t, true, a, b, c)
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_PLANNED, Node: "n1", Plan: &pb.GroupPlan{
+		Group: "ns/g", Id: 7, State: "planned", Gang: true,
+		Assignments:  map[string]string{"uid-a": "n1", "uid-b": "n2", "uid-c": "n3"},
+		TradeClasses: map[string]uint32{"uid-a": 0, "uid-b": 0, "uid-c": 0}}}
+	state := framework.NewCycleState()
+	res, st := r.plugin.PreFilter(context.Background(), state, a, nil)
+	if !st.IsSuccess() || !res.NodeNames.Equal(sets.New("n1", "n2", "n3")) {
+		t.Fatalf("PreFilter: %v %v, want its own node and its classmates'", res, st)
+	}
+	// kube-scheduler's filters refused n1 for now (another member assumed first): a lands on b's node
+	if st := r.plugin.Reserve(context.Background(), state, a, "n2"); !st.IsSuccess() || r.svc.Calls("Reserve") != 1 {
+		t.Fatalf("reserve on a classmate's node: %v, %d calls", st, r.svc.Calls("Reserve"))
+	}
+	r.svc.mu.Lock()
+	req := r.svc.reserveReq
+	r.svc.mu.Unlock()
+	if req.GetNode() != "n2" || req.GetTradedWith() != "uid-b" {
+		t.Fatalf("the Reserve call names the trade: %v", req)
+	}
+	plannedNode(t, r.plugin.mirror, "uid-a", "n2")
+	plannedNode(t, r.plugin.mirror, "uid-b", "n1")
+	// b is offered its new node and c's, not a's (a is reserved)
+	res, st = r.plugin.PreFilter(context.Background(), framework.NewCycleState(), b, nil)
+	if !st.IsSuccess() || !res.NodeNames.Equal(sets.New("n1", "n3")) {
+		t.Fatalf("PreFilter b: %v %v", res, st)
+	}
+	// on its own planned node, no call and no trade
+	if st := r.plugin.Reserve(context.Background(), state, b, "n1"); !st.IsSuccess() || r.svc.Calls("Reserve") != 1 {
+		t.Fatalf("reserve b on its node: %v, %d calls", st, r.svc.Calls("Reserve"))
+	}
+}

@@ -166,8 +166,9 @@ func GroupOf(pod *v1.Pod) string {
 // PostFilter, PreScore, Score).
 type podState struct {
 	group    string
-	node     string          // a member's planned node
-	requests v1.ResourceList // a plain pod's requests (when some node holds reservations)
+	node     string               // a member's planned node
+	trades   map[string]types.UID // other nodes offered to the member: node -> the member it trades with
+	requests v1.ResourceList      // a plain pod's requests (when some node holds reservations)
 }
 
 func (s *podState) Clone() fwk.StateData { return s }

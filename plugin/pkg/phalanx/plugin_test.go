@@ -29,16 +29,17 @@ import (
 // fakeService is a phalanx serve double: it answers what the test programs and counts calls.
 type fakeService struct {
 	pb.UnimplementedSchedulerPluginServer
-	mu        sync.Mutex
-	calls     map[string]int
-	plan      *pb.PlanForPodReply
-	permit    *pb.PermitReply
-	permitReq *pb.PermitRequest
-	unreserve *pb.UnreserveReply
-	rejection *pb.ReportRejectionRequest
-	snapshots chan *pb.Reservations
-	lastPod   map[string]any
-	planGate  chan struct{} // when set, PlanForPod answers once it is closed (a solve)
+	mu         sync.Mutex
+	calls      map[string]int
+	plan       *pb.PlanForPodReply
+	permit     *pb.PermitReply
+	permitReq  *pb.PermitRequest
+	unreserve  *pb.UnreserveReply
+	rejection  *pb.ReportRejectionRequest
+	reserveReq *pb.ReserveRequest
+	snapshots  chan *pb.Reservations
+	lastPod    map[string]any
+	planGate   chan struct{} // when set, PlanForPod answers once it is closed (a solve)
 	// when set, Permit answers once it is closed; every request is kept in permitReqs
 	permitGate chan struct{}
 	permitReqs []*pb.PermitRequest
@@ -81,8 +82,11 @@ func (f *fakeService) ReportRejection(_ context.Context, r *pb.ReportRejectionRe
 	return &pb.ReportRejectionReply{Outcome: "released"}, nil
 }
 
-func (f *fakeService) Reserve(context.Context, *pb.ReserveRequest) (*pb.ReserveReply, error) {
+func (f *fakeService) Reserve(_ context.Context, r *pb.ReserveRequest) (*pb.ReserveReply, error) {
 	f.count("Reserve")
+	f.mu.Lock()
+	f.reserveReq = r
+	f.mu.Unlock()
 	return &pb.ReserveReply{Ok: true}, nil
 }
 

@@ -100,8 +100,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		return nil, nil
 	}
 	if node, ok := p.mirror.PlannedNode(pod.UID); ok {
-		state.Write(stateKey, &podState{group: group, node: node})
-		return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+		return p.planned(state, pod, group, node), nil
 	}
 	podJSON, err := json.Marshal(pod)
 	if err != nil {
@@ -143,13 +142,25 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 			return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 				fmt.Sprintf("phalanx: podgroup %s holds no plan for this pod; re-planning", group))
 		}
-		state.Write(stateKey, &podState{group: group, node: node})
-		return &fwk.PreFilterResult{NodeNames: sets.New(node)}, nil
+		return p.planned(state, pod, group, node), nil
 	case pb.PlanForPodReply_NOT_A_MEMBER:
 		return nil, fwk.NewStatus(fwk.Skip)
 	default:
 		return nil, fwk.NewStatus(fwk.UnschedulableAndUnresolvable, reply.GetReason())
 	}
+}
+
+// planned is PreFilter's result for a member planned on node: that node, and the nodes it may
+// trade for (Mirror.Alternatives), which kube-scheduler's filters judge with the members already
+// assumed; Score puts the member's own node first.
+func (p *Plugin) planned(state fwk.CycleState, pod *v1.Pod, group, node string) *fwk.PreFilterResult {
+	trades := p.mirror.Alternatives(pod.UID)
+	state.Write(stateKey, &podState{group: group, node: node, trades: trades})
+	names := sets.New(node)
+	for other := range trades {
+		names.Insert(other)
+	}
+	return &fwk.PreFilterResult{NodeNames: names}
 }
 
 // planFor, in PreFilter, is the group's PlanForPod call in flight, or a new one for pod. The call

@@ -47,7 +47,7 @@ class PlanForPodReply(_message.Message):
     def __init__(self, verdict: _Optional[_Union[PlanForPodReply.Verdict, str]] = ..., node: _Optional[str] = ..., reason: _Optional[str] = ..., plan: _Optional[_Union[GroupPlan, _Mapping]] = ..., members_missing: _Optional[bool] = ...) -> None: ...
 
 class GroupPlan(_message.Message):
-    __slots__ = ("group", "id", "state", "assignments", "gang", "reserved")
+    __slots__ = ("group", "id", "state", "assignments", "gang", "reserved", "trade_classes")
     class AssignmentsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -55,19 +55,28 @@ class GroupPlan(_message.Message):
         key: str
         value: str
         def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class TradeClassesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
     GROUP_FIELD_NUMBER: _ClassVar[int]
     ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ASSIGNMENTS_FIELD_NUMBER: _ClassVar[int]
     GANG_FIELD_NUMBER: _ClassVar[int]
     RESERVED_FIELD_NUMBER: _ClassVar[int]
+    TRADE_CLASSES_FIELD_NUMBER: _ClassVar[int]
     group: str
     id: int
     state: str
     assignments: _containers.ScalarMap[str, str]
     gang: bool
     reserved: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., state: _Optional[str] = ..., assignments: _Optional[_Mapping[str, str]] = ..., gang: _Optional[bool] = ..., reserved: _Optional[_Iterable[str]] = ...) -> None: ...
+    trade_classes: _containers.ScalarMap[str, int]
+    def __init__(self, group: _Optional[str] = ..., id: _Optional[int] = ..., state: _Optional[str] = ..., assignments: _Optional[_Mapping[str, str]] = ..., gang: _Optional[bool] = ..., reserved: _Optional[_Iterable[str]] = ..., trade_classes: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class ReportRejectionRequest(_message.Message):
     __slots__ = ("version", "pod_json", "node", "plugin", "reason")
@@ -92,16 +101,18 @@ class ReportRejectionReply(_message.Message):
     def __init__(self, outcome: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("version", "pod_uid", "group", "node")
+    __slots__ = ("version", "pod_uid", "group", "node", "traded_with")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     POD_UID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
+    TRADED_WITH_FIELD_NUMBER: _ClassVar[int]
     version: ContractVersion
     pod_uid: str
     group: str
     node: str
-    def __init__(self, version: _Optional[_Union[ContractVersion, str]] = ..., pod_uid: _Optional[str] = ..., group: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
+    traded_with: str
+    def __init__(self, version: _Optional[_Union[ContractVersion, str]] = ..., pod_uid: _Optional[str] = ..., group: _Optional[str] = ..., node: _Optional[str] = ..., traded_with: _Optional[str] = ...) -> None: ...
 
 class ReserveReply(_message.Message):
     __slots__ = ("ok", "reason")

@@ -334,7 +334,13 @@ type GroupPlan struct {
 	// All-or-nothing (Gang policy): members wait at Permit for each other.
 	Gang bool `protobuf:"varint,5,opt,name=gang,proto3" json:"gang,omitempty"`
 	// Members kube-scheduler reserved (assumed) so far.
-	Reserved      []string `protobuf:"bytes,6,rep,name=reserved,proto3" json:"reserved,omitempty"`
+	Reserved []string `protobuf:"bytes,6,rep,name=reserved,proto3" json:"reserved,omitempty"`
+	// member uid -> class. Members of one class are identical (same shape, no volumes) and carry a
+	// filter that judges each against the members already assumed (required inter-pod terms, a
+	// DoNotSchedule spread): PreFilter offers such a member the planned nodes of its class's members
+	// not yet reserved too, and one placed on another's node trades with it at Reserve
+	// (ReserveRequest.traded_with). A member not listed keeps its planned node.
+	TradeClasses  map[string]uint32 `protobuf:"bytes,7,rep,name=trade_classes,json=tradeClasses,proto3" json:"trade_classes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"varint,2,opt,name=value"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -407,6 +413,13 @@ func (x *GroupPlan) GetGang() bool {
 func (x *GroupPlan) GetReserved() []string {
 	if x != nil {
 		return x.Reserved
+	}
+	return nil
+}
+
+func (x *GroupPlan) GetTradeClasses() map[string]uint32 {
+	if x != nil {
+		return x.TradeClasses
 	}
 	return nil
 }
@@ -543,11 +556,14 @@ func (x *ReportRejectionReply) GetNode() string {
 }
 
 type ReserveRequest struct {
-	state         protoimpl.MessageState `protogen:"open.v1"`
-	Version       ContractVersion        `protobuf:"varint,1,opt,name=version,proto3,enum=phalanx.v1.ContractVersion" json:"version,omitempty"`
-	PodUid        string                 `protobuf:"bytes,2,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
-	Group         string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
-	Node          string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	state   protoimpl.MessageState `protogen:"open.v1"`
+	Version ContractVersion        `protobuf:"varint,1,opt,name=version,proto3,enum=phalanx.v1.ContractVersion" json:"version,omitempty"`
+	PodUid  string                 `protobuf:"bytes,2,opt,name=pod_uid,json=podUid,proto3" json:"pod_uid,omitempty"`
+	Group   string                 `protobuf:"bytes,3,opt,name=group,proto3" json:"group,omitempty"`
+	Node    string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
+	// The member of the same trade class planned on node whose place the pod took: the two trade
+	// planned nodes, then the pod is reserved (refused when the other is reserved or bound already).
+	TradedWith    string `protobuf:"bytes,5,opt,name=traded_with,json=tradedWith,proto3" json:"traded_with,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -606,6 +622,13 @@ func (x *ReserveRequest) GetGroup() string {
 func (x *ReserveRequest) GetNode() string {
 	if x != nil {
 		return x.Node
+	}
+	return ""
+}
+
+func (x *ReserveRequest) GetTradedWith() string {
+	if x != nil {
+		return x.TradedWith
 	}
 	return ""
 }
@@ -1124,17 +1147,21 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\x13VERDICT_UNSPECIFIED\x10\x00\x12\v\n" +
 	"\aPLANNED\x10\x01\x12\b\n" +
 	"\x04WAIT\x10\x02\x12\x10\n" +
-	"\fNOT_A_MEMBER\x10\x03\"\x81\x02\n" +
+	"\fNOT_A_MEMBER\x10\x03\"\x90\x03\n" +
 	"\tGroupPlan\x12\x14\n" +
 	"\x05group\x18\x01 \x01(\tR\x05group\x12\x0e\n" +
 	"\x02id\x18\x02 \x01(\x04R\x02id\x12\x14\n" +
 	"\x05state\x18\x03 \x01(\tR\x05state\x12H\n" +
 	"\vassignments\x18\x04 \x03(\v2&.phalanx.v1.GroupPlan.AssignmentsEntryR\vassignments\x12\x12\n" +
 	"\x04gang\x18\x05 \x01(\bR\x04gang\x12\x1a\n" +
-	"\breserved\x18\x06 \x03(\tR\breserved\x1a>\n" +
+	"\breserved\x18\x06 \x03(\tR\breserved\x12L\n" +
+	"\rtrade_classes\x18\a \x03(\v2'.phalanx.v1.GroupPlan.TradeClassesEntryR\ftradeClasses\x1a>\n" +
 	"\x10AssignmentsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xae\x01\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\x1a?\n" +
+	"\x11TradeClassesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\rR\x05value:\x028\x01\"\xae\x01\n" +
 	"\x16ReportRejectionRequest\x125\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1b.phalanx.v1.ContractVersionR\aversion\x12\x19\n" +
 	"\bpod_json\x18\x02 \x01(\fR\apodJson\x12\x12\n" +
@@ -1143,12 +1170,14 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"D\n" +
 	"\x14ReportRejectionReply\x12\x18\n" +
 	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\"\x8a\x01\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"\xab\x01\n" +
 	"\x0eReserveRequest\x125\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1b.phalanx.v1.ContractVersionR\aversion\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x12\n" +
-	"\x04node\x18\x04 \x01(\tR\x04node\"6\n" +
+	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1f\n" +
+	"\vtraded_with\x18\x05 \x01(\tR\n" +
+	"tradedWith\"6\n" +
 	"\fReserveReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa4\x01\n" +
@@ -1221,7 +1250,7 @@ func file_proto_phalanx_v1_scheduler_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_phalanx_v1_scheduler_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_proto_phalanx_v1_scheduler_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 17)
+var file_proto_phalanx_v1_scheduler_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
 var file_proto_phalanx_v1_scheduler_plugin_proto_goTypes = []any{
 	(ContractVersion)(0),             // 0: phalanx.v1.ContractVersion
 	(PlanForPodReply_Verdict)(0),     // 1: phalanx.v1.PlanForPodReply.Verdict
@@ -1241,41 +1270,43 @@ var file_proto_phalanx_v1_scheduler_plugin_proto_goTypes = []any{
 	(*NodeReservation)(nil),          // 15: phalanx.v1.NodeReservation
 	(*Reservations)(nil),             // 16: phalanx.v1.Reservations
 	nil,                              // 17: phalanx.v1.GroupPlan.AssignmentsEntry
-	nil,                              // 18: phalanx.v1.NodeReservation.AmountsEntry
-	nil,                              // 19: phalanx.v1.Reservations.NodesEntry
+	nil,                              // 18: phalanx.v1.GroupPlan.TradeClassesEntry
+	nil,                              // 19: phalanx.v1.NodeReservation.AmountsEntry
+	nil,                              // 20: phalanx.v1.Reservations.NodesEntry
 }
 var file_proto_phalanx_v1_scheduler_plugin_proto_depIdxs = []int32{
 	0,  // 0: phalanx.v1.PlanForPodRequest.version:type_name -> phalanx.v1.ContractVersion
 	1,  // 1: phalanx.v1.PlanForPodReply.verdict:type_name -> phalanx.v1.PlanForPodReply.Verdict
 	5,  // 2: phalanx.v1.PlanForPodReply.plan:type_name -> phalanx.v1.GroupPlan
 	17, // 3: phalanx.v1.GroupPlan.assignments:type_name -> phalanx.v1.GroupPlan.AssignmentsEntry
-	0,  // 4: phalanx.v1.ReportRejectionRequest.version:type_name -> phalanx.v1.ContractVersion
-	0,  // 5: phalanx.v1.ReserveRequest.version:type_name -> phalanx.v1.ContractVersion
-	0,  // 6: phalanx.v1.UnreserveRequest.version:type_name -> phalanx.v1.ContractVersion
-	0,  // 7: phalanx.v1.PermitRequest.version:type_name -> phalanx.v1.ContractVersion
-	2,  // 8: phalanx.v1.PermitReply.decision:type_name -> phalanx.v1.PermitReply.Decision
-	0,  // 9: phalanx.v1.WatchReservationsRequest.version:type_name -> phalanx.v1.ContractVersion
-	18, // 10: phalanx.v1.NodeReservation.amounts:type_name -> phalanx.v1.NodeReservation.AmountsEntry
-	5,  // 11: phalanx.v1.Reservations.plans:type_name -> phalanx.v1.GroupPlan
-	19, // 12: phalanx.v1.Reservations.nodes:type_name -> phalanx.v1.Reservations.NodesEntry
-	15, // 13: phalanx.v1.Reservations.NodesEntry.value:type_name -> phalanx.v1.NodeReservation
-	3,  // 14: phalanx.v1.SchedulerPlugin.PlanForPod:input_type -> phalanx.v1.PlanForPodRequest
-	6,  // 15: phalanx.v1.SchedulerPlugin.ReportRejection:input_type -> phalanx.v1.ReportRejectionRequest
-	8,  // 16: phalanx.v1.SchedulerPlugin.Reserve:input_type -> phalanx.v1.ReserveRequest
-	10, // 17: phalanx.v1.SchedulerPlugin.Unreserve:input_type -> phalanx.v1.UnreserveRequest
-	12, // 18: phalanx.v1.SchedulerPlugin.Permit:input_type -> phalanx.v1.PermitRequest
-	14, // 19: phalanx.v1.SchedulerPlugin.WatchReservations:input_type -> phalanx.v1.WatchReservationsRequest
-	4,  // 20: phalanx.v1.SchedulerPlugin.PlanForPod:output_type -> phalanx.v1.PlanForPodReply
-	7,  // 21: phalanx.v1.SchedulerPlugin.ReportRejection:output_type -> phalanx.v1.ReportRejectionReply
-	9,  // 22: phalanx.v1.SchedulerPlugin.Reserve:output_type -> phalanx.v1.ReserveReply
-	11, // 23: phalanx.v1.SchedulerPlugin.Unreserve:output_type -> phalanx.v1.UnreserveReply
-	13, // 24: phalanx.v1.SchedulerPlugin.Permit:output_type -> phalanx.v1.PermitReply
-	16, // 25: phalanx.v1.SchedulerPlugin.WatchReservations:output_type -> phalanx.v1.Reservations
-	20, // [20:26] is the sub-list for method output_type
-	14, // [14:20] is the sub-list for method input_type
-	14, // [14:14] is the sub-list for extension type_name
-	14, // [14:14] is the sub-list for extension extendee
-	0,  // [0:14] is the sub-list for field type_name
+	18, // 4: phalanx.v1.GroupPlan.trade_classes:type_name -> phalanx.v1.GroupPlan.TradeClassesEntry
+	0,  // 5: phalanx.v1.ReportRejectionRequest.version:type_name -> phalanx.v1.ContractVersion
+	0,  // 6: phalanx.v1.ReserveRequest.version:type_name -> phalanx.v1.ContractVersion
+	0,  // 7: phalanx.v1.UnreserveRequest.version:type_name -> phalanx.v1.ContractVersion
+	0,  // 8: phalanx.v1.PermitRequest.version:type_name -> phalanx.v1.ContractVersion
+	2,  // 9: phalanx.v1.PermitReply.decision:type_name -> phalanx.v1.PermitReply.Decision
+	0,  // 10: phalanx.v1.WatchReservationsRequest.version:type_name -> phalanx.v1.ContractVersion
+	19, // 11: phalanx.v1.NodeReservation.amounts:type_name -> phalanx.v1.NodeReservation.AmountsEntry
+	5,  // 12: phalanx.v1.Reservations.plans:type_name -> phalanx.v1.GroupPlan
+	20, // 13: phalanx.v1.Reservations.nodes:type_name -> phalanx.v1.Reservations.NodesEntry
+	15, // 14: phalanx.v1.Reservations.NodesEntry.value:type_name -> phalanx.v1.NodeReservation
+	3,  // 15: phalanx.v1.SchedulerPlugin.PlanForPod:input_type -> phalanx.v1.PlanForPodRequest
+	6,  // 16: phalanx.v1.SchedulerPlugin.ReportRejection:input_type -> phalanx.v1.ReportRejectionRequest
+	8,  // 17: phalanx.v1.SchedulerPlugin.Reserve:input_type -> phalanx.v1.ReserveRequest
+	10, // 18: phalanx.v1.SchedulerPlugin.Unreserve:input_type -> phalanx.v1.UnreserveRequest
+	12, // 19: phalanx.v1.SchedulerPlugin.Permit:input_type -> phalanx.v1.PermitRequest
+	14, // 20: phalanx.v1.SchedulerPlugin.WatchReservations:input_type -> phalanx.v1.WatchReservationsRequest
+	4,  // 21: phalanx.v1.SchedulerPlugin.PlanForPod:output_type -> phalanx.v1.PlanForPodReply
+	7,  // 22: phalanx.v1.SchedulerPlugin.ReportRejection:output_type -> phalanx.v1.ReportRejectionReply
+	9,  // 23: phalanx.v1.SchedulerPlugin.Reserve:output_type -> phalanx.v1.ReserveReply
+	11, // 24: phalanx.v1.SchedulerPlugin.Unreserve:output_type -> phalanx.v1.UnreserveReply
+	13, // 25: phalanx.v1.SchedulerPlugin.Permit:output_type -> phalanx.v1.PermitReply
+	16, // 26: phalanx.v1.SchedulerPlugin.WatchReservations:output_type -> phalanx.v1.Reservations
+	21, // [21:27] is the sub-list for method output_type
+	15, // [15:21] is the sub-list for method input_type
+	15, // [15:15] is the sub-list for extension type_name
+	15, // [15:15] is the sub-list for extension extendee
+	0,  // [0:15] is the sub-list for field type_name
 }
 
 func init() { file_proto_phalanx_v1_scheduler_plugin_proto_init() }
@@ -1289,7 +1320,7 @@ func file_proto_phalanx_v1_scheduler_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc), len(file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   17,
+			NumMessages:   18,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
