@@ -14,8 +14,28 @@ def _bench(args: argparse.Namespace) -> int:
     module = importlib.import_module(SUITES[args.suite])
     if args.workloads and args.suite != "scheduler-perf":
         raise SystemExit(f"phalanx bench {args.suite}: --workloads is for scheduler-perf only")
-    extra = {"workloads_arg": args.workloads} if args.suite == "scheduler-perf" else {}
+    if (args.trace or args.cluster) and args.suite != "trace":
+        raise SystemExit(f"phalanx bench {args.suite}: --trace and --cluster are for trace only")
+    extra: dict = {"workloads_arg": args.workloads} if args.suite == "scheduler-perf" else {}
+    if args.trace or args.cluster:
+        extra.update(_given_trace(args.trace, args.cluster))
     return module.main(quick=args.quick, json_path=args.json, seeds=args.seeds, **extra)
+
+
+def _given_trace(trace: str | None, cluster: str | None) -> dict:
+    """``--trace FILE --cluster SPEC``, read and checked before anything runs."""
+    import pathlib
+
+    from bench.traces import cluster_spec, trace_file
+
+    if not trace or not cluster:
+        raise SystemExit("phalanx bench trace: give --trace FILE and --cluster SPEC together")
+    path = pathlib.Path(trace)
+    try:
+        trace_file(path)
+        return {"trace": path, "cluster": cluster_spec(cluster)}
+    except ValueError as err:
+        raise SystemExit(f"phalanx bench trace: {err}") from None
 
 
 def _demo(args: argparse.Namespace) -> int:
@@ -91,6 +111,11 @@ def build_parser() -> argparse.ArgumentParser:
     bench.add_argument("--seeds", type=int, help="seeds per case (default: 20 full, 3 quick)")
     bench.add_argument("--workloads", metavar="CASE/NAME,...",
                        help="scheduler-perf: upstream workloads to run (default: the published table's)")
+    bench.add_argument("--trace", metavar="FILE",
+                       help="trace: replay this trace (a CSV in the Pollux, Tiresias or Acme format) instead of the "
+                            "shipped ones, every policy at 70, 90 and 110%% offered load")
+    bench.add_argument("--cluster", metavar="RACKSxNODES|pai",
+                       help="trace: the cluster for --trace (racks of 8-GPU nodes, e.g. 2x8; or pai)")
     bench.set_defaults(func=_bench)
 
     serve = sub.add_parser("serve", help="run the cache, the workload-cycle service and the HTTP extender")
