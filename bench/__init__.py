@@ -12,6 +12,7 @@ SUITES = {
     "cache": "bench.cache_bench",
     "scale": "bench.scale_bench",
     "trace": "bench.trace_bench",
+    "trace-defaults": "bench.trace_defaults",
     "controller": "bench.controller_bench",
     "extender": "bench.extender_bench",
     "faults": "bench.faults_bench",

@@ -1,0 +1,191 @@
+"""``phalanx bench trace-defaults``: does each default queue policy earn its place on every workload?
+
+A default must do no harm where it does not help. Each policy phalanx turns on by default is
+checked on its own, against phalanx with only that policy off (everything else as default), on
+every workload and load, over several priority draws (the traces carry no priorities, see
+:mod:`bench.traces`; which jobs are high priority moves single waits by far more than any policy,
+so one draw is not evidence):
+
+* **starvation holds** (with their backfilling), which are for the longest waits: they earn their
+  place on a case when they cut the p99 wait, or leave the all-jobs p95 wait and the completed
+  gangs where they were;
+* **preemption weighing** (victims cheapest lost work first, a lost-work budget), which is for
+  what preemption costs: it earns its place when it cuts the GPU-hours lost or the low-priority p95
+  wait, or leaves the all-jobs p95 wait and the completed gangs where they were.
+
+"Where they were" is the median over the draws within the tie of :func:`bench.trace_bench.no_worse`
+(completed gangs: not fewer). Group preemption itself is not a queue policy: a PriorityClass asks
+for it (``preemptionPolicy``), so it is reported, not judged: what it buys (the high-priority p95
+wait) and what it costs (the low-priority p95 wait, the GPU-hours lost) against phalanx without it.
+
+Workloads: the shipped four and Pollux workloads 2-8 (held out: the defaults were first chosen on
+workload 1), at 70, 90 and 110% offered load, three draws each (quick: the shipped four's quick
+slices at 90%, one draw). Output: ``bench/results/trace-defaults[-quick].{json,md}``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import statistics
+import time
+from typing import Callable
+
+from cycle.queue import QueuePolicy
+
+from .trace_bench import FULL, QUICK, RESULTS, no_worse, simulate
+from .trace_bound import PackingBound, shared_bound
+from .trace_policies import Phalanx
+from .traces import LOADS, LoadRefused, Trace, acme, data_dir, pollux, synthetic, tiresias
+
+HELD_OUT = tuple(range(2, 9))  # Pollux workloads 2-8
+SEEDS = 3
+
+
+def variants() -> list[Phalanx]:
+    """phalanx as default, and with one default policy off at a time."""
+    return [Phalanx("phalanx"),
+            Phalanx("no-holds", policy=QueuePolicy(starvation_after=None, starvation_factor=None)),
+            Phalanx("no-weighing", policy=QueuePolicy(lost_work_preemption=False, lost_work_budget=None)),
+            Phalanx("no-preemption", preempt=False)]
+
+
+#: the policies judged: name -> (the variant with it off, what it is for, the metric that shows it)
+JUDGED = {
+    "starvation holds": ("no-holds", "the longest waits", "wait_p99_s"),
+    "preemption weighing": ("no-weighing", "what preemption costs", "lost_gpu_hours"),
+}
+
+
+def workloads(quick: bool) -> list[tuple[str, Callable[..., Trace]]]:
+    data = data_dir()
+    params = QUICK if quick else FULL
+    out: list[tuple[str, Callable[..., Trace]]] = [
+        ("acme-kalos", lambda **kw: acme(data, window=params["acme"], **kw)),
+        ("pollux-w1", lambda **kw: pollux(data, 1, window=params["pollux"], **kw)),
+        ("tiresias-60", lambda **kw: tiresias(data, window=params["tiresias"], **kw)),
+        ("synthetic-mix", lambda **kw: synthetic(data, jobs=params["synthetic"], **kw)),
+    ]
+    if not quick:
+        out += [(f"pollux-w{w}", lambda w=w, **kw: pollux(data, w, **kw)) for w in HELD_OUT]
+    return out
+
+
+def run(quick: bool, draws: int | None = None, progress=print) -> tuple[list[dict], list[str]]:
+    """One row per workload, load, draw and variant; the loads refused, with their reasons."""
+    rows, refused = [], []
+    loads = (0.9,) if quick else LOADS
+    seeds = range(draws or (1 if quick else SEEDS))
+    for name, make in workloads(quick):
+        packing = None
+        for load in loads:
+            for seed in seeds:
+                try:
+                    trace = make(load=load, seed=seed)
+                except LoadRefused as err:
+                    refused.append(str(err))
+                    progress(f"refused: {err}")
+                    continue
+                packing = packing or PackingBound(trace.cluster, trace.jobs, deterministic_time=0.05)
+                bound = shared_bound(trace, packing)
+                for policy in variants():
+                    row, _ = simulate(trace, policy, bound)
+                    row.update(workload=name, seed=seed)
+                    rows.append(row)
+                    progress(f"{name:<14} {load:.0%} draw {seed} {policy.name:<14} done {row['completed']:>3}/"
+                             f"{row['jobs']} wait p95 {row['wait_p95_s']:>8.0f} (high {row['wait_p95_high_s']}, "
+                             f"low {row['wait_p95_low_s']}) p99 {row['wait_p99_s']:>8.0f} "
+                             f"lost {row['lost_gpu_hours']} GPU-h  {row['sim_wall_s']} s")
+    return rows, refused
+
+
+def _median(rows: list[dict], key: str) -> float:
+    return statistics.median(r[key] if r[key] is not None else 0.0 for r in rows)
+
+
+def _better(on: dict, off: dict, metric: str) -> bool:
+    """``on`` is lower than ``off`` on ``metric``, beyond a tie for waits."""
+    if metric.startswith("wait"):
+        return not no_worse(off[metric], on[metric])
+    return on[metric] < off[metric]
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """Per judged policy and case (workload, load): the medians over the draws and whether the
+    policy earned its place there."""
+    out = []
+    cases = sorted({(r["workload"], r["load"]) for r in rows})
+    for policy, (off, purpose, metric) in JUDGED.items():
+        for workload, load in cases:
+            by = {v: [r for r in rows if r["workload"] == workload and r["load"] == load and r["policy"] == v]
+                  for v in ("phalanx", off)}
+            on, without = ({k: _median(by[v], k) for k in ("completed", "wait_p95_s", metric, "wait_p95_low_s")}
+                           for v in ("phalanx", off))
+            helps = _better(on, without, metric)
+            if policy == "preemption weighing":
+                helps = helps or _better(on, without, "wait_p95_low_s")
+            harmless = on["completed"] >= without["completed"] and no_worse(on["wait_p95_s"], without["wait_p95_s"])
+            out.append(dict(policy=policy, purpose=purpose, workload=workload, load=load, draws=len(by["phalanx"]),
+                            on=on, off=without, helps=helps, harmless=harmless, earns=helps or harmless))
+    return out
+
+
+def preemption(rows: list[dict]) -> list[dict]:
+    """What group preemption buys and costs per case (medians over the draws)."""
+    out = []
+    for workload, load in sorted({(r["workload"], r["load"]) for r in rows}):
+        cell = {}
+        for v in ("phalanx", "no-preemption"):
+            sel = [r for r in rows if r["workload"] == workload and r["load"] == load and r["policy"] == v]
+            cell[v] = {k: _median(sel, k) for k in ("wait_p95_high_s", "wait_p95_low_s", "wait_p95_s",
+                                                     "lost_gpu_hours", "completed")}
+        out.append(dict(workload=workload, load=load, **cell))
+    return out
+
+
+def markdown(rows: list[dict], judged: list[dict], bought: list[dict], refused: list[str], wall_s: float) -> str:
+    out = [f"Run wall time {wall_s:.0f} s. Medians over {max((j['draws'] for j in judged), default=0)} priority "
+           "draws per case; one default policy off at a time against phalanx as default (bench/trace_defaults.py "
+           "says the rule).", ""]
+    if refused:
+        out += ["Refused (not run):", ""] + [f"- {why}" for why in refused] + [""]
+    for policy, (_, purpose, metric) in JUDGED.items():
+        mine = [j for j in judged if j["policy"] == policy]
+        earned = sum(j["earns"] for j in mine)
+        out += [f"**{policy}** (for {purpose}; earns its place on {earned} of {len(mine)} cases)", "",
+                f"| workload | load | {metric} on / off | all-jobs p95 wait on / off s | completed on / off "
+                "| helps | no harm | earns |", "|---|---|---|---|---|---|---|---|"]
+        for j in mine:
+            out.append(f"| {j['workload']} | {j['load']:.0%} | {j['on'][metric]:.1f} / {j['off'][metric]:.1f} "
+                       f"| {j['on']['wait_p95_s']:.0f} / {j['off']['wait_p95_s']:.0f} "
+                       f"| {j['on']['completed']:.0f} / {j['off']['completed']:.0f} "
+                       f"| {'yes' if j['helps'] else 'no'} | {'yes' if j['harmless'] else 'no'} "
+                       f"| {'yes' if j['earns'] else 'NO'} |")
+        out.append("")
+    out += ["**Group preemption** (asked for by PriorityClasses, so reported, not judged): with / without", "",
+            "| workload | load | high-priority p95 wait s | low-priority p95 wait s | all-jobs p95 wait s "
+            "| GPU-hours lost | completed |", "|---|---|---|---|---|---|---|"]
+    for b in bought:
+        on, off = b["phalanx"], b["no-preemption"]
+        out.append(f"| {b['workload']} | {b['load']:.0%} | {on['wait_p95_high_s']:.0f} / {off['wait_p95_high_s']:.0f} "
+                   f"| {on['wait_p95_low_s']:.0f} / {off['wait_p95_low_s']:.0f} "
+                   f"| {on['wait_p95_s']:.0f} / {off['wait_p95_s']:.0f} | {on['lost_gpu_hours']:.1f} / "
+                   f"{off['lost_gpu_hours']:.1f} | {on['completed']:.0f} / {off['completed']:.0f} |")
+    return "\n".join(out)
+
+
+def main(quick: bool, json_path: str | None, seeds: int | None = None) -> int:
+    """``seeds``: priority draws per case (default 3, quick 1)."""
+    started = time.perf_counter()
+    path = pathlib.Path(json_path) if json_path else RESULTS / (
+        "trace-defaults-quick.json" if quick else "trace-defaults.json")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    rows, refused = run(quick, seeds)
+    judged, bought = verdicts(rows), preemption(rows)
+    wall = time.perf_counter() - started
+    table = markdown(rows, judged, bought, refused, wall)
+    print(table)
+    path.write_text(json.dumps(dict(quick=quick, wall_s=round(wall, 1), verdicts=judged, preemption=bought,
+                                    refused=refused, rows=rows), indent=1, default=str) + "\n")
+    path.with_suffix(".md").write_text(table + "\n")
+    return 0
