@@ -90,19 +90,25 @@ class PodGroupQueue:
 #   prefix that lets the gang in is the plan. A preemptor that declares its duration may cost at
 #   most ``lost_work_budget`` x its own work (size x duration).
 
-#: Measured on ``phalanx bench trace`` (90% load, four workloads; see docs/benchmarks.md#trace-benchmarks).
-DEFAULT_STARVATION_AFTER = 3600.0
-DEFAULT_STARVATION_FACTOR = 4.0
+#: Starvation holds are off by default: ``phalanx bench trace-defaults`` found them making the
+#: all-jobs p95 wait worse on 3 of 33 cases (Pollux workloads 4 at 110% and 7 at 70 and 90% load)
+#: while cutting it by up to 4.5x on Acme and 1.9x on the synthetic mix (docs/benchmarks.md, "Do
+#: the default queue policies earn their place"). Turned on, these are the thresholds measured.
+HOLD_AFTER_SUGGESTED = 3600.0
+HOLD_FACTOR_SUGGESTED = 4.0
+DEFAULT_STARVATION_AFTER: float | None = None
+DEFAULT_STARVATION_FACTOR: float | None = None
+#: Preemption weighing earns its place on every case there (it cuts the work preemption loses).
 DEFAULT_LOST_WORK_BUDGET = 0.05
 
 
 @dataclass(frozen=True)
 class QueuePolicy:
     """Which queue policies run. A gang holds a domain once it waited ``starvation_factor`` times
-    its declared duration, or, declaring none, ``starvation_after`` seconds; both None turn holds
-    off. Defaults measured on ``phalanx bench trace`` at 90% load
-    (docs/benchmarks.md#trace-benchmarks): fragmentation-aware placement changed no outcome there,
-    so it is off by default."""
+    its declared duration, or, declaring none, ``starvation_after`` seconds; both None (the
+    default) turn holds off. Defaults measured by ``phalanx bench trace-defaults``: holds off
+    (they hurt some workloads, see above), fragmentation-aware placement off (it changed no
+    outcome), preemption weighing on."""
 
     starvation_after: float | None = DEFAULT_STARVATION_AFTER
     starvation_factor: float | None = DEFAULT_STARVATION_FACTOR

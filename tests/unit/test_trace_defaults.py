@@ -69,37 +69,41 @@ def _verdict(judged, policy, case):
     return next(j for j in judged if j["policy"] == policy and j["workload"] == case)
 
 
-def test_a_default_earns_its_place_by_helping_what_it_is_for_or_doing_no_harm():
+def test_a_policy_earns_its_place_by_helping_what_it_is_for_or_doing_no_harm():
     rows = []
-    # holds: cut the longest waits (helps), change nothing (no harm), or cost p95 with no help (fails)
-    rows += _rows("helps", 0.9, "phalanx", wait_p99_s=500.0, wait_p95_s=900.0)
-    rows += _rows("helps", 0.9, "no-holds", wait_p99_s=2000.0, wait_p95_s=400.0)
-    rows += _rows("tie", 0.9, "phalanx", wait_p95_s=100.0 + WAIT_TIE_S / 2)
-    rows += _rows("tie", 0.9, "no-holds")
-    rows += _rows("harm", 0.9, "phalanx", wait_p95_s=1000.0, wait_p99_s=2000.0)
-    rows += _rows("harm", 0.9, "no-holds", wait_p95_s=400.0, wait_p99_s=2000.0)
-    rows += _rows("fewer", 0.9, "phalanx", completed=9)
-    rows += _rows("fewer", 0.9, "no-holds")
-    # weighing: judged on lost work and low-priority waits
-    rows += _rows("helps", 0.9, "no-weighing", lost_gpu_hours=50.0, wait_p95_s=100.0)
-    rows += _rows("tie", 0.9, "no-weighing")
-    rows += _rows("harm", 0.9, "no-weighing", wait_p95_s=500.0, wait_p99_s=2000.0)
-    rows += _rows("fewer", 0.9, "no-weighing", completed=9)
+    # holds (judged turned on: "holds" against the default "phalanx"): cut the longest waits
+    # (helps), change nothing (no harm), or cost p95 or completions with no help (fails)
+    rows += _rows("helps", 0.9, "holds", wait_p99_s=500.0, wait_p95_s=900.0)
+    rows += _rows("helps", 0.9, "phalanx", wait_p99_s=2000.0, wait_p95_s=400.0)
+    rows += _rows("tie", 0.9, "holds", wait_p95_s=100.0 + WAIT_TIE_S / 2)
+    rows += _rows("tie", 0.9, "phalanx")
+    rows += _rows("harm", 0.9, "holds", wait_p95_s=1000.0, wait_p99_s=2000.0)
+    rows += _rows("harm", 0.9, "phalanx", wait_p95_s=400.0, wait_p99_s=2000.0)
+    rows += _rows("fewer", 0.9, "holds", completed=9)
+    rows += _rows("fewer", 0.9, "phalanx")
+    # weighing (on by default: "phalanx" against "no-weighing"): judged on lost work and low waits
+    rows += _rows("w-helps", 0.9, "phalanx", lost_gpu_hours=1.0, wait_p95_s=900.0)
+    rows += _rows("w-helps", 0.9, "no-weighing", lost_gpu_hours=50.0)
+    rows += _rows("w-low", 0.9, "phalanx", wait_p95_s=900.0, wait_p95_low_s=100.0)
+    rows += _rows("w-low", 0.9, "no-weighing", wait_p95_low_s=1000.0)
+    rows += _rows("w-harm", 0.9, "phalanx", wait_p95_s=900.0)
+    rows += _rows("w-harm", 0.9, "no-weighing")
     judged = trace_defaults.verdicts(rows)
     holds = {case: _verdict(judged, "starvation holds", case) for case in ("helps", "tie", "harm", "fewer")}
     assert holds["helps"]["helps"] and not holds["helps"]["harmless"] and holds["helps"]["earns"]
     assert not holds["tie"]["helps"] and holds["tie"]["harmless"] and holds["tie"]["earns"]
     assert not holds["harm"]["earns"] and not holds["fewer"]["earns"]
-    weighing = {case: _verdict(judged, "preemption weighing", case) for case in ("helps", "tie", "harm", "fewer")}
-    assert weighing["helps"]["helps"] and weighing["helps"]["earns"]
-    assert weighing["tie"]["earns"] and not weighing["harm"]["earns"] and weighing["fewer"]["earns"]
+    weighing = {case: _verdict(judged, "preemption weighing", case) for case in ("w-helps", "w-low", "w-harm")}
+    assert weighing["w-helps"]["helps"] and not weighing["w-helps"]["harmless"] and weighing["w-helps"]["earns"]
+    assert weighing["w-low"]["helps"] and weighing["w-low"]["earns"]
+    assert not weighing["w-harm"]["earns"]
 
 
 def test_medians_over_draws_decide_not_one_draw():
     rows = []
     for seed, (on, off) in enumerate([(900.0, 100.0), (100.0, 100.0), (100.0, 100.0)]):
-        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "phalanx", wait_p95_s=on)]
-        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "no-holds", wait_p95_s=off)]
+        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "holds", wait_p95_s=on)]
+        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "phalanx", wait_p95_s=off)]
         rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "no-weighing")]
     holds = _verdict(trace_defaults.verdicts(rows), "starvation holds", "w")
     assert holds["draws"] == 3 and holds["on"]["wait_p95_s"] == 100.0 and holds["earns"]
