@@ -36,13 +36,10 @@ checked by :func:`solver.assert_placement_valid` before it is charged.
 from __future__ import annotations
 
 import time
-from dataclasses import replace
 
 import numpy as np
 
 from cycle.queue import (
-    HOLD_AFTER_SUGGESTED,
-    HOLD_FACTOR_SUGGESTED,
     Hold,
     QueuePolicy,
     Running,
@@ -318,16 +315,16 @@ def all_policies(preempt_default: bool = True) -> list:
             Phalanx("phalanx-no-preemption", preempt=False)]
 
 
-#: the defaults with starvation holds on, at the thresholds measured (they are off by default)
-HOLDS = QueuePolicy(starvation_after=HOLD_AFTER_SUGGESTED, starvation_factor=HOLD_FACTOR_SUGGESTED)
+#: the defaults without starvation holds
+NO_HOLDS = QueuePolicy(starvation_after=None, starvation_factor=None)
 
 
 def ablations() -> list:
-    """One queue policy changed at a time from the defaults (holds: turned on, then its thresholds)."""
-    return [Phalanx("phalanx-holds", policy=HOLDS),
-            Phalanx("phalanx-hold-1x-duration", policy=replace(HOLDS, starvation_factor=1.0)),
-            Phalanx("phalanx-hold-2x-duration", policy=replace(HOLDS, starvation_factor=2.0)),
-            Phalanx("phalanx-2-holds", policy=replace(HOLDS, max_holds=2)),
+    """One queue policy changed at a time from the defaults (to pick them)."""
+    return [Phalanx("phalanx-no-hold", policy=NO_HOLDS),
+            Phalanx("phalanx-hold-1x-duration", policy=QueuePolicy(starvation_factor=1.0)),
+            Phalanx("phalanx-hold-2x-duration", policy=QueuePolicy(starvation_factor=2.0)),
+            Phalanx("phalanx-2-holds", policy=QueuePolicy(max_holds=2)),
             Phalanx("phalanx-fragmentation-aware", policy=QueuePolicy(fragmentation_aware=True)),
             Phalanx("phalanx-fifo-preemption", policy=QueuePolicy(lost_work_preemption=False)),
             Phalanx("phalanx-budget-0.25", policy=QueuePolicy(lost_work_budget=0.25)),

@@ -74,9 +74,10 @@ class PodGroupQueue:
 # same code: the cycle feeds them its cache, the simulator its state.
 #
 # * **Starvation protection.** A gang that has waited long (``starvation_factor`` x its declared
-#   duration, else ``starvation_after`` seconds) *holds* the
-#   domain of its required key nearest to fitting it (earliest expected fit, else most pods
-#   fitting now). Gangs of lower or equal priority stop taking capacity there — unless their
+#   duration, else ``starvation_after`` seconds) *holds* the domain of its required key nearest to
+#   fitting it (earliest expected fit, else most pods fitting now) — of that domain, the nodes it
+#   will fit on at its expected start; the rest stays open (the whole domain when the start is not
+#   known from hints). Gangs of lower or equal priority stop taking those nodes — unless their
 #   declared duration hint (annotation ``scheduling.phalanx.dev/expected-duration``) says they
 #   finish before the holder could start (its *shadow time*, from the running gangs' own hints):
 #   backfilling without guessing. No hint, or a running gang without one in the way: no backfill.
@@ -90,25 +91,23 @@ class PodGroupQueue:
 #   prefix that lets the gang in is the plan. A preemptor that declares its duration may cost at
 #   most ``lost_work_budget`` x its own work (size x duration).
 
-#: Starvation holds are off by default: ``phalanx bench trace-defaults`` found them making the
-#: all-jobs p95 wait worse on 3 of 33 cases (Pollux workloads 4 at 110% and 7 at 70 and 90% load)
-#: while cutting it by up to 4.5x on Acme and 1.9x on the synthetic mix (docs/benchmarks.md, "Do
-#: the default queue policies earn their place"). Turned on, these are the thresholds measured.
-HOLD_AFTER_SUGGESTED = 3600.0
-HOLD_FACTOR_SUGGESTED = 4.0
-DEFAULT_STARVATION_AFTER: float | None = None
-DEFAULT_STARVATION_FACTOR: float | None = None
-#: Preemption weighing earns its place on every case there (it cuts the work preemption loses).
+#: Measured by ``phalanx bench trace-defaults`` (docs/benchmarks.md, "Do the default queue policies
+#: earn their place"): with holds keeping only the nodes their gang needs (:func:`_held`), each
+#: default helps what it is for or does no harm on 41 of 41 workload-load cases, 8 of them looked
+#: at only after this rule was chosen.
+#: (Holds of a whole domain made the p95 wait worse on 3 of the 33: a 12-GPU gang held a 64-GPU rack.)
+DEFAULT_STARVATION_AFTER = 3600.0
+DEFAULT_STARVATION_FACTOR = 4.0
 DEFAULT_LOST_WORK_BUDGET = 0.05
 
 
 @dataclass(frozen=True)
 class QueuePolicy:
     """Which queue policies run. A gang holds a domain once it waited ``starvation_factor`` times
-    its declared duration, or, declaring none, ``starvation_after`` seconds; both None (the
-    default) turn holds off. Defaults measured by ``phalanx bench trace-defaults``: holds off
-    (they hurt some workloads, see above), fragmentation-aware placement off (it changed no
-    outcome), preemption weighing on."""
+    its declared duration, or, declaring none, ``starvation_after`` seconds; both None turn holds
+    off. Defaults measured by ``phalanx bench
+    trace-defaults``: holds and preemption weighing on, fragmentation-aware placement off (it
+    changed no outcome)."""
 
     starvation_after: float | None = DEFAULT_STARVATION_AFTER
     starvation_factor: float | None = DEFAULT_STARVATION_FACTOR
@@ -215,10 +214,37 @@ def plan_holds(snapshot: Snapshot, waiting: Sequence[Waiting], running: Sequence
         if best is None:
             continue
         _, d, value, mask, shadow = best
-        nodes = ids == d
-        taken |= nodes
+        taken |= ids == d  # one hold per domain
+        nodes = _held(snapshot, mask, vec, need, running, shadow)
         holds.append(Hold(group.key, group.priority, group.topology_key, value or "", nodes, shadow))
     return holds
+
+
+def _held(snapshot: Snapshot, mask: np.ndarray, vec: np.ndarray, need: int, running: Sequence[Running],
+          shadow: float | None) -> np.ndarray:
+    """The nodes of domain ``mask`` a hold keeps: as few as hold ``need`` pods of ``vec`` at
+    ``shadow`` (the capacity free then, as the running groups there end by their declared hints),
+    those holding the most pods then first, and of those the busiest now (a hold on a busy node
+    costs nothing until it frees). The rest of the domain stays open: a hold keeps what its gang
+    needs, not the whole rack. The whole domain when the shadow is not known."""
+    if shadow is None:
+        return mask
+    free = snapshot.free.copy()
+    for r in running:
+        if r.ends is not None and r.ends <= shadow and any(mask[i] for i in r.usage):
+            for i, used in r.usage.items():
+                free[i] += used
+    idx = np.nonzero(mask)[0]
+    then = pods_fitting(np.minimum(free[idx], snapshot.allocatable[idx]), vec)
+    now = pods_fitting(snapshot.free[idx], vec)
+    out = np.zeros(len(snapshot.nodes), dtype=bool)
+    left = need
+    for k in sorted(range(len(idx)), key=lambda k: (-then[k], now[k], idx[k])):
+        if left <= 0 or then[k] <= 0:
+            break
+        out[idx[k]] = True
+        left -= int(then[k])
+    return out if left <= 0 else mask
 
 
 def _shadow(snapshot: Snapshot, mask: np.ndarray, vec: np.ndarray, need: int, running: Sequence[Running],

@@ -140,14 +140,15 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-addr", default="",
                        help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
                             "(e.g. 0.0.0.0:8889; default: none)")
-    from cycle.queue import DEFAULT_LOST_WORK_BUDGET, HOLD_AFTER_SUGGESTED, HOLD_FACTOR_SUGGESTED
+    from cycle.queue import DEFAULT_LOST_WORK_BUDGET, DEFAULT_STARVATION_AFTER, DEFAULT_STARVATION_FACTOR
 
-    serve.add_argument("--hold-after-duration", type=float, default=0.0, metavar="FACTOR",
-                       help="a gang waiting FACTOR x its declared expected-duration holds the domain nearest to "
-                            f"fitting it (default 0: never; {HOLD_FACTOR_SUGGESTED:g} is the value measured)")
-    serve.add_argument("--hold-after", type=float, default=0.0, metavar="SECONDS",
+    serve.add_argument("--hold-after-duration", type=float, default=DEFAULT_STARVATION_FACTOR, metavar="FACTOR",
+                       help="a gang waiting FACTOR x its declared expected-duration holds the nodes it needs in "
+                            f"the domain nearest to fitting it (default {DEFAULT_STARVATION_FACTOR:g}; 0: never by "
+                            "this rule)")
+    serve.add_argument("--hold-after", type=float, default=DEFAULT_STARVATION_AFTER, metavar="SECONDS",
                        help="the same for a gang that declares no duration, after SECONDS "
-                            f"(default 0: never; {HOLD_AFTER_SUGGESTED:.0f} is the value measured)")
+                            f"(default {DEFAULT_STARVATION_AFTER:.0f}; 0: never)")
     serve.add_argument("--fragmentation-aware", action="store_true",
                        help="choose among fitting domains the one that keeps queued gang shapes fitting (default off)")
     serve.add_argument("--lost-work-budget", type=float, default=DEFAULT_LOST_WORK_BUDGET, metavar="SHARE",

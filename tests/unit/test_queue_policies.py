@@ -77,6 +77,24 @@ def test_a_starving_gang_holds_the_domain_that_frees_first_and_backfill_needs_a_
     assert blocked_nodes(big, None, 4000.0, holds) is None  # the holder itself
 
 
+def test_a_hold_keeps_the_nodes_its_gang_needs_and_leaves_the_rest_of_the_domain_open():
+    """A 12-GPU gang in a rack of four 8-GPU nodes holds the two nodes it will fit on first (of
+    equals, the busier now: holding a busy node costs nothing until it frees), not the rack; with
+    no declared end to go by, the whole rack."""
+    snap = used(cluster(racks=1, per_rack=4), {0: 8, 1: 8, 2: 8})  # only node 3 free
+    mid = gang("mid", 3, 4, key=names.LABEL_RACK)  # 3 pods of 4 GPUs: 2 fit now, 3 once a node frees
+    running = [Running("t/a", {0: snap.used[0].copy()}, ends=5000.0),
+               Running("t/b", {1: snap.used[1].copy()}, ends=6000.0),
+               Running("t/c", {2: snap.used[2].copy()}, ends=9000.0)]
+    policy = QueuePolicy(starvation_after=3600.0, starvation_factor=None)
+    [hold] = plan_holds(snap, [Waiting(mid, since=0.0)], running, 4000.0, policy)
+    assert hold.shadow == 5000.0 and list(np.nonzero(hold.nodes)[0]) == [0, 3]
+    assert list(np.nonzero(blocked_nodes(gang("other", 1, 4), None, 4000.0, [hold]))[0]) == [0, 3]
+    blind = [Running(r.key, r.usage) for r in running]  # no declared ends
+    [unknown] = plan_holds(snap, [Waiting(mid, since=0.0)], blind, 4000.0, policy)
+    assert unknown.shadow is None and unknown.nodes.all()
+
+
 def test_the_hold_threshold_can_be_a_multiple_of_the_declared_duration_and_holds_do_not_overlap():
     snap = used(cluster(), {0: 8, 2: 8})
     policy = QueuePolicy(starvation_after=None, starvation_factor=2.0, max_holds=2)

@@ -71,16 +71,16 @@ def _verdict(judged, policy, case):
 
 def test_a_policy_earns_its_place_by_helping_what_it_is_for_or_doing_no_harm():
     rows = []
-    # holds (judged turned on: "holds" against the default "phalanx"): cut the longest waits
-    # (helps), change nothing (no harm), or cost p95 or completions with no help (fails)
-    rows += _rows("helps", 0.9, "holds", wait_p99_s=500.0, wait_p95_s=900.0)
-    rows += _rows("helps", 0.9, "phalanx", wait_p99_s=2000.0, wait_p95_s=400.0)
-    rows += _rows("tie", 0.9, "holds", wait_p95_s=100.0 + WAIT_TIE_S / 2)
-    rows += _rows("tie", 0.9, "phalanx")
-    rows += _rows("harm", 0.9, "holds", wait_p95_s=1000.0, wait_p99_s=2000.0)
-    rows += _rows("harm", 0.9, "phalanx", wait_p95_s=400.0, wait_p99_s=2000.0)
-    rows += _rows("fewer", 0.9, "holds", completed=9)
-    rows += _rows("fewer", 0.9, "phalanx")
+    # holds ("phalanx" against "no-holds"): cut the longest waits (helps), change nothing (no
+    # harm), or cost p95 or completions with no help (fails)
+    rows += _rows("helps", 0.9, "phalanx", wait_p99_s=500.0, wait_p95_s=900.0)
+    rows += _rows("helps", 0.9, "no-holds", wait_p99_s=2000.0, wait_p95_s=400.0)
+    rows += _rows("tie", 0.9, "phalanx", wait_p95_s=100.0 + WAIT_TIE_S / 2)
+    rows += _rows("tie", 0.9, "no-holds")
+    rows += _rows("harm", 0.9, "phalanx", wait_p95_s=1000.0, wait_p99_s=2000.0)
+    rows += _rows("harm", 0.9, "no-holds", wait_p95_s=400.0, wait_p99_s=2000.0)
+    rows += _rows("fewer", 0.9, "phalanx", completed=9)
+    rows += _rows("fewer", 0.9, "no-holds")
     # weighing (on by default: "phalanx" against "no-weighing"): judged on lost work and low waits
     rows += _rows("w-helps", 0.9, "phalanx", lost_gpu_hours=1.0, wait_p95_s=900.0)
     rows += _rows("w-helps", 0.9, "no-weighing", lost_gpu_hours=50.0)
@@ -102,8 +102,8 @@ def test_a_policy_earns_its_place_by_helping_what_it_is_for_or_doing_no_harm():
 def test_medians_over_draws_decide_not_one_draw():
     rows = []
     for seed, (on, off) in enumerate([(900.0, 100.0), (100.0, 100.0), (100.0, 100.0)]):
-        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "holds", wait_p95_s=on)]
-        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "phalanx", wait_p95_s=off)]
+        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "phalanx", wait_p95_s=on)]
+        rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "no-holds", wait_p95_s=off)]
         rows += [{**r, "seed": seed} for r in _rows("w", 0.9, "no-weighing")]
     holds = _verdict(trace_defaults.verdicts(rows), "starvation holds", "w")
     assert holds["draws"] == 3 and holds["on"]["wait_p95_s"] == 100.0 and holds["earns"]
