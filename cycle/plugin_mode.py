@@ -195,11 +195,15 @@ class PluginEnforcement:
         return "released", ""
 
     # -- Reserve / Unreserve -------------------------------------------------------------------
-    def reserve(self, uid: str, group: str, node: str, traded_with: str = "") -> tuple[bool, str]:
+    def reserve(self, uid: str, group: str, node: str, traded_with: str = "",
+                simulation: bool = False) -> tuple[bool, str]:
         """Reserve: a planned member kube-scheduler assumed on ``node`` arrives at the barrier.
         ``traded_with``: the member planned on ``node`` whose place it took (kube-scheduler's
         filters refused its own planned node for now, see :meth:`.Plan.trade_classes`); the two
-        trade nodes first. Returns (False, why) when it is not planned there."""
+        trade nodes first. ``simulation``: the Reserve of kube-scheduler's pod-group cycle
+        simulation, which it reverts without telling (the trade is kept, the member does not
+        arrive: it arrives with its real Reserve or its Permit call). Returns (False, why) when it
+        is not planned there."""
         with self.lock:
             plan = self.book.get(group)
             if traded_with and plan is not None:
@@ -209,8 +213,9 @@ class PluginEnforcement:
             refused = not_planned_there(plan, group, uid, node)
             if refused or plan is None:
                 return False, refused
-            self._arrive(plan, (uid,))
-        self.changed()
+            if not simulation:
+                self._arrive(plan, (uid,))
+        self.changed()  # an arrival or a trade: the stream carries both
         return True, ""
 
     def _trade(self, plan: Plan, uid: str, partner: str, node: str) -> str:

@@ -90,7 +90,8 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     @answered
     def Reserve(self, request: pb.ReserveRequest, context: grpc.ServicerContext) -> pb.ReserveReply:
         _checked(request)
-        ok, reason = self.enforcement.reserve(request.pod_uid, request.group, request.node, request.traded_with)
+        ok, reason = self.enforcement.reserve(request.pod_uid, request.group, request.node, request.traded_with,
+                                              request.simulation)
         return pb.ReserveReply(ok=ok, reason=reason)
 
     @answered

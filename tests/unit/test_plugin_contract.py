@@ -375,3 +375,25 @@ def test_members_whose_filters_do_not_depend_on_order_keep_their_nodes(sim, stub
     refused = stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=a, group="default/k",
                                              node=reply.plan.assignments[b], traded_with=b))
     assert not refused.ok and "not in one trade class" in refused.reason
+
+
+def test_a_trade_in_the_pod_group_cycles_simulation_does_not_count_the_member_reserved(sim, stub):
+    """kube-scheduler's pod-group cycle (GenericWorkload) reverts its simulation without telling:
+    a trade made there stays, but the member must not count at the barrier until it is reserved
+    for real — else a reverted attempt could leave the gang counted complete without it."""
+    members = spread_gang(sim, "v", 3)
+    reply = plan_for(stub, members[0])
+    nodes = reply.plan.assignments
+    a = uid(members[0])
+    b = next(uid(m) for m in members if nodes[uid(m)] != nodes[a])
+    node_a, node_b = nodes[a], nodes[b]
+    answer = stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=a, group="default/v", node=node_b, traded_with=b,
+                                            simulation=True))
+    assert answer.ok, answer.reason
+    snap = first_snapshot(stub, lambda s: any(p.group == "default/v" for p in s.plans))
+    plan = next(p for p in snap.plans if p.group == "default/v")
+    assert plan.assignments[a] == node_b and plan.assignments[b] == node_a and a not in plan.reserved
+    # its real Reserve (on the node it traded for) counts it
+    assert stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=a, group="default/v", node=node_b)).ok
+    snap = first_snapshot(stub, lambda s: any(p.group == "default/v" and a in p.reserved for p in s.plans))
+    assert a in next(p for p in snap.plans if p.group == "default/v").reserved

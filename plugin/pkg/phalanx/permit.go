@@ -24,7 +24,10 @@ import (
 // plan nothing is called (the scheduling loop goes on): the member's Permit call tells the service
 // it is reserved (reserved_uids) and the service checks the node again there. Otherwise the
 // service is asked (its plan may be newer than the mirror's); when the node is one PreFilter
-// offered for a trade, the service is asked to trade the two members' nodes first.
+// offered for a trade, the service is asked to trade the two members' nodes first. In the
+// simulation of kube-scheduler's pod-group cycle the call says so: the service then trades but
+// does not count the member reserved (the simulation is reverted; the real Reserve that follows
+// finds the traded node in the mirror, and the member's Permit call reports it reserved).
 func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod, node string) *fwk.Status {
 	group := GroupOf(pod)
 	if group == "" {
@@ -41,7 +44,7 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 	var reply *pb.ReserveReply
 	err := p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
 		reply, err = p.client.Reserve(ctx, &pb.ReserveRequest{Version: version, PodUid: string(pod.UID), Group: group,
-			Node: node, TradedWith: string(partner)})
+			Node: node, TradedWith: string(partner), Simulation: inPodGroupSimulation(state)})
 		return err
 	})
 	if err != nil {

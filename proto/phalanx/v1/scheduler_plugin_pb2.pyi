@@ -101,18 +101,20 @@ class ReportRejectionReply(_message.Message):
     def __init__(self, outcome: _Optional[str] = ..., node: _Optional[str] = ...) -> None: ...
 
 class ReserveRequest(_message.Message):
-    __slots__ = ("version", "pod_uid", "group", "node", "traded_with")
+    __slots__ = ("version", "pod_uid", "group", "node", "traded_with", "simulation")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     POD_UID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     TRADED_WITH_FIELD_NUMBER: _ClassVar[int]
+    SIMULATION_FIELD_NUMBER: _ClassVar[int]
     version: ContractVersion
     pod_uid: str
     group: str
     node: str
     traded_with: str
-    def __init__(self, version: _Optional[_Union[ContractVersion, str]] = ..., pod_uid: _Optional[str] = ..., group: _Optional[str] = ..., node: _Optional[str] = ..., traded_with: _Optional[str] = ...) -> None: ...
+    simulation: bool
+    def __init__(self, version: _Optional[_Union[ContractVersion, str]] = ..., pod_uid: _Optional[str] = ..., group: _Optional[str] = ..., node: _Optional[str] = ..., traded_with: _Optional[str] = ..., simulation: _Optional[bool] = ...) -> None: ...
 
 class ReserveReply(_message.Message):
     __slots__ = ("ok", "reason")

@@ -563,7 +563,11 @@ type ReserveRequest struct {
 	Node    string                 `protobuf:"bytes,4,opt,name=node,proto3" json:"node,omitempty"`
 	// The member of the same trade class planned on node whose place the pod took: the two trade
 	// planned nodes, then the pod is reserved (refused when the other is reserved or bound already).
-	TradedWith    string `protobuf:"bytes,5,opt,name=traded_with,json=tradedWith,proto3" json:"traded_with,omitempty"`
+	TradedWith string `protobuf:"bytes,5,opt,name=traded_with,json=tradedWith,proto3" json:"traded_with,omitempty"`
+	// The Reserve of kube-scheduler's pod-group cycle simulation (GenericWorkload), which it reverts
+	// before reserving the members for binding: the trade is made, but the member is not counted as
+	// reserved (a reverted simulation must not leave a member counted at the barrier).
+	Simulation    bool `protobuf:"varint,6,opt,name=simulation,proto3" json:"simulation,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -631,6 +635,13 @@ func (x *ReserveRequest) GetTradedWith() string {
 		return x.TradedWith
 	}
 	return ""
+}
+
+func (x *ReserveRequest) GetSimulation() bool {
+	if x != nil {
+		return x.Simulation
+	}
+	return false
 }
 
 type ReserveReply struct {
@@ -1170,14 +1181,17 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"D\n" +
 	"\x14ReportRejectionReply\x12\x18\n" +
 	"\aoutcome\x18\x01 \x01(\tR\aoutcome\x12\x12\n" +
-	"\x04node\x18\x02 \x01(\tR\x04node\"\xab\x01\n" +
+	"\x04node\x18\x02 \x01(\tR\x04node\"\xcb\x01\n" +
 	"\x0eReserveRequest\x125\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1b.phalanx.v1.ContractVersionR\aversion\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12\x1f\n" +
 	"\vtraded_with\x18\x05 \x01(\tR\n" +
-	"tradedWith\"6\n" +
+	"tradedWith\x12\x1e\n" +
+	"\n" +
+	"simulation\x18\x06 \x01(\bR\n" +
+	"simulation\"6\n" +
 	"\fReserveReply\x12\x0e\n" +
 	"\x02ok\x18\x01 \x01(\bR\x02ok\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\"\xa4\x01\n" +
