@@ -73,17 +73,18 @@ CHECKPOINTS = (0.0, 1800.0, 7200.0)
 SHARES = (0.1, 0.4)
 
 
-def workloads(params: dict) -> list[Callable[..., Trace]]:
-    """The traces of a run, each made at a load (``maker(load=...)``): a trace given by path
-    (``params["given"]``: path, cluster) alone, else the shipped workloads."""
+def workloads(params: dict) -> list[tuple[str, Callable[..., Trace]]]:
+    """The traces of a run by name, each made at a load (``maker(load=...)``, other options of
+    :func:`bench.traces.scaled` too): a trace given by path (``params["given"]``: path, cluster)
+    alone, else the shipped workloads."""
     if params.get("given"):
         path, cluster = params["given"]
-        return [lambda **kw: given(path, cluster, **kw)]
+        return [(path.stem, lambda **kw: given(path, cluster, **kw))]
     data = data_dir()
-    return [lambda **kw: acme(data, window=params["acme"], **kw),
-            lambda **kw: pollux(data, 1, window=params["pollux"], **kw),
-            lambda **kw: tiresias(data, window=params["tiresias"], **kw),
-            lambda **kw: synthetic(data, jobs=params["synthetic"], **kw)]
+    return [("acme-kalos", lambda **kw: acme(data, window=params["acme"], **kw)),
+            ("pollux-w1", lambda **kw: pollux(data, 1, window=params["pollux"], **kw)),
+            ("tiresias-60", lambda **kw: tiresias(data, window=params["tiresias"], **kw)),
+            ("synthetic-mix", lambda **kw: synthetic(data, jobs=params["synthetic"], **kw))]
 
 
 # -- one simulation -> one row ----------------------------------------------------------------------
@@ -184,7 +185,7 @@ def run_traces(params: dict, progress=print, refused: list[str] | None = None) -
     rows, curves = [], {}
     packings: dict[str, PackingBound] = {}
     for load in params["loads"]:
-        for make in workloads(params):
+        for _, make in workloads(params):
             try:
                 trace = make(load=load)
             except LoadRefused as err:
@@ -206,20 +207,17 @@ def run_traces(params: dict, progress=print, refused: list[str] | None = None) -
                 curves[(trace.name, load, policy.name)] = curve
                 progress(_line(row))
             if wide:
-                rows += sensitivity(trace, packing, progress)
+                rows += sensitivity(trace, make, packing, progress)
     return rows, curves
 
 
-def sensitivity(trace: Trace, packing: PackingBound, progress) -> list[dict]:
-    """phalanx and kueue-tas over checkpoint intervals, priority shares and no hints (90% load)."""
+def sensitivity(trace: Trace, make: Callable[..., Trace], packing: PackingBound, progress) -> list[dict]:
+    """phalanx and kueue-tas over checkpoint intervals, priority shares and no hints (90% load);
+    ``make`` makes ``trace`` with another assumption."""
     rows = []
-    data = data_dir()
-    make = {"acme-kalos": lambda **kw: acme(data, **kw), "pollux-w1": lambda **kw: pollux(data, 1, **kw),
-            "tiresias-60": lambda **kw: tiresias(data, **kw), "synthetic-mix": lambda **kw: synthetic(data, **kw)}
     variants = [(f"checkpoint {c / 60:.0f} min", trace, c) for c in CHECKPOINTS[1:]]
-    variants += [(f"{share:.0%} high priority", make[trace.name](load=trace.load, high_share=share), 0.0)
-                 for share in SHARES]
-    variants.append(("no duration hints", make[trace.name](load=trace.load, hints=False), 0.0))
+    variants += [(f"{share:.0%} high priority", make(load=trace.load, high_share=share), 0.0) for share in SHARES]
+    variants.append(("no duration hints", make(load=trace.load, hints=False), 0.0))
     for label, variant, checkpoint in variants:
         bound = shared_bound(variant, packing)
         for policy in (Phalanx(), kueue_policy()):

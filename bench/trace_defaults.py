@@ -37,9 +37,10 @@ from typing import Callable
 from cycle.queue import QueuePolicy
 
 from .trace_bench import FULL, QUICK, RESULTS, no_worse, simulate
+from .trace_bench import workloads as trace_workloads
 from .trace_bound import PackingBound, shared_bound
 from .trace_policies import NO_HOLDS, Phalanx
-from .traces import LOADS, LoadRefused, Trace, acme, data_dir, pollux, synthetic, tiresias
+from .traces import LOADS, LoadRefused, Trace, data_dir, pollux, synthetic
 
 HELD_OUT = tuple(range(2, 9))  # Pollux workloads 2-8
 SEEDS = 3
@@ -64,15 +65,10 @@ JUDGED = {
 
 
 def workloads(quick: bool) -> list[tuple[str, Callable[..., Trace]]]:
-    data = data_dir()
-    params = QUICK if quick else FULL
-    out: list[tuple[str, Callable[..., Trace]]] = [
-        ("acme-kalos", lambda **kw: acme(data, window=params["acme"], **kw)),
-        ("pollux-w1", lambda **kw: pollux(data, 1, window=params["pollux"], **kw)),
-        ("tiresias-60", lambda **kw: tiresias(data, window=params["tiresias"], **kw)),
-        ("synthetic-mix", lambda **kw: synthetic(data, jobs=params["synthetic"], **kw)),
-    ]
+    """The trace bench's workloads (its quick or full slices), and Pollux 2-8 in the full run."""
+    out = trace_workloads(QUICK if quick else FULL)
     if not quick:
+        data = data_dir()
         out += [(f"pollux-w{w}", lambda w=w, **kw: pollux(data, w, **kw)) for w in HELD_OUT]
     return out
 

@@ -86,8 +86,8 @@ class Planner:
         # group -> (topology key, domain) it was placed in; forgotten when a member is disrupted
         # (evicted, preempted) or the PodGroup is deleted
         self.domains = domains
-        self.solving: set[str] = set()  # groups whose cycle is solving off the lock now
-        self.solving_ahead: set[str] = set()  # those of them planned ahead (see plan_ahead)
+        # groups whose cycle is solving off the lock now -> whether it is planned ahead (plan_ahead)
+        self.solving: dict[str, bool] = {}
 
     # -- what a cycle sees -------------------------------------------------------------------
     def reservations(self, exclude_group: str = "") -> Usage:
@@ -207,7 +207,7 @@ class Planner:
         call that triggered it (its verdict is the newest, see Verdicts.allowed)."""
         key = group.key
         if key in self.solving:
-            ahead = key in self.solving_ahead
+            ahead = self.solving[key]
             deadline = self.clock() + max(self.barrier_timeout, 30.0)
             while key in self.solving and self.clock() < deadline:
                 self.lock.wait(1.0)
@@ -224,14 +224,11 @@ class Planner:
     @contextlib.contextmanager
     def _solving(self, key: str, ahead: bool = False) -> Iterator[None]:
         """``key`` is being solved meanwhile: another call for it waits (see :meth:`cycle`)."""
-        self.solving.add(key)
-        if ahead:
-            self.solving_ahead.add(key)
+        self.solving[key] = ahead
         try:
             yield
         finally:
-            self.solving.discard(key)
-            self.solving_ahead.discard(key)
+            del self.solving[key]
             self.lock.notify()
 
     def held_back(self, group: PodGroup) -> str:

@@ -26,7 +26,7 @@ from enum import Enum
 from typing import AbstractSet, Callable, Iterator, Mapping
 
 from solver import Placement, Pod
-from solver.model import DO_NOT_SCHEDULE, add_resources, placement_usage
+from solver.model import DO_NOT_SCHEDULE, add_resources, by_shape, placement_usage
 
 
 class PlanState(str, Enum):
@@ -112,13 +112,10 @@ class Plan:
         constraint), grouped with the identical ones (same shape, no volumes). A member alone in
         its shape is left out. Worked out once: a trade exchanges nodes, never members."""
         if self._classes is None:
-            by_shape: dict[object, list[str]] = {}
-            for uid in self.assignments:
-                pod = self.members.get(uid)
-                if pod is not None and placed_in_order(pod) and not pod.volumes:
-                    by_shape.setdefault(pod.spec.shape_key, []).append(uid)
-            self._classes = {uid: n for n, uids in enumerate(u for u in by_shape.values() if len(u) > 1)
-                             for uid in uids}
+            pods = (self.members.get(uid) for uid in self.assignments)
+            shapes = by_shape(p for p in pods if p is not None and placed_in_order(p) and not p.volumes)
+            self._classes = {pod.uid: n for n, same in enumerate(m for m in shapes.values() if len(m) > 1)
+                             for pod in same}
         return self._classes
 
     def swap(self, a: str, b: str) -> None:
