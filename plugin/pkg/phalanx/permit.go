@@ -62,8 +62,10 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 }
 
 // Unreserve tells the service the member is no longer assumed; when that ends its gang's chance
-// (a Permit timeout), the members still waiting are rejected too. Asynchronous: Unreserve may run
-// in the scheduling cycle, which must not wait for an RPC.
+// (a member that reached the barrier was rejected there, e.g. a Permit timeout), the members still
+// waiting are rejected too. A member whose Reserve was refused never reached the barrier and only
+// leaves it (kube-scheduler runs Unreserve after a failed Reserve too). Asynchronous: Unreserve may
+// run in the scheduling cycle, which must not wait for an RPC.
 //
 // With GenericWorkload on, kube-scheduler's pod-group cycle first reserves every member of the
 // group in a simulation and reverts it (Unreserve) before it reserves them again for binding; the
@@ -80,7 +82,7 @@ func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	}
 	uid := pod.UID
 	reason := "unreserved"
-	if wp := p.handle.GetWaitingPod(uid); wp == nil {
+	if reachedPermit(state) && p.handle.GetWaitingPod(uid) == nil {
 		reason = "rejected"
 	}
 	p.wg.Add(1)
@@ -102,6 +104,30 @@ func (p *Plugin) Unreserve(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	}()
 }
 
+// permitKey marks a cycle whose member reached Permit (the gang's barrier, at Permit or PreBind).
+// Unreserve tells by it a member rejected at the barrier — which ends its gang's plan — from one
+// whose Reserve was refused (the service holds a newer plan than the mirror): that member only
+// leaves, and kube-scheduler retries it against the service's current plan.
+const permitKey fwk.StateKey = Name + "/permit"
+
+type permitMark struct{}
+
+func (permitMark) Clone() fwk.StateData { return permitMark{} }
+
+func markReachedPermit(state fwk.CycleState) {
+	if state != nil {
+		state.Write(permitKey, permitMark{})
+	}
+}
+
+func reachedPermit(state fwk.CycleState) bool {
+	if state == nil {
+		return false
+	}
+	_, err := state.Read(permitKey)
+	return err == nil
+}
+
 // inPodGroupSimulation: the cycle is the simulation of kube-scheduler's pod-group cycle
 // (GenericWorkload), whose reservations are reverted before the members are reserved for binding.
 func inPodGroupSimulation(state fwk.CycleState) bool {
@@ -111,9 +137,13 @@ func inPodGroupSimulation(state fwk.CycleState) bool {
 // Permit is the gang barrier: every member Waits; its Permit call runs beside the scheduling loop,
 // and the reply of the member that completes the gang (after the service wrote the placement
 // record) allows every waiting member.
-func (p *Plugin) Permit(_ context.Context, _ fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
+func (p *Plugin) Permit(_ context.Context, state fwk.CycleState, pod *v1.Pod, node string) (*fwk.Status, time.Duration) {
 	group := GroupOf(pod)
-	if group == "" || p.waitsAtPreBind(pod) {
+	if group == "" {
+		return nil, 0
+	}
+	markReachedPermit(state)
+	if p.waitsAtPreBind(pod) {
 		return nil, 0
 	}
 	if p.breaker.Open() {

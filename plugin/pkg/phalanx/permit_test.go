@@ -72,6 +72,28 @@ func TestUnreserveRejectsTheRestOfTheGang(t *testing.T) {
 	})
 }
 
+// A member whose Reserve was refused (the service holds a newer plan than the mirror) never reached
+// the barrier: its Unreserve says "unreserved", which leaves the service's plan standing. Only a
+// member that reached Permit and is no longer waiting there was rejected at the barrier.
+func TestUnreserveSaysRejectedOnlyForAMemberThatReachedPermit(t *testing.T) {
+	a := member("a", "g")
+	r := newRig(t, true, a)
+	refused := framework.NewCycleState()
+	r.plugin.Unreserve(context.Background(), refused, a, "n1")
+	waitFor(t, "the first Unreserve call", func() bool { return len(r.svc.UnreserveReasons()) == 1 })
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+	waited := framework.NewCycleState()
+	if st, _ := r.plugin.Permit(context.Background(), waited, a, "n1"); st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v", st)
+	}
+	// kube-scheduler took the member out of its waiting pods (a Permit timeout) before Unreserve
+	r.plugin.Unreserve(context.Background(), waited, a, "n1")
+	waitFor(t, "the second Unreserve call", func() bool { return len(r.svc.UnreserveReasons()) == 2 })
+	if got := r.svc.UnreserveReasons(); got[0] != "unreserved" || got[1] != "rejected" {
+		t.Fatalf("reasons: %v, want [unreserved rejected]", got)
+	}
+}
+
 func TestReserveOnTheMirrorsPlannedNodeMakesNoCallAndPermitReportsTheMemberReserved(t *testing.T) {
 	a, b := member("a", "g"), member("b", "g")
 	r := newRig(t, true, a, b)

@@ -29,17 +29,19 @@ import (
 // fakeService is a phalanx serve double: it answers what the test programs and counts calls.
 type fakeService struct {
 	pb.UnimplementedSchedulerPluginServer
-	mu         sync.Mutex
-	calls      map[string]int
-	plan       *pb.PlanForPodReply
-	permit     *pb.PermitReply
-	permitReq  *pb.PermitRequest
-	unreserve  *pb.UnreserveReply
-	rejection  *pb.ReportRejectionRequest
-	reserveReq *pb.ReserveRequest
-	snapshots  chan *pb.Reservations
-	lastPod    map[string]any
-	planGate   chan struct{} // when set, PlanForPod answers once it is closed (a solve)
+	mu        sync.Mutex
+	calls     map[string]int
+	plan      *pb.PlanForPodReply
+	permit    *pb.PermitReply
+	permitReq *pb.PermitRequest
+	unreserve *pb.UnreserveReply
+	// the reason of every Unreserve call, in order
+	unreserveReasons []string
+	rejection        *pb.ReportRejectionRequest
+	reserveReq       *pb.ReserveRequest
+	snapshots        chan *pb.Reservations
+	lastPod          map[string]any
+	planGate         chan struct{} // when set, PlanForPod answers once it is closed (a solve)
 	// when set, Permit answers once it is closed; every request is kept in permitReqs
 	permitGate chan struct{}
 	permitReqs []*pb.PermitRequest
@@ -90,9 +92,18 @@ func (f *fakeService) Reserve(_ context.Context, r *pb.ReserveRequest) (*pb.Rese
 	return &pb.ReserveReply{Ok: true}, nil
 }
 
-func (f *fakeService) Unreserve(context.Context, *pb.UnreserveRequest) (*pb.UnreserveReply, error) {
+func (f *fakeService) Unreserve(_ context.Context, r *pb.UnreserveRequest) (*pb.UnreserveReply, error) {
 	f.count("Unreserve")
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.unreserveReasons = append(f.unreserveReasons, r.GetReason())
 	return f.unreserve, nil
+}
+
+func (f *fakeService) UnreserveReasons() []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return append([]string(nil), f.unreserveReasons...)
 }
 
 func (f *fakeService) Permit(_ context.Context, r *pb.PermitRequest) (*pb.PermitReply, error) {
