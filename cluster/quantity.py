@@ -19,6 +19,10 @@ _SUFFIX: dict[str, int | Fraction] = {
 }
 _PATTERN = re.compile(r"^([+-]?(?:\d+\.?\d*|\.\d+))(?:([eE][+-]?\d+)|(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE])?)$")
 
+#: The largest amount phalanx takes, in base units (milli for CPU): an int64, as the API server's
+#: validation bounds a quantity's (milli-)value (resource.MaxMilliValue). Larger is InvalidInput.
+MAX_AMOUNT = 2**63 - 1
+
 #: Resources measured in milli-units on the wire of phalanx's model.
 MILLI_RESOURCES = frozenset({"cpu"})
 
@@ -55,4 +59,8 @@ def _parse(text: str | int | float, resource: str) -> int:
         raise InvalidInput(f"{resource or 'quantity'}: negative quantity {text!r}")
     if resource in MILLI_RESOURCES:
         value *= 1000
-    return -(-value.numerator // value.denominator)  # ceiling
+    amount = -(-value.numerator // value.denominator)  # ceiling
+    if amount > MAX_AMOUNT:
+        raise InvalidInput(f"{resource or 'quantity'}: quantity {text!r} is too large "
+                           f"(at most {MAX_AMOUNT} {'milli-units' if resource in MILLI_RESOURCES else 'units'})")
+    return amount

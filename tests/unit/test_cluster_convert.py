@@ -43,6 +43,14 @@ def test_bad_quantities_are_rejected_with_the_text(text):
         parse_quantity(text, "memory")
 
 
+@pytest.mark.parametrize("text,resource", [("9223372036854775808", "memory"), ("1e30", "nvidia.com/gpu"),
+                                           ("9223372036854776", "cpu")])
+def test_quantities_beyond_an_int64_are_rejected_not_overflowed(text, resource):
+    with pytest.raises(InvalidInput, match="too large"):
+        parse_quantity(text, resource)
+    assert parse_quantity("9223372036854775807", "memory") == 2**63 - 1
+
+
 NODE = {
     "metadata": {"name": "n1", "labels": {names.LABEL_RACK: "r1"}},
     "spec": {"taints": [{"key": "gpu", "effect": "NoSchedule"}], "unschedulable": True},
