@@ -2,10 +2,14 @@
 
 The dashboard, ``/metrics`` and the gRPC read calls (``phalanx explain``) accept a bearer token and
 ask the API server about it, as kube-rbac-proxy does: a TokenReview says whose token it is, then a
-SubjectAccessReview asks whether that user may ``verb`` the *non-resource URL* ``path`` (the HTTP
-request's path, or the gRPC method's full name ``/phalanx.v1.WorkloadCycle/ExplainGroup``). So an
-RBAC ClusterRole with ``nonResourceURLs`` grants it (phalanx ships a read-only one, ``phalanx-viewer``),
-and phalanx's own ServiceAccount needs ``system:auth-delegator`` to create the reviews.
+SubjectAccessReview asks whether that user may ``verb`` a *non-resource URL*: the HTTP request's
+path, or the gRPC method's full name, under :data:`PATH_PREFIX` (``/phalanx/metrics``,
+``/phalanx/phalanx.v1.WorkloadCycle/ExplainGroup``). The prefix keeps phalanx's paths apart from the
+API server's own: upstream's ``system:discovery`` grants ``/api/*`` (where the dashboard's JSON
+lives) and ``system:public-info-viewer`` ``/healthz`` and ``/readyz`` to every authenticated user,
+and a role granting phalanx's ``/metrics`` would grant the API server's too. An RBAC ClusterRole
+with ``nonResourceURLs`` grants them (phalanx ships a read-only one, ``phalanx-viewer``), and
+phalanx's own ServiceAccount needs ``system:auth-delegator`` to create the reviews.
 
 Answers are cached for :data:`CACHE_SECONDS` (a dashboard polls every few seconds): a token by its
 SHA-256, a decision by (user, groups, path, verb). A review that fails (API server down or refusing
@@ -23,6 +27,7 @@ from typing import Any, Callable, Generic, Hashable, TypeVar
 
 from .kube import Kube, KubeError
 
+PATH_PREFIX = "/phalanx"  # before every path phalanx authorizes: none of the API server's own
 CACHE_SECONDS = 10.0
 CACHE_ENTRIES = 4096
 AUTHENTICATION_API = "authentication.k8s.io/v1"
@@ -130,17 +135,19 @@ class AccessReviewer:
         return decision
 
     def check(self, token: str | None, path: str, verb: str) -> Access:
-        """May the bearer of ``token`` ``verb`` the non-resource URL ``path``?"""
+        """May the bearer of ``token`` ``verb`` phalanx's ``path`` (the non-resource URL
+        :data:`PATH_PREFIX` + ``path``)?"""
         if not token:
             return Access(False, False, "no bearer token (Authorization: Bearer <token>)")
         try:
             user = self.authenticate(token)
             if user is None:
                 return Access(False, False, "the API server does not accept this token")
-            allowed, why = self.authorize(user, path, verb)
+            allowed, why = self.authorize(user, PATH_PREFIX + path, verb)
         except KubeError as err:
             return Access(False, False, f"cannot review the token with the API server: HTTP {err.status}")
         if not allowed:
-            return Access(True, False, f"user {user.name!r} may not {verb} {path}" + (f": {why}" if why else ""),
+            return Access(True, False, f"user {user.name!r} may not {verb} {PATH_PREFIX + path}"
+                          + (f": {why}" if why else ""),
                           user.name)
         return Access(True, True, "ok", user.name)

@@ -223,10 +223,36 @@ def plugin_tls(plane: ControlPlane, plugin_args: dict, serve_args: list[str], na
     return files
 
 
-def check_no_open_door(plane: ControlPlane, serve_args: list[str], http_port: int, grpc_port: int | None) -> None:
-    """The installed phalanx serve answers no one without credentials: /metrics without a token is
-    401 (with a client certificate, where its port asks for one), and where gRPC is mTLS a client
-    without a certificate does not get through the handshake."""
+def viewer_tokens(rest, install: Install, namespace: str) -> dict[str, str]:
+    """Tokens of two new ServiceAccounts: ``viewer`` bound to the installed read-only ClusterRole,
+    ``stranger`` to nothing (once RBAC answers for the binding)."""
+    (role,) = [o["metadata"]["name"] for o in install.objects
+               if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-viewer")]
+    suffix = uuid.uuid4().hex[:6]
+    tokens = {}
+    for who in ("viewer", "stranger"):
+        rest.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": f"{who}-{suffix}"}})
+        tokens[who] = token_request(rest, namespace, f"{who}-{suffix}")
+    rest.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"viewer-{suffix}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": f"viewer-{suffix}", "namespace": namespace}]})
+    user = f"system:serviceaccount:{namespace}:viewer-{suffix}"
+    wait_for(lambda: rest.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "nonResourceAttributes": {"path": "/phalanx/metrics", "verb": "get"}}})["status"].get(
+        "allowed"), 30, "RBAC answers for the viewer's binding")
+    return tokens
+
+
+def check_no_open_door(plane: ControlPlane, install: Install, serve_args: list[str], http_port: int,
+                       grpc_port: int | None) -> None:
+    """The installed phalanx serve, with its ServiceAccount's RBAC, answers /metrics 401 without a
+    token, 403 to a token without the installed viewer ClusterRole and 200 with it (with a client
+    certificate where the port asks for one); where gRPC is mTLS a client without a certificate
+    does not get through the handshake."""
     client = plane.pki.client("door-check", "door-check")
     if flag_value(serve_args, "--client-ca"):
         context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
@@ -235,9 +261,17 @@ def check_no_open_door(plane: ControlPlane, serve_args: list[str], http_port: in
         url = f"https://127.0.0.1:{http_port}/metrics"
     else:
         context, url = None, f"http://127.0.0.1:{http_port}/metrics"
-    with pytest.raises(urllib.error.HTTPError) as refused:
-        urllib.request.urlopen(url, timeout=10, context=context)  # noqa: S310 (loopback)
-    assert refused.value.code == 401
+    tokens = viewer_tokens(plane.rest, install, "default")
+
+    def status(token: str | None) -> int:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as resp:  # noqa: S310 (loopback)
+                return resp.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    assert [status(None), status(tokens["stranger"]), status(tokens["viewer"])] == [401, 403, 200]
     if grpc_port is not None and flag_value(serve_args, "--grpc-client-ca"):
         no_certificate = grpc.ssl_channel_credentials(plane.pki.ca_cert.read_bytes())
         with grpc.secure_channel(f"127.0.0.1:{grpc_port}", no_certificate) as channel:
@@ -354,7 +388,7 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
                       cwd=plane.workdir)
     install.processes.append(serve)
     serve.wait_ready(lambda: insecure_get(f"http://127.0.0.1:{health_port}/readyz") == 200, timeout=120)
-    check_no_open_door(plane, serve_args, http_port, grpc_port if grpc_addr != "off" else None)
+    check_no_open_door(plane, install, serve_args, http_port, grpc_port if grpc_addr != "off" else None)
 
     # kube-scheduler (or phalanx-scheduler): the pod's ServiceAccount token, leader election on
     scheduler_kubeconfig = plane.token_kubeconfig(f"sa-{scheduler_sa}",

@@ -215,7 +215,7 @@ def test_reviewer_asks_token_then_access_and_caches_both_briefly():
     assert token_path == "/apis/authentication.k8s.io/v1/tokenreviews" and token_body["spec"] == {"token": "viewer-token"}
     assert sar_path == "/apis/authorization.k8s.io/v1/subjectaccessreviews"
     assert sar_body["spec"] == {"user": "viewer", "uid": "u1", "groups": ["g"], "extra": {"k": ["v"]},
-                                "nonResourceAttributes": {"path": "/metrics", "verb": "get"}}
+                                "nonResourceAttributes": {"path": "/phalanx/metrics", "verb": "get"}}
     assert reviewer.check("viewer-token", "/metrics", "get").allowed and len(api.calls) == 2  # cached
     denied = reviewer.check("nobody-token", "/metrics", "get")
     assert denied.authenticated and not denied.allowed and "nobody" in denied.reason
