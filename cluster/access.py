@@ -151,3 +151,9 @@ class AccessReviewer:
                           + (f": {why}" if why else ""),
                           user.name)
         return Access(True, True, "ok", user.name)
+
+    def answer(self, token: str | None, path: str, verb: str) -> tuple[int, str]:
+        """:meth:`check` as the HTTP status it is answered with (200; 401: who are you?; 403: not
+        you) and its reason: the gate of phalanx's HTTP and gRPC servers."""
+        access = self.check(token, path, verb)
+        return (200 if access.allowed else 403 if access.authenticated else 401), access.reason

@@ -101,13 +101,6 @@ def check_doors(options: ServeOptions, sim: bool) -> None:
         raise ValueError("tokens are reviewed by the API server: a simulated cluster needs --insecure-loopback-no-auth")
 
 
-def access_gate(reviewer: AccessReviewer) -> Gate:
-    """The web and gRPC gate of a reviewer: 200, 401 (who are you?) or 403 (not you)."""
-    def gate(token: str | None, path: str, verb: str) -> tuple[int, str]:
-        access = reviewer.check(token, path, verb)
-        return (200 if access.allowed else 403 if access.authenticated else 401), access.reason
-    return gate
-
 
 def http_server(app, options: ServeOptions) -> wsgi.Server:
     return wsgi_server(options.http_addr, app, options.http_threads, options.tls_cert, options.tls_key,
@@ -181,7 +174,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         cache = ClusterCache()
         kube = Kube(None if kubeconfig == "in-cluster" else kubeconfig)
         if not options.insecure_loopback_no_auth:
-            gate = access_gate(AccessReviewer(kube))
+            gate = AccessReviewer(kube).answer
         backend = ApiServerBackend(kube, cache)
         backend.start()
         if not backend.wait_synced(120):

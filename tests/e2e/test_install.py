@@ -247,7 +247,20 @@ def viewer_tokens(rest, install: Install, namespace: str) -> dict[str, str]:
     return tokens
 
 
-def check_no_open_door(plane: ControlPlane, install: Install, serve_args: list[str], http_port: int,
+def answers(url: str, context: ssl.SSLContext | None, tokens: dict[str, str]) -> list[int]:
+    """GET ``url``'s status without a token, with the stranger's, with the viewer's."""
+    def status(token: str | None) -> int:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as resp:  # noqa: S310 (loopback)
+                return resp.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    return [status(None), status(tokens["stranger"]), status(tokens["viewer"])]
+
+
+def check_no_open_door(plane: ControlPlane, tokens: dict[str, str], serve_args: list[str], http_port: int,
                        grpc_port: int | None) -> None:
     """The installed phalanx serve, with its ServiceAccount's RBAC, answers /metrics 401 without a
     token, 403 to a token without the installed viewer ClusterRole and 200 with it (with a client
@@ -261,17 +274,7 @@ def check_no_open_door(plane: ControlPlane, install: Install, serve_args: list[s
         url = f"https://127.0.0.1:{http_port}/metrics"
     else:
         context, url = None, f"http://127.0.0.1:{http_port}/metrics"
-    tokens = viewer_tokens(plane.rest, install, "default")
-
-    def status(token: str | None) -> int:
-        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
-        try:
-            with urllib.request.urlopen(request, timeout=10, context=context) as resp:  # noqa: S310 (loopback)
-                return resp.status
-        except urllib.error.HTTPError as err:
-            return err.code
-
-    assert [status(None), status(tokens["stranger"]), status(tokens["viewer"])] == [401, 403, 200]
+    assert answers(url, context, tokens) == [401, 403, 200]
     if grpc_port is not None and flag_value(serve_args, "--grpc-client-ca"):
         no_certificate = grpc.ssl_channel_credentials(plane.pki.ca_cert.read_bytes())
         with grpc.secure_channel(f"127.0.0.1:{grpc_port}", no_certificate) as channel:
@@ -388,7 +391,8 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
                       cwd=plane.workdir)
     install.processes.append(serve)
     serve.wait_ready(lambda: insecure_get(f"http://127.0.0.1:{health_port}/readyz") == 200, timeout=120)
-    check_no_open_door(plane, install, serve_args, http_port, grpc_port if grpc_addr != "off" else None)
+    tokens = viewer_tokens(rest, install, "default")
+    check_no_open_door(plane, tokens, serve_args, http_port, grpc_port if grpc_addr != "off" else None)
 
     # kube-scheduler (or phalanx-scheduler): the pod's ServiceAccount token, leader election on
     scheduler_kubeconfig = plane.token_kubeconfig(f"sa-{scheduler_sa}",
@@ -408,6 +412,9 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
                            plane.workdir / "logs" / f"phalanx-controller-{controller_ns}.log", cwd=plane.workdir)
     install.processes.append(controller)
     controller.wait_ready(lambda: insecure_get(f"https://127.0.0.1:{webhook_port}/healthz") == 200, timeout=60)
+    unverified = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
+    unverified.check_hostname = False
+    assert answers(f"https://127.0.0.1:{webhook_port}/metrics", unverified, tokens) == [401, 403, 200]
 
     # the installed webhooks, called by URL (no pod network to reach their Service)
     ca_bundle = base64.b64encode(plane.pki.ca_cert.read_bytes()).decode()
@@ -718,11 +725,11 @@ def test_helm_lint_and_every_rendering(tools):
     assert rules_of(default, "-scheduler") == rules_of(kustomized, "phalanx-scheduler")
     assert rules_of(default, "-controller") == rules_of(kustomized, "phalanx-controller")
     assert rules_of(default, "-viewer") == rules_of(kustomized, "phalanx-viewer")
-    for objects in (default, kustomized):  # serve may create TokenReviews and SubjectAccessReviews
-        (binding,) = [o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith(
+    for objects in (default, kustomized):  # serve and the controller create TokenReviews and SubjectAccessReviews
+        bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith(
             "-auth-delegator")]
-        assert binding["roleRef"]["name"] == "system:auth-delegator" and binding["subjects"][0]["name"] in (
-            "phalanx", "phalanx-phalanx")
+        assert {b["roleRef"]["name"] for b in bindings} == {"system:auth-delegator"}
+        assert sorted(b["subjects"][0]["name"] for b in bindings) == ["phalanx", "phalanx-controller"], bindings
     crds = [o for o in helm_template(tools, "--set", "flavor=crds") if o["kind"] == "CustomResourceDefinition"]
     shipped = [doc for p in sorted((KUSTOMIZE / "crds").glob("*.scheduling.phalanx.dev.yaml"))
                for doc in documents(p.read_text())]

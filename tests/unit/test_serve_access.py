@@ -15,6 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from cluster.access import AccessReviewer
 from cluster.kube import KubeError
+from controller.webhook import webhook_app
 from extender.http import create_app
 from extender.server import ServeOptions, check_doors
 from phalanx_cli.main import main
@@ -254,3 +255,12 @@ def test_serve_accepts_loopback_and_mtls():
     check_doors(ServeOptions(insecure_loopback_no_auth=True, http_addr="[::1]:0", grpc_addr="localhost:1"), sim=True)
     check_doors(ServeOptions(http_addr="0.0.0.0:8888", client_ca="ca", grpc_addr="0.0.0.0:50051",
                              grpc_tls_cert="c", grpc_tls_key="k", grpc_client_ca="ca"), sim=False)
+
+
+def test_controller_port_guards_metrics_not_the_webhooks_or_the_probe():
+    client = webhook_app(lambda review: {"allowed": True}, gate=table_gate).test_client()
+    assert client.get("/metrics").status_code == 401
+    assert client.get("/metrics", headers={"Authorization": "Bearer nobody-token"}).status_code == 403
+    assert client.get("/metrics", headers={"Authorization": "Bearer viewer-token"}).status_code == 200
+    assert client.get("/healthz").status_code == 200  # the kubelet's probe
+    assert client.post("/validate-statefulsets", data=b"{}").status_code == 200  # the API server's call: answered
