@@ -15,10 +15,13 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import tempfile
 import threading
 from dataclasses import dataclass
 
 import grpc
+
+from web.certs import WatchedFiles, server_context
 
 log = logging.getLogger("phalanx.grpc.tls")
 
@@ -32,23 +35,16 @@ class GrpcTls:
     client_ca: str
 
 
-def _stamp(path: str) -> tuple[int, int, int]:
-    st = os.stat(path)  # follows the symlinks a Secret volume swaps
-    return st.st_ino, st.st_mtime_ns, st.st_size
-
-
 def _check_pair(cert: bytes, key: bytes, ca: bytes) -> None:
-    """Raise ssl.SSLError (or ValueError) unless ``key`` fits ``cert`` and ``ca`` is PEM."""
-    import tempfile
-
-    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    """Raise ssl.SSLError (or ValueError) unless ``key`` fits ``cert`` and ``ca`` is PEM (grpcio
+    would take a bad pair and fail every handshake after)."""
     with tempfile.TemporaryDirectory() as d:  # ssl reads a pair from files only
         cert_path, key_path = os.path.join(d, "c"), os.path.join(d, "k")
         with open(cert_path, "wb") as f:
             f.write(cert)
         with open(key_path, "wb") as f:
             f.write(key)
-        context.load_cert_chain(cert_path, key_path)
+        context = server_context(cert_path, key_path, None)
     context.load_verify_locations(cadata=ca.decode())
 
 
@@ -58,12 +54,9 @@ class ServerCertificates:
     def __init__(self, tls: GrpcTls) -> None:
         self.tls = tls
         self._lock = threading.Lock()
-        self._stamps = self._read_stamps()
+        self.files = WatchedFiles(tls.cert, tls.key, tls.client_ca)
         self.initial = self._configuration()  # unreadable or mismatched files at start fail here
         self.reloads = 0
-
-    def _read_stamps(self) -> tuple[tuple[int, int, int], ...]:
-        return tuple(_stamp(p) for p in (self.tls.cert, self.tls.key, self.tls.client_ca))
 
     def _configuration(self) -> grpc.ServerCertificateConfiguration:
         with open(self.tls.cert, "rb") as f:
@@ -79,14 +72,14 @@ class ServerCertificates:
         """grpcio's fetcher: a new configuration when the files changed, else None (keep the current)."""
         with self._lock:
             try:
-                stamps = self._read_stamps()
-                if stamps == self._stamps:
+                stamps = self.files.changed()
+                if stamps is None:
                     return None
                 config = self._configuration()
             except (OSError, ssl.SSLError, ValueError) as err:
                 log.warning("gRPC TLS files changed but cannot be used yet, keeping the previous ones: %s", err)
                 return None
-            self._stamps = stamps
+            self.files.accept(stamps)
             self.reloads += 1
             log.info("gRPC TLS certificate or client CA reloaded from %s", self.tls.cert)
             return config

@@ -7,6 +7,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import socket
+import ssl
 from pathlib import Path
 
 import grpc
@@ -25,6 +27,7 @@ from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 from rpc import GrpcTls, start_grpc_server
 from tests.e2e.harness.pki import make_pki
+from web import Listener, wsgi_server
 
 from .k8s_objects import pod, podgroup
 
@@ -264,3 +267,34 @@ def test_controller_port_guards_metrics_not_the_webhooks_or_the_probe():
     assert client.get("/metrics", headers={"Authorization": "Bearer viewer-token"}).status_code == 200
     assert client.get("/healthz").status_code == 200  # the kubelet's probe
     assert client.post("/validate-statefulsets", data=b"{}").status_code == 200  # the API server's call: answered
+
+
+def test_https_listener_presents_a_renewed_certificate_without_a_restart(pki, tmp_path):
+    """The extender's HTTPS (--tls-cert, --client-ca) re-reads its files on change, like gRPC."""
+    files = served_files(pki, tmp_path / "tls")
+
+    def app(environ, start_response):
+        start_response("200 OK", [("Content-Length", "0")])
+        return [b""]
+
+    listener = Listener(wsgi_server("127.0.0.1:0", app, 2, files.cert, files.key, files.client_ca), "t").start()
+    client = pki.client("https-probe", "https-probe")
+    context = ssl.create_default_context(cafile=str(pki.ca_cert))
+    context.load_cert_chain(str(client.cert), str(client.key))
+
+    def presented() -> bytes:
+        with socket.create_connection(("127.0.0.1", listener.port), timeout=10) as raw, \
+                context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+            return tls.getpeercert(binary_form=True)
+
+    try:
+        assert presented() == ssl.PEM_cert_to_DER_cert(Path(files.cert).read_text())
+        renewed = pki.server("phalanx-https-renewed", ["IP:127.0.0.1"])
+        shutil.copy(renewed.cert, tmp_path / "new.crt")
+        shutil.copy(renewed.key, tmp_path / "new.key")
+        os.replace(tmp_path / "new.crt", files.cert)
+        os.replace(tmp_path / "new.key", files.key)
+        assert presented() == ssl.PEM_cert_to_DER_cert(renewed.cert.read_text())
+        assert listener.server.ssl_adapter.reloads == 1
+    finally:
+        listener.stop()
