@@ -66,15 +66,17 @@ class ServeOptions:
 
     @property
     def grpc_tls(self) -> GrpcTls | None:
-        files = (self.grpc_tls_cert, self.grpc_tls_key, self.grpc_client_ca)
-        if not any(files):
-            return None
-        if not all(files):
+        """The gRPC endpoint's mTLS files, None for plaintext; ValueError when only some are given."""
+        cert, key, ca = self.grpc_tls_cert, self.grpc_tls_key, self.grpc_client_ca
+        if cert and key and ca:
+            return GrpcTls(cert, key, ca)
+        if cert or key or ca:
             raise ValueError("--grpc-tls-cert, --grpc-tls-key and --grpc-client-ca go together (mTLS)")
-        return GrpcTls(*files)  # type: ignore[arg-type]
+        return None
 
 
 def is_loopback(addr: str) -> bool:
+    """Whether ``HOST:PORT`` listens on loopback only (127.0.0.0/8, ::1, localhost)."""
     host, _ = split_addr(addr)
     if host == "localhost":
         return True
@@ -99,7 +101,6 @@ def check_doors(options: ServeOptions, sim: bool) -> None:
             raise ValueError(f"--insecure-loopback-no-auth serves loopback only, not {', '.join(open_doors)}")
     elif sim:
         raise ValueError("tokens are reviewed by the API server: a simulated cluster needs --insecure-loopback-no-auth")
-
 
 
 def http_server(app, options: ServeOptions) -> wsgi.Server:
