@@ -71,7 +71,8 @@ def _pct(values: list[float]) -> tuple[float, float]:
 
 def filter_latency(nodes: int, samples: int) -> list[dict]:
     sim = _cluster(nodes)
-    options = ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, plan_ttl=3600)
+    options = ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="", http_threads=64,
+                           plan_ttl=3600)
     phalanx = build(options, sim=sim).start()
     client = ExtenderClient(phalanx.port)
     all_names = sorted(n["metadata"]["name"] for n in sim.list("Node"))
@@ -108,8 +109,8 @@ def filter_latency(nodes: int, samples: int) -> list[dict]:
 
 def throughput(nodes: int, gang: int, total_pods: int, anti: bool = False) -> dict:
     sim = _cluster(nodes)
-    options = ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=max(300, gang + 50),
-                           barrier_timeout=120, plan_ttl=600)
+    options = ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="",
+                           http_threads=max(300, gang + 50), barrier_timeout=120, plan_ttl=600)
     phalanx = build(options, sim=sim).start()
     driver = SimulatedScheduler(sim, phalanx.port, bind_threads=max(300, gang + 50))
     try:

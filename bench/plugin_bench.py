@@ -39,8 +39,8 @@ RESULT = "PHALANX_BENCH_RESULT "
 
 def _drive(nodes: int, gangs: int, anti: bool) -> dict:
     sim = _cluster(nodes)
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", barrier_timeout=120,
-                                 plan_ttl=3600), sim=sim).start()
+    phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0",
+                                 barrier_timeout=120, plan_ttl=3600), sim=sim).start()
     try:
         groups = []
         for k in range(gangs + 1):  # the last one is only planned, to hold capacity (see the driver)

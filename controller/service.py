@@ -13,6 +13,7 @@ import socket
 import threading
 import uuid
 
+from cluster.access import AccessReviewer
 from cluster.kube import Kube
 
 from .admission import PodMutator
@@ -29,7 +30,9 @@ def run(kubeconfig: str | None, webhook_addr: str, tls_cert: str, tls_key: str, 
     lost, stop = threading.Event(), threading.Event()
     controller = Controller(kube, identity, lease_namespace, workers, on_lost_leadership=lost.set)
     mutator = PodMutator(kube, controller.reconciler, controller.flavor, kick=controller.kick)
-    server = WebhookServer(webhook_addr, tls_cert, tls_key, mutator.review, controller.registry).start()
+    # /metrics: a bearer token the API server authorizes (the webhooks and /healthz stay open)
+    server = WebhookServer(webhook_addr, tls_cert, tls_key, mutator.review, controller.registry,
+                           gate=AccessReviewer(kube).answer).start()
     log.info("phalanx controller %s: %s flavor, webhooks on https://%s", identity,
              "built-in" if controller.flavor.builtin else "CRD", webhook_addr)
     for sig in (signal.SIGTERM, signal.SIGINT):

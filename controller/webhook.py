@@ -24,7 +24,17 @@ from prometheus_client import CollectorRegistry
 
 from cluster import names
 from cluster.kinds import MalformedObject, review_request
-from web import BadBody, Listener, RequestMetrics, add_health_routes, json_endpoint, new_app, wsgi_server
+from web import (
+    BadBody,
+    Gate,
+    Listener,
+    RequestMetrics,
+    add_health_routes,
+    json_endpoint,
+    new_app,
+    require_token,
+    wsgi_server,
+)
 
 from .admission import review_statefulset
 from .lws_admission import review_leaderworkerset
@@ -59,8 +69,10 @@ def _checked_by(review: Review) -> Callable[[Any], dict[str, Any]]:
     return lambda body: review(checked(body))
 
 
-def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None) -> Flask:
-    """The webhooks, /healthz and /metrics (``registry``, or one of its own), as a WSGI application."""
+def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None, gate: Gate | None = None) -> Flask:
+    """The webhooks, /healthz and /metrics (``registry``, or one of its own), as a WSGI application.
+    With a ``gate``, /metrics needs a bearer token it accepts; the webhooks (the API server's calls)
+    and /healthz (the probes') do not."""
     app = new_app("phalanx-controller", MAX_BODY)
     registry = registry if registry is not None else CollectorRegistry()
     metrics = RequestMetrics(registry, names.METRIC_WEBHOOK_REQUESTS, names.METRIC_WEBHOOK_LATENCY, "Admission webhook",
@@ -70,16 +82,20 @@ def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None) -
     for name, review in routes.items():
         json_endpoint(app, f"/{name}", name, _checked_by(review), metrics)
     add_health_routes(app, (registry,), healthy="ok")
+    if gate is not None:
+        open_paths = {"/healthz", *(f"/{name}" for name in routes)}
+        require_token(app, gate, open_paths.__contains__)
     return app
 
 
 class WebhookServer:
     """The webhook app served over HTTPS on ``addr`` (``HOST:PORT``; port 0 picks a free one)."""
 
-    def __init__(self, addr: str, cert: str, key: str, mutate_pod: Review, registry: CollectorRegistry | None = None):
+    def __init__(self, addr: str, cert: str, key: str, mutate_pod: Review, registry: CollectorRegistry | None = None,
+                 gate: Gate | None = None):
         host, _, port = addr.rpartition(":")
-        server = wsgi_server(f"{host or '0.0.0.0'}:{port}", webhook_app(mutate_pod, registry), THREADS, cert, key,
-                             timeout=SOCKET_TIMEOUT)
+        server = wsgi_server(f"{host or '0.0.0.0'}:{port}", webhook_app(mutate_pod, registry, gate), THREADS, cert,
+                             key, timeout=SOCKET_TIMEOUT)
         self.listener = Listener(server, "webhook")
 
     @property

@@ -9,11 +9,19 @@ capacity* (the threads minus a reserve for filter, prioritize and the probes,
 beyond it wait their turn instead of deadlocking the pool.
 ``--health-addr`` adds a listener for the kubelet's probes that serves only /healthz and /readyz
 (:mod:`extender.http.health`), so the extender itself can stay on loopback.
+
+No unauthenticated door: kube-scheduler's calls (the extender's verbs, the plugin's gRPC service)
+come either over the pod's loopback or with a client certificate (``--client-ca``,
+``--grpc-client-ca``: serve refuses to listen elsewhere without one); everything else on those ports
+(the dashboard, ``/metrics``, the gRPC read calls of ``phalanx explain``) needs a bearer token that
+the API server authenticates and authorizes (:mod:`cluster.access`, as kube-rbac-proxy does), unless
+``--insecure-loopback-no-auth`` says loopback alone is enough. Only the probe listener is open.
 Everything (watch threads, service, servers) starts inside this one process; nothing forks.
 """
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import signal
 import threading
@@ -22,6 +30,7 @@ from typing import Callable
 
 from cheroot import wsgi
 
+from cluster.access import AccessReviewer
 from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
 from cluster.kube import Kube
@@ -29,9 +38,9 @@ from cluster.sim import SimCluster
 from cycle import WorkloadCycle, barrier_capacity
 from cycle.queue import QueuePolicy
 from extender.http import create_app, health_app
-from rpc import GrpcServer, start_grpc_server
+from rpc import GrpcServer, GrpcTls, start_grpc_server
 from solver import SolveOptions
-from web import Listener, wsgi_server
+from web import Gate, Listener, split_addr, wsgi_server
 
 log = logging.getLogger("phalanx.serve")
 
@@ -50,6 +59,48 @@ class ServeOptions:
     health_addr: str = ""  # HOST:PORT of the probe listener (/healthz, /readyz only); "": none
     queue_policy: QueuePolicy = QueuePolicy()  # starvation holds, fragmentation, lost-work preemption
     plan_ahead: tuple[str, ...] = ()  # kube-scheduler profiles whose complete gangs are planned before they ask
+    grpc_tls_cert: str | None = None  # mTLS of the gRPC endpoint: its certificate and key,
+    grpc_tls_key: str | None = None
+    grpc_client_ca: str | None = None  # and the CA that signs its clients' certificates
+    insecure_loopback_no_auth: bool = False  # loopback listeners serve the dashboard, metrics, explain without a token
+
+    @property
+    def grpc_tls(self) -> GrpcTls | None:
+        """The gRPC endpoint's mTLS files, None for plaintext; ValueError when only some are given."""
+        cert, key, ca = self.grpc_tls_cert, self.grpc_tls_key, self.grpc_client_ca
+        if cert and key and ca:
+            return GrpcTls(cert, key, ca)
+        if cert or key or ca:
+            raise ValueError("--grpc-tls-cert, --grpc-tls-key and --grpc-client-ca go together (mTLS)")
+        return None
+
+
+def is_loopback(addr: str) -> bool:
+    """Whether ``HOST:PORT`` listens on loopback only (127.0.0.0/8, ::1, localhost)."""
+    host, _ = split_addr(addr)
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def check_doors(options: ServeOptions, sim: bool) -> None:
+    """Refuse a configuration with an unauthenticated door (ValueError saying which)."""
+    grpc_on = options.grpc_addr not in ("", "off")
+    if not options.client_ca and not is_loopback(options.http_addr):
+        raise ValueError(f"--http-addr {options.http_addr} is not loopback: the extender's verbs need --client-ca "
+                         "(mTLS) there")
+    if grpc_on and options.grpc_tls is None and not is_loopback(options.grpc_addr):
+        raise ValueError(f"--grpc-addr {options.grpc_addr} is not loopback: the plugin's calls need "
+                         "--grpc-tls-cert, --grpc-tls-key and --grpc-client-ca (mTLS) there")
+    if options.insecure_loopback_no_auth:
+        open_doors = [a for a in (options.http_addr, options.grpc_addr if grpc_on else "") if a and not is_loopback(a)]
+        if open_doors:
+            raise ValueError(f"--insecure-loopback-no-auth serves loopback only, not {', '.join(open_doors)}")
+    elif sim:
+        raise ValueError("tokens are reviewed by the API server: a simulated cluster needs --insecure-loopback-no-auth")
 
 
 def http_server(app, options: ServeOptions) -> wsgi.Server:
@@ -61,12 +112,14 @@ class Phalanx:
     """The running service: backend + cache + cycle + HTTP server (+ gRPC server)."""
 
     def __init__(self, cycle: WorkloadCycle, server: wsgi.Server, ready: Callable[[], tuple[bool, str]],
-                 stop_backend: Callable[[], None] = lambda: None, grpc_addr: str = "") -> None:
+                 stop_backend: Callable[[], None] = lambda: None, grpc_addr: str = "",
+                 grpc_tls: GrpcTls | None = None, gate: Gate | None = None) -> None:
         self.cycle, self.server, self.ready = cycle, server, ready
         self._stop_backend = stop_backend
         self._http = Listener(server, "phalanx-http")
         self.grpc_addr = "" if grpc_addr == "off" else grpc_addr
         self.grpc: GrpcServer | None = None
+        self.grpc_tls, self.gate = grpc_tls, gate
         self.health: Listener | None = None
 
     @property
@@ -91,7 +144,7 @@ class Phalanx:
 
     def start(self) -> "Phalanx":
         if self.grpc_addr:  # first: an address that cannot be bound fails before anything serves
-            self.grpc = start_grpc_server(self.cycle, self.grpc_addr)
+            self.grpc = start_grpc_server(self.cycle, self.grpc_addr, tls=self.grpc_tls, gate=self.gate)
         self._http.start()
         return self
 
@@ -106,7 +159,10 @@ class Phalanx:
 
 
 def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster | None = None) -> Phalanx:
+    check_doors(options, sim is not None)
+    grpc_tls = options.grpc_tls
     solve = SolveOptions(path=options.solver_path)
+    gate: Gate | None = None
     if sim is not None:
         cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
@@ -117,7 +173,10 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
             return None
     else:
         cache = ClusterCache()
-        backend = ApiServerBackend(Kube(None if kubeconfig == "in-cluster" else kubeconfig), cache)
+        kube = Kube(None if kubeconfig == "in-cluster" else kubeconfig)
+        if not options.insecure_loopback_no_auth:
+            gate = AccessReviewer(kube).answer
+        backend = ApiServerBackend(kube, cache)
         backend.start()
         if not backend.wait_synced(120):
             log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
@@ -127,8 +186,9 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed
-    app = create_app(cycle, ready)
-    return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr)
+    app = create_app(cycle, ready, gate=gate)
+    return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr,
+                   grpc_tls=grpc_tls, gate=gate)
 
 
 def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | None = None) -> int:
@@ -146,7 +206,11 @@ def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | 
     if phalanx.health is not None:
         print(f"phalanx serving /healthz and /readyz on http://{options.health_addr}", flush=True)
     if phalanx.grpc is not None:
-        print(f"phalanx serving gRPC phalanx.v1.WorkloadCycle on {phalanx.grpc_addr}", flush=True)
+        print(f"phalanx serving gRPC phalanx.v1.WorkloadCycle on {phalanx.grpc_addr}"
+              f"{' (mTLS)' if phalanx.grpc_tls else ''}", flush=True)
+    print("phalanx: the dashboard, /metrics and explain "
+          + ("need no token (--insecure-loopback-no-auth)" if phalanx.gate is None
+             else "need a bearer token the API server authorizes"), flush=True)
     done = threading.Event()
     for sig in (signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, lambda *_: done.set())

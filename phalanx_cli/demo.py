@@ -54,8 +54,10 @@ class Demo:
     def __init__(self, port: int, out: TextIO) -> None:
         self.out = out
         self.sim = demo_cluster()
-        self.phalanx: Phalanx = build(ServeOptions(http_addr=f"127.0.0.1:{port}", grpc_addr="off", http_threads=400,
-                                                   barrier_timeout=20.0, plan_ttl=60.0), sim=self.sim)
+        # the dashboard on loopback for whoever runs the demo: no API server to review a token with
+        options = ServeOptions(insecure_loopback_no_auth=True, http_addr=f"127.0.0.1:{port}", grpc_addr="off",
+                               http_threads=400, barrier_timeout=20.0, plan_ttl=60.0)
+        self.phalanx: Phalanx = build(options, sim=self.sim)
         self.cycle = self.phalanx.cycle
         self.plans: dict[str, dict] = {}  # group -> the last 'planned' event
         self.preemptions: dict[str, dict] = {}

@@ -1,9 +1,14 @@
 """``phalanx explain NAMESPACE/NAME``: a gRPC client of a running ``phalanx serve`` that prints a
-PodGroup's state, the last reason it did not fit, and the plan it holds, if any."""
+PodGroup's state, the last reason it did not fit, and the plan it holds, if any.
+
+serve asks for a bearer token (``--token-file``; unless it runs with ``--insecure-loopback-no-auth``)
+and, when its gRPC endpoint is mTLS, for a client certificate (``--grpc-ca``, ``--grpc-cert``,
+``--grpc-key``)."""
 
 from __future__ import annotations
 
 import sys
+from dataclasses import dataclass
 from typing import TextIO
 
 import grpc
@@ -34,16 +39,60 @@ def render(reply: pb.ExplainGroupReply, plan: pb.Plan | None) -> str:
     return "\n".join(lines)
 
 
-def explain(group: str, addr: str, out: TextIO) -> int:
+@dataclass(frozen=True)
+class Credentials:
+    """What explain shows serve: a bearer token, and for an mTLS endpoint the CA and a client pair."""
+
+    token: str | None = None
+    ca: bytes | None = None
+    cert: bytes | None = None
+    key: bytes | None = None
+    server_name: str | None = None
+
+    @classmethod
+    def from_files(cls, token_file: str | None = None, ca: str | None = None, cert: str | None = None,
+                   key: str | None = None, server_name: str | None = None) -> "Credentials":
+        if bool(cert) != bool(key):
+            raise ValueError("--grpc-cert and --grpc-key go together")
+        if (cert or server_name) and not ca:
+            raise ValueError("--grpc-cert and --grpc-server-name are for TLS: give --grpc-ca too")
+        token = None
+        if token_file:
+            token = (sys.stdin.read() if token_file == "-" else _read(token_file).decode()).strip()
+            if not token:
+                raise ValueError(f"no token in {token_file}")
+        return cls(token, _read(ca), _read(cert), _read(key), server_name)
+
+    def channel(self, addr: str) -> grpc.Channel:
+        if self.ca is None:
+            return grpc.insecure_channel(addr)
+        options = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+        return grpc.secure_channel(addr, grpc.ssl_channel_credentials(self.ca, self.key, self.cert), options=options)
+
+    def metadata(self) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {self.token}")] if self.token else []
+
+
+def _read(path: str | None) -> bytes | None:
+    if path is None:
+        return None
+    with open(path, "rb") as f:
+        return f.read()
+
+
+def explain(group: str, addr: str, out: TextIO, credentials: Credentials = Credentials()) -> int:
     namespace, _, name = group.partition("/")
     if not name:
         namespace, name = "default", group
-    with grpc.insecure_channel(addr) as channel:
+    metadata = credentials.metadata()
+    with credentials.channel(addr) as channel:
         stub = pb_grpc.WorkloadCycleStub(channel)
         try:
-            reply = stub.ExplainGroup(pb.ExplainGroupRequest(namespace=namespace, name=name), timeout=CALL_TIMEOUT)
+            reply = stub.ExplainGroup(pb.ExplainGroupRequest(namespace=namespace, name=name), timeout=CALL_TIMEOUT,
+                                      metadata=metadata)
             try:
-                plan = stub.GetPlan(pb.GetPlanRequest(namespace=namespace, name=name), timeout=CALL_TIMEOUT)
+                plan = stub.GetPlan(pb.GetPlanRequest(namespace=namespace, name=name), timeout=CALL_TIMEOUT,
+                                    metadata=metadata)
             except grpc.RpcError as err:
                 if err.code() is not grpc.StatusCode.NOT_FOUND:
                     raise

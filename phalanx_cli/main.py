@@ -58,11 +58,13 @@ def _serve(args: argparse.Namespace) -> int:
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
                            health_addr=args.health_addr, queue_policy=_queue_policy(args),
                            plan_ahead=tuple(args.plan_ahead_for or ()))
+    options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
+    options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     from cluster.apiserver import FlavorUnavailable
 
     try:
         return serve(options, kubeconfig=args.kubeconfig, sim_file=args.sim)
-    except FlavorUnavailable as err:
+    except (FlavorUnavailable, ValueError) as err:
         raise SystemExit(f"phalanx serve: {err}") from None
 
 
@@ -78,9 +80,14 @@ def _queue_policy(args: argparse.Namespace):
 
 
 def _explain(args: argparse.Namespace) -> int:
-    from .explain import explain
+    from .explain import Credentials, explain
 
-    return explain(args.group, args.grpc_addr, sys.stdout)
+    try:
+        credentials = Credentials.from_files(args.token_file, args.grpc_ca, args.grpc_cert, args.grpc_key,
+                                             args.grpc_server_name)
+    except (OSError, ValueError) as err:
+        raise SystemExit(f"phalanx explain: {err}") from None
+    return explain(args.group, args.grpc_addr, sys.stdout, credentials)
 
 
 def _controller(args: argparse.Namespace) -> int:
@@ -96,6 +103,32 @@ def _controller(args: argparse.Namespace) -> int:
                    workers=args.workers)
     except FlavorUnavailable as err:
         raise SystemExit(f"phalanx controller: {err}") from None
+
+
+def _add_serve_access(serve: argparse.ArgumentParser) -> None:
+    """serve's flags of who may reach it: gRPC mTLS and the explicit loopback-without-token."""
+    serve.add_argument("--grpc-tls-cert", metavar="FILE",
+                       help="serve gRPC over mTLS with this certificate (re-read when the file changes)")
+    serve.add_argument("--grpc-tls-key", metavar="FILE", help="private key of --grpc-tls-cert")
+    serve.add_argument("--grpc-client-ca", metavar="FILE",
+                       help="require gRPC client certificates signed by this CA (with --grpc-tls-cert, --grpc-tls-key)")
+    serve.add_argument("--insecure-loopback-no-auth", action="store_true",
+                       help="serve the dashboard, /metrics and the gRPC read calls without a token (loopback "
+                            "listeners only; default: a bearer token the API server authenticates and authorizes)")
+
+
+def _add_explain(sub: argparse._SubParsersAction) -> None:
+    explain = sub.add_parser("explain", help="print a PodGroup's state, explanation and plan from a running serve")
+    explain.add_argument("group", metavar="NAMESPACE/NAME", help="the PodGroup (NAME alone means default/NAME)")
+    explain.add_argument("--grpc-addr", default="127.0.0.1:50051", help="the serve's gRPC address")
+    explain.add_argument("--token-file", metavar="FILE",
+                         help="send the bearer token in FILE (e.g. from `kubectl create token`; '-': stdin)")
+    explain.add_argument("--grpc-ca", metavar="FILE", help="dial over TLS, trusting this CA for serve's certificate")
+    explain.add_argument("--grpc-cert", metavar="FILE", help="client certificate for mTLS (with --grpc-key)")
+    explain.add_argument("--grpc-key", metavar="FILE", help="private key of --grpc-cert")
+    explain.add_argument("--grpc-server-name", metavar="NAME",
+                         help="the name the server's certificate must carry (default: the host of --grpc-addr)")
+    explain.set_defaults(func=_explain)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -137,6 +170,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "schedulerName is SCHEDULER (repeatable; the profile(s) running phalanx; default: none)")
     serve.add_argument("--grpc-addr", default="127.0.0.1:50051",
                        help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
+    _add_serve_access(serve)
     serve.add_argument("--health-addr", default="",
                        help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
                             "(e.g. 0.0.0.0:8889; default: none)")
@@ -156,10 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                             f"(default {DEFAULT_LOST_WORK_BUDGET:g}; 0: no budget)")
     serve.set_defaults(func=_serve)
 
-    explain = sub.add_parser("explain", help="print a PodGroup's state, explanation and plan from a running serve")
-    explain.add_argument("group", metavar="NAMESPACE/NAME", help="the PodGroup (NAME alone means default/NAME)")
-    explain.add_argument("--grpc-addr", default="127.0.0.1:50051", help="the serve's gRPC address")
-    explain.set_defaults(func=_explain)
+    _add_explain(sub)
 
     demo = sub.add_parser("demo", help="phalanx, a simulated kube-scheduler and the dashboard on a simulated cluster: "
                                        "KEP-6277 stories, LWS groups, a gang that cannot fit, preemption, a trace")

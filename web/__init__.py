@@ -9,17 +9,20 @@ once. It knows nothing of Kubernetes or of the services above it.
 from .app import (
     BadBody,
     BodyTooLarge,
+    Gate,
     RequestMetrics,
     add_health_routes,
+    bearer_token,
     json_endpoint,
     json_reply,
     new_app,
     read_json,
+    require_token,
     text,
 )
 from .server import Listener, split_addr, wsgi_server
 
 __all__ = [
-    "BadBody", "BodyTooLarge", "RequestMetrics", "add_health_routes", "json_endpoint", "json_reply", "new_app",
-    "read_json", "text", "Listener", "split_addr", "wsgi_server",
+    "BadBody", "BodyTooLarge", "Gate", "RequestMetrics", "add_health_routes", "bearer_token", "json_endpoint",
+    "json_reply", "new_app", "read_json", "require_token", "text", "Listener", "split_addr", "wsgi_server",
 ]

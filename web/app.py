@@ -22,6 +22,11 @@ from werkzeug.exceptions import HTTPException, RequestEntityTooLarge
 log = logging.getLogger("phalanx.web")
 
 Check = Callable[[], tuple[bool, str]]
+#: who may call: ``gate(bearer token or None, path, verb)`` -> (200, "ok"), or (401 or 403, why)
+Gate = Callable[[str | None, str, str], tuple[int, str]]
+#: the verb of an HTTP method, as the API server and kube-rbac-proxy name it for authorization
+HTTP_VERBS = {"GET": "get", "HEAD": "get", "OPTIONS": "get", "POST": "create", "PUT": "update", "PATCH": "patch",
+              "DELETE": "delete"}
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.5, 1, 5, 30, 120)
 
 
@@ -135,3 +140,29 @@ def add_health_routes(app: Flask, registries: Iterable[CollectorRegistry], ready
     @app.get("/metrics")
     def prometheus() -> Response:
         return Response(b"".join(generate_latest(r) for r in registries), mimetype=CONTENT_TYPE_LATEST)
+
+
+def bearer_token(header: str | None) -> str | None:
+    """The token of an ``Authorization: Bearer <token>`` header, None without one."""
+    scheme, _, token = (header or "").strip().partition(" ")
+    return token.strip() or None if scheme.lower() == "bearer" else None
+
+
+def require_token(app: Flask, gate: Gate, open_path: Callable[[str], bool]) -> None:
+    """Every request but those ``open_path`` lets through must carry a bearer token ``gate`` accepts
+    for its path and verb: 401 without one or with one the gate cannot authenticate, 403 when its
+    user may not."""
+
+    @app.before_request
+    def authorize() -> Response | None:
+        if open_path(request.path):
+            return None
+        verb = HTTP_VERBS.get(request.method, request.method.lower())
+        status, why = gate(bearer_token(request.headers.get("Authorization")), request.path, verb)
+        if status == 200:
+            return None
+        response = text(f"phalanx: {why}\n", status)
+        if status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="phalanx"'
+        log.info("%s %s refused (%d): %s", request.method, request.path, status, why)
+        return response

@@ -3,17 +3,18 @@
 cheroot runs a fixed pool of worker threads, one request at a time each: a handler may block (the
 extender's bind waits at the gang barrier, the pod webhook waits for a PodGroup) without holding up
 the others as long as the pool has threads to spare, which is why every caller chooses its size.
-TLS uses cheroot's builtin adapter; a client CA turns on verification of client certificates.
+TLS uses cheroot's builtin adapter, its files re-read when they change (:mod:`web.certs`); a client
+CA turns on verification of client certificates.
 """
 
 from __future__ import annotations
 
-import ssl
 import threading
 from typing import Any, Callable
 
 from cheroot import wsgi
-from cheroot.ssl.builtin import BuiltinSSLAdapter
+
+from .certs import ReloadingSSLAdapter
 
 WsgiApp = Callable[..., Any]
 
@@ -36,11 +37,7 @@ def wsgi_server(addr: str, app: WsgiApp, threads: int, tls_cert: str | None = No
     if tls_cert or tls_key or client_ca:
         if not (tls_cert and tls_key):
             raise ValueError("--tls-cert and --tls-key go together (and --client-ca needs them)")
-        adapter = BuiltinSSLAdapter(tls_cert, tls_key)
-        if client_ca:
-            adapter.context.verify_mode = ssl.CERT_REQUIRED
-            adapter.context.load_verify_locations(cafile=client_ca)
-        server.ssl_adapter = adapter
+        server.ssl_adapter = ReloadingSSLAdapter(tls_cert, tls_key, client_ca)  # files re-read on change
     return server
 
 

@@ -48,8 +48,9 @@ func (s serveConfig) start(tCtx ktesting.TContext) error {
 	if err != nil {
 		return err
 	}
+	// loopback without a token: the harness polls /readyz on the extender's port
 	args := append([]string{"serve", "--kubeconfig", kubeconfig, "--http-addr", s.httpAddr,
-		"--grpc-addr", s.grpcAddr}, s.extraArgs...)
+		"--grpc-addr", s.grpcAddr, "--insecure-loopback-no-auth"}, s.extraArgs...)
 	cmd := exec.Command(s.bin, args...)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	// its own process group (stopped with its children), and stopped if this process dies first

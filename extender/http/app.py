@@ -23,7 +23,7 @@ from prometheus_client import CollectorRegistry
 from cluster import names
 from cycle import BindError, WorkloadCycle
 from extender.dashboard import dashboard_blueprint
-from web import RequestMetrics, add_health_routes, json_endpoint, new_app
+from web import Gate, RequestMetrics, add_health_routes, json_endpoint, new_app, require_token
 
 from .. import verbs
 from . import wire
@@ -35,8 +35,13 @@ VERBS = ("filter", "prioritize", "bind", "preempt")
 
 
 def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
-               extra_registries: tuple[CollectorRegistry, ...] = ()) -> Flask:
+               extra_registries: tuple[CollectorRegistry, ...] = (), gate: Gate | None = None) -> Flask:
+    """The extender's verbs, /healthz, /readyz, /metrics and the dashboard. With a ``gate``, every
+    path but the verbs needs a bearer token it accepts (the verbs are kube-scheduler's: protected
+    by client certificates or by listening on the pod's loopback, see :mod:`extender.server`)."""
     app = new_app("phalanx", MAX_BODY_BYTES, too_large_status=400)
+    if gate is not None:
+        require_token(app, gate, lambda path: path.startswith("/scheduler/"))
     registry = cycle.metrics.registry
     metrics = RequestMetrics(registry, names.METRIC_EXTENDER_REQUESTS, names.METRIC_EXTENDER_LATENCY, "Extender",
                              label="verb")

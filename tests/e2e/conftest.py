@@ -203,7 +203,7 @@ def phalanx(control_plane: ControlPlane) -> Iterator[Any]:
     """phalanx serving the extender in this process, watching the API server as admin."""
     from extender.server import ServeOptions, build
 
-    service = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=256,
+    service = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=256,
                                  barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
                     kubeconfig=str(control_plane.admin_kubeconfig)).start()
     yield service

@@ -49,7 +49,7 @@ def test_builtin_api_absent_and_crds_accept_the_upstream_shape(old_cluster):
 @pytest.mark.parametrize("scheduler_mode", PHALANX_SCHEDULER_MODES)
 def test_gang_all_or_nothing_through_the_crd_flavor(old_cluster, scheduler_mode):
     rest = old_cluster.rest
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=64,
+    phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=64,
                                  barrier_timeout=PHALANX_BARRIER_SECONDS),
                     kubeconfig=str(old_cluster.admin_kubeconfig)).start()
     scheduler = start_phalanx_scheduler(old_cluster, scheduler_mode, phalanx, name=f"crd-gang-{scheduler_mode}")

@@ -25,14 +25,17 @@ import os
 import ssl
 import sys
 import tempfile
+import urllib.error
 import urllib.request
 import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 import yaml
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness import (
     ControlPlane,
     FakeKubelet,
@@ -68,9 +71,11 @@ SHAPES = {
     "crds": ["--set", "flavor=crds", "--set", "controller.replicas=3"],
     "no-controller": ["--set", "controller.enabled=false"],
     "main-plugin": ["--set", "mode=main", "--set", "integration=plugin"],
+    "main-plugin-tls": ["--set", "mode=main", "--set", "integration=plugin", "--set", "tls.enabled=true"],
 }
-# installed for real by the plugin-mode test (helm upgrade of the default release), rendered here
+# installed for real by the plugin-mode tests (helm upgrade of the default release), rendered here
 PLUGIN = ["--set", "integration=plugin"]
+PLUGIN_TLS = [*PLUGIN, "--set", "tls.enabled=true"]
 
 
 # -- fixtures ------------------------------------------------------------------------------------
@@ -186,6 +191,98 @@ def mounted_token(rest, deployment: dict, container_name: str) -> tuple[str, str
         "kubernetes.io/service-account.name"]
 
 
+def serve_identity(rest, scheduler_dep: dict, serve_dep: dict) -> tuple[str, str]:
+    """(token, ServiceAccount) phalanx serve runs with: beside kube-scheduler, the token Secret its
+    container mounts over the pod's; in a pod of its own (mTLS), its ServiceAccount's projected token."""
+    if serve_dep["metadata"]["name"] == scheduler_dep["metadata"]["name"]:
+        check_token_mounts(rest, scheduler_dep)
+        return mounted_token(rest, scheduler_dep, "phalanx")
+    service_account = serve_dep["spec"]["template"]["spec"]["serviceAccountName"]
+    return token_request(rest, serve_dep["metadata"]["namespace"], service_account), service_account
+
+
+def plugin_tls(plane: ControlPlane, plugin_args: dict, serve_args: list[str], namespace: str) -> dict[str, str]:
+    """Check how the plugin dials phalanx serve and swap the Secrets' files for the test CA's: the
+    plugin's args ``tls`` (in place) and serve's TLS flags (returned, for :func:`override`)."""
+    tls = plugin_args.get("tls")
+    if tls is None:  # phalanx serve beside it in the pod: loopback, plaintext
+        assert plugin_args["address"] == flag_value(serve_args, "--grpc-addr")
+        assert plugin_args["address"].startswith("127.0.0.1:")
+        return {}
+    # phalanx serve behind its Service: mTLS, the certificate names the Service
+    host, _, port = plugin_args["address"].rpartition(":")
+    assert host == tls["serverName"] and flag_value(serve_args, "--grpc-addr") == f"0.0.0.0:{port}"
+    client = plane.pki.client(f"phalanx-scheduler-{namespace}", "phalanx-scheduler")
+    tls.update(caFile=str(plane.pki.ca_cert), certFile=str(client.cert), keyFile=str(client.key))
+    serving = plane.pki.server(f"phalanx-{namespace}", [f"DNS:{host}", "IP:127.0.0.1"])
+    files = {"grpc_tls_cert": str(serving.cert), "grpc_tls_key": str(serving.key),
+             "grpc_client_ca": str(plane.pki.ca_cert)}
+    assert all(flag_value(serve_args, "--" + flag.replace("_", "-")) for flag in files)
+    if flag_value(serve_args, "--client-ca"):  # the extender's port too (the chart's tls.enabled)
+        files.update(tls_cert=str(serving.cert), tls_key=str(serving.key), client_ca=str(plane.pki.ca_cert))
+    return files
+
+
+def viewer_tokens(rest, install: Install, namespace: str) -> dict[str, str]:
+    """Tokens of two new ServiceAccounts: ``viewer`` bound to the installed read-only ClusterRole,
+    ``stranger`` to nothing (once RBAC answers for the binding)."""
+    (role,) = [o["metadata"]["name"] for o in install.objects
+               if o["kind"] == "ClusterRole" and o["metadata"]["name"].endswith("-viewer")]
+    suffix = uuid.uuid4().hex[:6]
+    tokens = {}
+    for who in ("viewer", "stranger"):
+        rest.create(f"/api/v1/namespaces/{namespace}/serviceaccounts",
+                    {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": f"{who}-{suffix}"}})
+        tokens[who] = token_request(rest, namespace, f"{who}-{suffix}")
+    rest.create("/apis/rbac.authorization.k8s.io/v1/clusterrolebindings", {
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRoleBinding",
+        "metadata": {"name": f"viewer-{suffix}"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": role},
+        "subjects": [{"kind": "ServiceAccount", "name": f"viewer-{suffix}", "namespace": namespace}]})
+    user = f"system:serviceaccount:{namespace}:viewer-{suffix}"
+    wait_for(lambda: rest.create("/apis/authorization.k8s.io/v1/subjectaccessreviews", {
+        "apiVersion": "authorization.k8s.io/v1", "kind": "SubjectAccessReview",
+        "spec": {"user": user, "nonResourceAttributes": {"path": "/phalanx/metrics", "verb": "get"}}})["status"].get(
+        "allowed"), 30, "RBAC answers for the viewer's binding")
+    return tokens
+
+
+def answers(url: str, context: ssl.SSLContext | None, tokens: dict[str, str]) -> list[int]:
+    """GET ``url``'s status without a token, with the stranger's, with the viewer's."""
+    def status(token: str | None) -> int:
+        request = urllib.request.Request(url, headers={"Authorization": f"Bearer {token}"} if token else {})
+        try:
+            with urllib.request.urlopen(request, timeout=10, context=context) as resp:  # noqa: S310 (loopback)
+                return resp.status
+        except urllib.error.HTTPError as err:
+            return err.code
+
+    return [status(None), status(tokens["stranger"]), status(tokens["viewer"])]
+
+
+def check_no_open_door(plane: ControlPlane, tokens: dict[str, str], serve_args: list[str], http_port: int,
+                       grpc_port: int | None) -> None:
+    """The installed phalanx serve, with its ServiceAccount's RBAC, answers /metrics 401 without a
+    token, 403 to a token without the installed viewer ClusterRole and 200 with it (with a client
+    certificate where the port asks for one); where gRPC is mTLS a client without a certificate
+    does not get through the handshake."""
+    client = plane.pki.client("door-check", "door-check")
+    if flag_value(serve_args, "--client-ca"):
+        context = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
+        context.check_hostname = False
+        context.load_cert_chain(str(client.cert), str(client.key))
+        url = f"https://127.0.0.1:{http_port}/metrics"
+    else:
+        context, url = None, f"http://127.0.0.1:{http_port}/metrics"
+    assert answers(url, context, tokens) == [401, 403, 200]
+    if grpc_port is not None and flag_value(serve_args, "--grpc-client-ca"):
+        no_certificate = grpc.ssl_channel_credentials(plane.pki.ca_cert.read_bytes())
+        with grpc.secure_channel(f"127.0.0.1:{grpc_port}", no_certificate) as channel:
+            with pytest.raises(grpc.RpcError) as handshake:
+                health_pb2_grpc.HealthStub(channel).Check(health_pb2.HealthCheckRequest(), timeout=10)
+        assert handshake.value.code() is grpc.StatusCode.UNAVAILABLE
+
+
 def check_token_mounts(rest, deployment: dict) -> None:
     """In the pod the ReplicaSet controller created (admitted, never started: no kubelet), the
     ServiceAccount admission plugin gave kube-scheduler the pod's projected token and left the
@@ -260,10 +357,12 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
     controller_ns = controller_dep["metadata"]["namespace"]
     controller_sa = controller_dep["spec"]["template"]["spec"]["serviceAccountName"]
 
-    check_token_mounts(rest, scheduler_dep)
+    serve_dep = rest.get(object_path(install.deployment("phalanx")))  # the scheduler's pod, or one of its own
+    serve_token, serve_sa = serve_identity(rest, scheduler_dep, serve_dep)
+    assert serve_sa != scheduler_sa  # two identities
     # the scheduler's configuration: the installed ConfigMap its container mounts
     spec = scheduler_dep["spec"]["template"]["spec"]
-    scheduler_container, serve_container = container(scheduler_dep, "kube-scheduler"), container(scheduler_dep, "phalanx")
+    scheduler_container, serve_container = container(scheduler_dep, "kube-scheduler"), container(serve_dep, "phalanx")
     binary = scheduler_binary(plane, scheduler_container)
     config_file = next(a.split("=", 1)[1] for a in scheduler_container["command"] if a.startswith("--config="))
     config_mount = next(m for m in scheduler_container["volumeMounts"] if config_file.startswith(m["mountPath"] + "/"))
@@ -272,29 +371,28 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
     config = yaml.safe_load(data[config_file.rsplit("/", 1)[1]])
     http_port, health_port, grpc_port = free_port(), free_port(), free_port()
     plugin_args = phalanx_plugin_args(config)
+    tls_files: dict[str, str] = {}
     if plugin_args is None:  # extender mode: kube-scheduler calls the extender beside it on loopback
         assert binary == "kube-scheduler"
         extender = config["extenders"][0]
         assert extender["urlPrefix"].startswith("http://127.0.0.1:")  # the sidecar shape: loopback
         extender["urlPrefix"] = f"http://127.0.0.1:{http_port}/scheduler"
         grpc_addr = "off"
-    else:  # plugin mode: phalanx-scheduler dials the gRPC endpoint of phalanx serve beside it
+    else:  # plugin mode: phalanx-scheduler dials the gRPC endpoint of phalanx serve
         assert binary == "phalanx-scheduler" and "extenders" not in config
-        assert plugin_args["address"] == flag_value(serve_container["args"], "--grpc-addr")
-        assert plugin_args["address"].startswith("127.0.0.1:")  # no TLS: loopback only
+        tls_files = plugin_tls(plane, plugin_args, serve_container["args"], scheduler_ns)
         grpc_addr = plugin_args["address"] = f"127.0.0.1:{grpc_port}"
 
-    # phalanx serve: the token Secret its container mounts over the pod's token
-    serve_token, serve_sa = mounted_token(rest, scheduler_dep, "phalanx")
-    assert serve_sa != scheduler_sa  # two identities in one pod
     serve_args = override(serve_container["args"],
                           kubeconfig=str(plane.token_kubeconfig(f"sa-{serve_sa}", serve_token)),
                           http_addr=f"127.0.0.1:{http_port}", health_addr=f"127.0.0.1:{health_port}",
-                          grpc_addr=grpc_addr)
+                          grpc_addr=grpc_addr, **tls_files)
     serve = Component("phalanx-serve", [phalanx_bin, *serve_args], plane.workdir / "logs" / "phalanx-serve.log",
                       cwd=plane.workdir)
     install.processes.append(serve)
     serve.wait_ready(lambda: insecure_get(f"http://127.0.0.1:{health_port}/readyz") == 200, timeout=120)
+    tokens = viewer_tokens(rest, install, "default")
+    check_no_open_door(plane, tokens, serve_args, http_port, grpc_port if grpc_addr != "off" else None)
 
     # kube-scheduler (or phalanx-scheduler): the pod's ServiceAccount token, leader election on
     scheduler_kubeconfig = plane.token_kubeconfig(f"sa-{scheduler_sa}",
@@ -314,6 +412,9 @@ def run_components(plane: ControlPlane, install: Install) -> dict[str, Any]:
                            plane.workdir / "logs" / f"phalanx-controller-{controller_ns}.log", cwd=plane.workdir)
     install.processes.append(controller)
     controller.wait_ready(lambda: insecure_get(f"https://127.0.0.1:{webhook_port}/healthz") == 200, timeout=60)
+    unverified = ssl.create_default_context(cafile=str(plane.pki.ca_cert))
+    unverified.check_hostname = False
+    assert answers(f"https://127.0.0.1:{webhook_port}/metrics", unverified, tokens) == [401, 403, 200]
 
     # the installed webhooks, called by URL (no pod network to reach their Service)
     ca_bundle = base64.b64encode(plane.pki.ca_cert.read_bytes()).decode()
@@ -469,20 +570,23 @@ def test_kubectl_install_runs_under_its_serviceaccounts_and_places_a_gang(plane,
     check_identities(plane, running)
 
 
-def plugin_kustomization(workdir: Path) -> Path:
-    """A kustomization of a user's own, as docs/install.md shows: scheduler-config/ with the component plugin/."""
-    where = workdir / "kustomize-plugin"
+def plugin_kustomization(workdir: Path, *components: str) -> Path:
+    """A kustomization of a user's own, as docs/install.md shows: scheduler-config/ with the
+    components (default: plugin/)."""
+    components = components or ("plugin",)
+    where = workdir / f"kustomize-{'-'.join(components)}"
     where.mkdir(exist_ok=True)
     relative = os.path.relpath(KUSTOMIZE, where)
     (where / "kustomization.yaml").write_text(yaml.safe_dump({
         "apiVersion": "kustomize.config.k8s.io/v1beta1", "kind": "Kustomization",
-        "resources": [relative], "components": [f"{relative}/plugin"]}))
+        "resources": [relative], "components": [f"{relative}/{c}" for c in components]}))
     return where
 
 
 def check_plugin_profile(config: dict, scheduler_name: str, permit_timeout: str) -> None:
     """A plugin-mode configuration enables the shipped profile's plugins with its args, for the
-    profile ``scheduler_name``, and nothing of the extender."""
+    profile ``scheduler_name``, and nothing of the extender (over mTLS: the address and ``tls`` are
+    the Service's, checked by the caller)."""
     shipped = yaml.safe_load(PLUGIN_PROFILE.read_text())
     (profile,), (shipped_profile,) = config["profiles"], shipped["profiles"]
     assert profile["schedulerName"] == scheduler_name and "extenders" not in config
@@ -491,8 +595,9 @@ def check_plugin_profile(config: dict, scheduler_name: str, permit_timeout: str)
     assert {k: v for k, v in config["clientConnection"].items() if k != "kubeconfig"} == shipped["clientConnection"]
     args, shipped_args = phalanx_plugin_args(config), phalanx_plugin_args(shipped)
     assert args["permitTimeout"] == permit_timeout
-    assert {k: v for k, v in args.items() if k != "permitTimeout"} == {
-        k: v for k, v in shipped_args.items() if k != "permitTimeout"}  # address: serve's default, loopback
+    own = {"permitTimeout"} | ({"address", "tls"} if "tls" in args else set())
+    assert {k: v for k, v in args.items() if k not in own} == {
+        k: v for k, v in shipped_args.items() if k not in own}  # address without tls: serve's default, loopback
 
 
 def check_plugin_deployment(objects: list[dict], image: str) -> dict:
@@ -507,6 +612,35 @@ def check_plugin_deployment(objects: list[dict], image: str) -> dict:
                      and o["metadata"]["name"] == volume["configMap"]["name"]]
     config = yaml.safe_load(config_map["data"][config_file.rsplit("/", 1)[1]])
     assert phalanx_plugin_args(config)["address"] == flag_value(container(dep, "phalanx")["args"], "--grpc-addr")
+    return config
+
+
+def check_plugin_tls_deployments(objects: list[dict], image: str) -> dict:
+    """Plugin mode over mTLS: phalanx-scheduler from ``image`` alone in its pod with the client
+    certificate mounted where its args read it; phalanx serve in a Deployment of its own serving gRPC
+    with TLS, behind a Service that exposes that port. Returns the scheduler's configuration."""
+    (scheduler_dep,) = [o for o in objects if o["kind"] == "Deployment" and o["metadata"]["name"].endswith("-scheduler")]
+    scheduler = container(scheduler_dep, "kube-scheduler")
+    assert scheduler["image"] == image and [c["name"] for c in scheduler_dep["spec"]["template"]["spec"]["containers"]] == [
+        "kube-scheduler"]
+    config_file = next(a.split("=", 1)[1] for a in scheduler["command"] if a.startswith("--config="))
+    volumes = {v["name"]: v for v in scheduler_dep["spec"]["template"]["spec"]["volumes"]}
+    (config_map,) = [o for o in objects if o["kind"] == "ConfigMap" and o["metadata"]["name"] == next(
+        v["configMap"]["name"] for v in volumes.values() if "configMap" in v)]
+    config = yaml.safe_load(config_map["data"][config_file.rsplit("/", 1)[1]])
+    tls = phalanx_plugin_args(config)["tls"]
+    mounts = {m["mountPath"]: volumes[m["name"]] for m in scheduler["volumeMounts"]}
+    for key in ("caFile", "certFile", "keyFile"):
+        directory, _, name = tls[key].rpartition("/")
+        assert "secret" in mounts[directory] and name in ("ca.crt", "tls.crt", "tls.key"), tls
+    serve_dep = next(o for o in objects if o["kind"] == "Deployment" and o is not scheduler_dep
+                     and "phalanx" in {c["name"] for c in o["spec"]["template"]["spec"]["containers"]})
+    args = container(serve_dep, "phalanx")["args"]
+    port = phalanx_plugin_args(config)["address"].rpartition(":")[2]
+    assert flag_value(args, "--grpc-addr") == f"0.0.0.0:{port}" and flag_value(args, "--grpc-client-ca")
+    services = [o for o in objects if o["kind"] == "Service"
+                and o["spec"]["selector"].items() <= serve_dep["spec"]["template"]["metadata"]["labels"].items()]
+    assert [p["port"] for s in services for p in s["spec"]["ports"] if p["name"] == "grpc"] == [int(port)]
     return config
 
 
@@ -534,6 +668,33 @@ def test_kubectl_plugin_component_runs_phalanx_scheduler_and_places_a_gang(plane
     check_identities(plane, running)
 
 
+@pytest.fixture
+def kustomize_plugin_tls_install(plane, tools, kustomize_install):
+    """The kubectl install switched to plugin mode over mTLS: the components plugin/ and plugin-tls/."""
+    kustomize_install.stop()
+    restore_webhooks(plane.rest, kustomize_install)
+    where = plugin_kustomization(plane.workdir, "plugin", "plugin-tls")
+    tools.run("kubectl", "apply", "-k", str(where))
+    install = Install(documents(tools.run("kubectl", "kustomize", str(where)).stdout))
+    yield install
+    install.stop()
+
+
+def test_kubectl_plugin_tls_component_places_a_gang_through_mtls(plane, kustomize_plugin_tls_install):
+    """phalanx serve in a Deployment of its own behind its Service; phalanx-scheduler dials it with
+    a client certificate, places a gang through it, and nothing answers without credentials."""
+    objects = kustomize_plugin_tls_install.objects
+    assert missing_on_server(plane.rest, objects) == []
+    assert shipped_problems(objects) == {}
+    (service,) = [o for o in objects if o["kind"] == "Service" and o["metadata"]["namespace"] == "kube-system"]
+    config = check_plugin_tls_deployments(objects, "phalanx-scheduler:0.1.0")
+    check_plugin_profile(config, "phalanx", "30s")
+    assert phalanx_plugin_args(config)["tls"]["serverName"] == f"{service['metadata']['name']}.kube-system.svc"
+    running = run_components(plane, kustomize_plugin_tls_install)
+    place_a_gang_through(plane, running)
+    check_identities(plane, running)
+
+
 def test_kubectl_delete_k_removes_it(plane, tools, kustomize_install):
     kustomize_install.stop()
     # the token controller deletes the token Secret with its ServiceAccount, hence --ignore-not-found
@@ -553,7 +714,7 @@ def helm_template(tools: Tools, *values: str, release: str = "phalanx", namespac
 
 
 def test_helm_lint_and_every_rendering(tools):
-    for values in [[], *SHAPES.values(), PLUGIN]:
+    for values in [[], *SHAPES.values(), PLUGIN, PLUGIN_TLS]:
         tools.run("helm", "lint", "--strict", str(CHART), *values)
         rendered = helm_template(tools, *values)
         assert shipped_problems(rendered) == {}, values
@@ -563,6 +724,12 @@ def test_helm_lint_and_every_rendering(tools):
     default = helm_template(tools)
     assert rules_of(default, "-scheduler") == rules_of(kustomized, "phalanx-scheduler")
     assert rules_of(default, "-controller") == rules_of(kustomized, "phalanx-controller")
+    assert rules_of(default, "-viewer") == rules_of(kustomized, "phalanx-viewer")
+    for objects in (default, kustomized):  # serve and the controller create TokenReviews and SubjectAccessReviews
+        bindings = [o for o in objects if o["kind"] == "ClusterRoleBinding" and o["metadata"]["name"].endswith(
+            "-auth-delegator")]
+        assert {b["roleRef"]["name"] for b in bindings} == {"system:auth-delegator"}
+        assert sorted(b["subjects"][0]["name"] for b in bindings) == ["phalanx", "phalanx-controller"], bindings
     crds = [o for o in helm_template(tools, "--set", "flavor=crds") if o["kind"] == "CustomResourceDefinition"]
     shipped = [doc for p in sorted((KUSTOMIZE / "crds").glob("*.scheduling.phalanx.dev.yaml"))
                for doc in documents(p.read_text())]
@@ -578,8 +745,8 @@ def test_helm_lint_and_every_rendering(tools):
 def test_helm_plugin_mode_renderings(tools):
     """integration=plugin: phalanx-scheduler with the shipped plugin profile beside phalanx serve
     (mode second), or the profile for the control plane's phalanx-scheduler (mode main); plugin.args
-    and serve.barrierTimeout reach the plugin; no extender; refused with TLS (the plugin dials
-    without it) and for an unknown integration."""
+    and serve.barrierTimeout reach the plugin; no extender; with tls.enabled the plugin dials serve's
+    Service over mTLS; an unknown integration and plugin.args the chart sets are refused."""
     second = helm_template(tools, *PLUGIN, "--set", "serve.barrierTimeout=20")
     check_plugin_profile(check_plugin_deployment(second, "phalanx-scheduler:0.1.0"), "phalanx", "20s")
     # gRPC stays on the pod's loopback: the only Service is the controller's webhooks'
@@ -601,10 +768,14 @@ def test_helm_plugin_mode_renderings(tools):
                                                                      "--grpc-addr")
     tuned = helm_template(tools, *PLUGIN, "--set", "plugin.args.rpcTimeout=3s", "--set", "plugin.image=reg/ps:1")
     assert phalanx_plugin_args(check_plugin_deployment(tuned, "reg/ps:1"))["rpcTimeout"] == "3s"
-    tls = tools.run("helm", "template", "x", str(CHART), *PLUGIN, "--set", "tls.enabled=true", check=False)
-    assert tls.returncode != 0 and "without TLS" in tls.stderr
+    tls = helm_template(tools, *PLUGIN_TLS, release="x", namespace="ns")
+    tls_config = check_plugin_tls_deployments(tls, "phalanx-scheduler:0.1.0")
+    check_plugin_profile(tls_config, "phalanx", "30s")
+    assert phalanx_plugin_args(tls_config)["address"] == "x-phalanx.ns.svc:50051"
+    assert phalanx_plugin_args(tls_config)["tls"]["serverName"] == "x-phalanx.ns.svc"
     for bad, where in ((["--set", "integration=sidecar"], "/integration"),
-                       ([*PLUGIN, "--set", "plugin.args.address=127.0.0.2:1"], "/plugin/args")):
+                       ([*PLUGIN, "--set", "plugin.args.address=127.0.0.2:1"], "/plugin/args"),
+                       ([*PLUGIN, "--set", "plugin.args.tls.caFile=/x"], "/plugin/args")):
         refused = tools.run("helm", "template", "x", str(CHART), *bad, check=False)
         assert refused.returncode != 0 and where in refused.stderr, refused.stderr
 
@@ -653,10 +824,32 @@ def test_helm_plugin_mode_runs_phalanx_scheduler_and_places_a_gang(plane, helm_p
     check_identities(plane, running)
 
 
+@pytest.fixture
+def helm_plugin_tls_install(plane, tools, helm_install):
+    """The Helm release switched to plugin mode over mTLS: ``helm upgrade --set integration=plugin
+    --set tls.enabled=true``."""
+    helm_install.stop()
+    restore_webhooks(plane.rest, helm_install)
+    tools.run("helm", "upgrade", "phalanx", str(CHART), "-n", "phalanx", *PLUGIN_TLS)
+    install = Install(documents(tools.run("helm", "get", "manifest", "phalanx", "-n", "phalanx").stdout))
+    yield install
+    install.stop()
+
+
+def test_helm_plugin_mode_with_tls_places_a_gang_through_mtls(plane, helm_plugin_tls_install):
+    objects = helm_plugin_tls_install.objects
+    assert missing_on_server(plane.rest, objects) == []
+    check_plugin_profile(check_plugin_tls_deployments(objects, "phalanx-scheduler:0.1.0"), "phalanx", "30s")
+    running = run_components(plane, helm_plugin_tls_install)
+    assert running["binary"] == "phalanx-scheduler"
+    place_a_gang_through(plane, running)
+    check_identities(plane, running)
+
+
 def check_scheduler_configs(plane: ControlPlane, objects: list[dict]) -> None:
     """kube-scheduler (strict decoding) starts from every KubeSchedulerConfiguration the chart
     renders, its client-certificate files swapped for the test CA's; phalanx-scheduler from every
-    plugin-mode one (its plugin decodes its args at start)."""
+    plugin-mode one (its plugin decodes its args and reads its TLS files at start)."""
     client = plane.pki.client("chart-scheduler-client", "kube-scheduler")
     files = {"caFile": str(plane.pki.ca_cert), "certFile": str(client.cert), "keyFile": str(client.key)}
     for config_map in (o for o in objects if o["kind"] == "ConfigMap"):
@@ -664,6 +857,8 @@ def check_scheduler_configs(plane: ControlPlane, objects: list[dict]) -> None:
         for extender in config.get("extenders", []):
             if "tlsConfig" in extender:
                 extender["tlsConfig"].update(files)
+        if "tls" in (phalanx_plugin_args(config) or {}):  # the plugin reads its files when it starts
+            phalanx_plugin_args(config)["tls"].update(files)
         binary = "kube-scheduler" if phalanx_plugin_args(config) is None else "phalanx-scheduler"
         plane.start_scheduler(config, name=f"check-{config_map['metadata']['name']}", binary=binary).stop()
 

@@ -315,7 +315,7 @@ def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_con
     plane = crd_control_plane
     rest = plane.rest
     manager = LwsManager(plane).start()
-    serve = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=64,
+    serve = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=64,
                                barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
                   kubeconfig=str(plane.admin_kubeconfig)).start()
     scheduler = start_phalanx_scheduler(plane, scheduler_mode, serve, name=f"lws-crd-{scheduler_mode}")

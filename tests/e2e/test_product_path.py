@@ -99,7 +99,7 @@ def product(flavor: str, scheduler_mode: str, request: pytest.FixtureRequest) ->
     from phalanx_controller import PhalanxController
 
     plane: ControlPlane = request.getfixturevalue("control_plane" if flavor == "builtin" else "crd_control_plane")
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=128,
+    phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=128,
                                  barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
                     kubeconfig=str(plane.admin_kubeconfig)).start()
     scheduler = start_phalanx_scheduler(plane, scheduler_mode, phalanx, scheduler_name=SCHEDULER,

@@ -20,7 +20,7 @@ CONFIGS = Path(__file__).resolve().parents[2] / "scheduler-config"
 @pytest.fixture(scope="module")
 def tls_phalanx(control_plane):
     serving = control_plane.pki.server("phalanx-extender", ["IP:127.0.0.1", "DNS:localhost"])
-    service = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, barrier_timeout=8,
+    service = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="", http_threads=64, barrier_timeout=8,
                                  tls_cert=str(serving.cert), tls_key=str(serving.key),
                                  client_ca=str(control_plane.pki.ca_cert)),
                     kubeconfig=str(control_plane.admin_kubeconfig)).start()

@@ -18,7 +18,7 @@ def test_a_1000_pod_gang_goes_through_filter_and_the_barrier_over_http():
                     "metadata": {"name": f"big-{i}", "namespace": "default"},
                     "spec": {"schedulingGroup": {"podGroupName": "big"},
                              "containers": [{"name": "c", "resources": {"requests": {"cpu": "1", "nvidia.com/gpu": "1"}}}]}})
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=1100, barrier_timeout=120.0,
+    phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="", http_threads=1100, barrier_timeout=120.0,
                                  plan_ttl=300.0), sim=sim).start()
     driver = SimulatedScheduler(sim, phalanx.port, bind_threads=1100)
     try:

@@ -33,7 +33,7 @@ def run_gangs(gangs, size, nodes, threads, barrier_timeout):
     sim = SimCluster()
     sim.add_nodes(zones=1, racks_per_zone=1, nodes_per_rack=nodes, gpus=8)
     interleaved_gangs(sim, gangs, size)
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=threads,
+    phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="", http_threads=threads,
                                  barrier_timeout=barrier_timeout, plan_ttl=300.0), sim=sim).start()
     driver = SimulatedScheduler(sim, phalanx.port, bind_threads=len(gangs) * size + 50)
     probes: list[str] = []  # what each probe got: "ok", or what went wrong

@@ -226,7 +226,7 @@ def test_an_unexpected_failure_is_internal_and_the_server_keeps_serving(sim, cyc
 
 def test_phalanx_serve_runs_the_grpc_server_in_process(sim):
     make_gang(sim, "g", 2)
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=8), sim=sim).start()
+    phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=8), sim=sim).start()
     try:
         with grpc.insecure_channel(f"127.0.0.1:{phalanx.grpc.port}") as ch:
             assert pb_grpc.WorkloadCycleStub(ch).PlaceGroup(pb.PlaceGroupRequest(**ref("g"))).placed
@@ -236,6 +236,6 @@ def test_phalanx_serve_runs_the_grpc_server_in_process(sim):
 
 @pytest.mark.parametrize("off", ["", "off"])
 def test_phalanx_serve_without_grpc(sim, off):
-    phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr=off, http_threads=8), sim=sim).start()
+    phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr=off, http_threads=8), sim=sim).start()
     assert phalanx.grpc is None
     phalanx.stop()

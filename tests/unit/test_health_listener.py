@@ -23,7 +23,7 @@ def get(port: int, path: str, method: str = "GET") -> tuple[int, str]:
 
 @pytest.fixture
 def phalanx():
-    service = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=8), sim=SimCluster()).start()
+    service = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="", http_threads=8), sim=SimCluster()).start()
     service.serve_health("127.0.0.1:0")
     yield service
     service.stop()

@@ -25,6 +25,12 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{ .Values.image.repository }}:{{ .Values.image.tag }}
 {{- end -}}
 
+{{/* "true" when phalanx-scheduler dials phalanx serve's gRPC across the pod network, over mTLS
+(integration=plugin with tls.enabled); "" when it dials it on loopback. */}}
+{{- define "phalanx.grpcTLS" -}}
+{{- if and .Values.tls.enabled (eq .Values.integration "plugin") }}true{{ end }}
+{{- end -}}
+
 {{/* The DNS name of phalanx's Service (tls.enabled). */}}
 {{- define "phalanx.serviceHost" -}}
 {{ include "phalanx.fullname" . }}.{{ .Release.Namespace }}.svc
@@ -46,7 +52,14 @@ app.kubernetes.io/component: {{ index . 1 }}
   {{- else }}
   - --http-addr=127.0.0.1:{{ .Values.serve.port }}
   {{- end }}
+  {{- if include "phalanx.grpcTLS" . }}
+  - --grpc-addr=0.0.0.0:{{ .Values.serve.grpcPort }}
+  - --grpc-tls-cert=/etc/phalanx/tls/tls.crt
+  - --grpc-tls-key=/etc/phalanx/tls/tls.key
+  - --grpc-client-ca=/etc/phalanx/tls/ca.crt
+  {{- else }}
   - --grpc-addr=127.0.0.1:{{ .Values.serve.grpcPort }}
+  {{- end }}
   - --health-addr=0.0.0.0:{{ .Values.serve.healthPort }}
   - --barrier-timeout={{ .Values.serve.barrierTimeout }}
   - --plan-ttl={{ .Values.serve.planTTL }}
@@ -61,6 +74,9 @@ app.kubernetes.io/component: {{ index . 1 }}
   ports:
   {{- if .Values.tls.enabled }}
   - {name: extender, containerPort: {{ .Values.serve.port }}}
+  {{- end }}
+  {{- if include "phalanx.grpcTLS" . }}
+  - {name: grpc, containerPort: {{ .Values.serve.grpcPort }}}
   {{- end }}
   - {name: health, containerPort: {{ .Values.serve.healthPort }}}
   # phalanx lists the cluster before it serves (at most 120 s; then it serves and /readyz says why)
@@ -107,8 +123,9 @@ extenders:
 
 {{/* Plugin mode's KubeSchedulerConfiguration fields: scheduler-config/kube-scheduler-plugin-config.yaml
 (read from it, so the chart and the manifests enable the plugin at the same extension points) with
-the profile's schedulerName, and the plugin's args: address = phalanx serve's gRPC on loopback (the
-plugin dials it without TLS), permitTimeout = serve.barrierTimeout, then plugin.args over them.
+the profile's schedulerName, and the plugin's args: address = phalanx serve's gRPC on loopback, or
+with tls.enabled its Service over mTLS (tls: the client Secret's files, mounted at /etc/phalanx/tls),
+permitTimeout = serve.barrierTimeout, then plugin.args over them.
 include "phalanx.pluginProfile" (list . "default-scheduler") */}}
 {{- define "phalanx.pluginProfile" -}}
 {{- $root := index . 0 }}
@@ -121,7 +138,13 @@ include "phalanx.pluginProfile" (list . "default-scheduler") */}}
 {{- range $profile.pluginConfig }}
 {{- if eq .name "Phalanx" }}
 {{- $found = true }}
+{{- if include "phalanx.grpcTLS" $root }}
+{{- $host := include "phalanx.serviceHost" $root }}
+{{- $_ := set .args "address" (printf "%s:%v" $host $root.Values.serve.grpcPort) }}
+{{- $_ := set .args "tls" (dict "caFile" "/etc/phalanx/tls/ca.crt" "certFile" "/etc/phalanx/tls/tls.crt" "keyFile" "/etc/phalanx/tls/tls.key" "serverName" $host) }}
+{{- else }}
 {{- $_ := set .args "address" (printf "127.0.0.1:%v" $root.Values.serve.grpcPort) }}
+{{- end }}
 {{- $_ := set .args "permitTimeout" (printf "%vs" $root.Values.serve.barrierTimeout) }}
 {{- $_ := mergeOverwrite .args (deepCopy $root.Values.plugin.args) }}
 {{- end }}
@@ -166,13 +189,6 @@ leaderElection:
 
 {{- define "phalanx.schedulerImage" -}}
 {{ ternary .Values.plugin.image .Values.scheduler.image (eq .Values.integration "plugin") }}
-{{- end -}}
-
-{{/* Value combinations the schema cannot say. */}}
-{{- define "phalanx.validate" -}}
-{{- if and (eq .Values.integration "plugin") .Values.tls.enabled }}
-{{- fail "integration=plugin with tls.enabled: the plugin dials phalanx serve's gRPC without TLS, so plugin mode runs phalanx beside the scheduler on loopback (tls.enabled is for integration=extender)" }}
-{{- end }}
 {{- end -}}
 
 {{/* The rules of a ClusterRole in one of scheduler-config/'s files, so the chart and the kustomize

@@ -30,6 +30,9 @@ type Args struct {
 	BreakerFailures int `json:"breakerFailures,omitempty"`
 	// How long an open breaker refuses calls before one trial. Default 5s.
 	BreakerCooldown metav1.Duration `json:"breakerCooldown,omitempty"`
+	// mTLS to phalanx serve (its --grpc-tls-cert and --grpc-client-ca). Absent: plaintext, for
+	// serve on the same loopback.
+	TLS *TLSArgs `json:"tls,omitempty"`
 }
 
 // Defaulted returns a copy with every zero field set to its default, or an error for a bad value.
@@ -60,7 +63,7 @@ func (a Args) Defaulted() (Args, error) {
 	if a.BreakerFailures < 0 {
 		return a, fmt.Errorf("phalanx plugin args: breakerFailures must not be negative, got %d", a.BreakerFailures)
 	}
-	return a, nil
+	return a, a.TLS.validate()
 }
 
 // DecodeArgs reads the profile's args (nil: all defaults).

@@ -97,7 +97,13 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 	if err != nil {
 		return nil, err
 	}
-	conn, err := grpc.NewClient(args.Address, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	transport := insecure.NewCredentials()
+	if args.TLS != nil {
+		if transport, err = transportCredentials(*args.TLS, klog.FromContext(ctx)); err != nil {
+			return nil, err
+		}
+	}
+	conn, err := grpc.NewClient(args.Address, grpc.WithTransportCredentials(transport))
 	if err != nil {
 		return nil, fmt.Errorf("phalanx plugin: gRPC client for %s: %w", args.Address, err)
 	}

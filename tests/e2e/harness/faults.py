@@ -188,7 +188,8 @@ class Rig:
         argv = [sys.executable, "-m", "phalanx_cli.main", "serve", "--kubeconfig", str(self.plane.admin_kubeconfig),
                 "--http-addr", f"127.0.0.1:{self.serve_port}",
                 "--grpc-addr", f"127.0.0.1:{self.grpc_port}" if self.grpc_port else "off", "--http-threads", "300",
-                "--barrier-timeout", str(self.barrier_timeout), "--plan-ttl", "30"]
+                "--barrier-timeout", str(self.barrier_timeout), "--plan-ttl", "30",
+                "--insecure-loopback-no-auth"]  # the rig polls /readyz on loopback
         for profile in self.plan_ahead:
             argv += ["--plan-ahead-for", profile]
         self.serve_starts += 1
