@@ -39,6 +39,7 @@ from .queue import PodGroupQueue
 from .records import RecordedHolds
 from .replans import ReplanBudget
 from .status import StatusWriter
+from .tenants import Tenants
 from .verdicts import SWEEP_INTERVAL, Verdicts
 
 log = logging.getLogger("phalanx.cycle")
@@ -49,7 +50,7 @@ class Requeue:
                  planner: Planner, capacity: BarrierCapacity, queue: PodGroupQueue,
                  preemption: GroupPreemption, verdicts: Verdicts,
                  recorded: RecordedHolds, parked: ParkedMembers, replans_: ReplanBudget, inbox: Inbox,
-                 heap: Heap, clock: Callable[[], float]) -> None:
+                 heap: Heap, clock: Callable[[], float], tenants: Tenants) -> None:
         self.lock = lock
         self.book = book
         self.cache = cache
@@ -65,6 +66,7 @@ class Requeue:
         self.inbox = inbox
         self.heap = heap
         self.clock = clock
+        self.tenants = tenants  # per-namespace limits: a pass checks a namespace's fair share
         self._nodes_seen: set[str] = set(cache.nodes)  # to tell a node added from a re-list's replay
         self._capacity_seen = cache.capacity_version
         self._closed = False
@@ -224,6 +226,8 @@ class Requeue:
             self.status.prune(live)
             self.inbox.prune(live)
             self.recorded.prune(live)
+            self.tenants.prune(live)
+            planner.release_throttled()
             planner.refresh_records()
 
     def _forget_group(self, key: str) -> None:
@@ -245,11 +249,17 @@ class Requeue:
         return None if record is None else not record.pod.node and record.active
 
     def requeue_fitting(self) -> None:
-        """Room appeared: touch one pending member of each group backing off that now fits."""
+        """Room appeared: touch one pending member of each group backing off that now fits — of
+        each namespace's, at most its fair share per pass (tenants.py), so a namespace's 10,000
+        failed groups cost what 8 do; the rest wait for the next pass or their backoff."""
         work = []
         with self.lock:  # inputs under the lock, solves off it (a stale answer costs one touch)
             self._capacity_seen = self.cache.capacity_version
-            for key in list(self.queue.failed):
+            failed = list(self.queue.failed)
+            checked = self.tenants.share.take(failed)
+            if len(checked) < len(failed):
+                self.planner.metrics.namespace_limited.labels(limit="retries").inc(len(failed) - len(checked))
+            for key in checked:
                 pending = [m.pod for m in self.cache.members(key) if not m.pod.node and not m.gated]
                 group = self.planner.group_view(key, pending[0]) if pending else "no pending members"
                 if isinstance(group, str):
