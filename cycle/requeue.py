@@ -44,6 +44,9 @@ from .verdicts import SWEEP_INTERVAL, Verdicts
 
 log = logging.getLogger("phalanx.cycle")
 
+#: seconds between two full prunes by the requeue thread (deletions noted are forgotten at once)
+FULL_PRUNE_INTERVAL = 1.0
+
 
 class Requeue:
     def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, status: StatusWriter,
@@ -70,6 +73,7 @@ class Requeue:
         self._nodes_seen: set[str] = set(cache.nodes)  # to tell a node added from a re-list's replay
         self._capacity_seen = cache.capacity_version
         self._closed = False
+        self._full_prune = time.monotonic()  # the last full prune (a cost bound, not a timer: real time)
         self._thread: threading.Thread | None = None
         cache.subscribe(self.on_cache_change)
 
@@ -94,7 +98,10 @@ class Requeue:
                     swept = self.clock()
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
                     self.heap.tick()
-                self.prune()  # deletions noted, and what a re-list dropped without an event
+                full = time.monotonic() - self._full_prune >= FULL_PRUNE_INTERVAL
+                if full:
+                    self._full_prune = time.monotonic()
+                self.prune(full)  # deletions noted, and (full) what a re-list dropped without an event
                 if not woken:
                     continue
                 self.pass_once()
@@ -207,13 +214,23 @@ class Requeue:
         for namespace, name in self.inbox.take_nudges():
             self.status.nudge(namespace, name)
 
-    def prune(self) -> None:
+    def prune(self, full: bool = True) -> None:
         """Forget everything kept for PodGroups that no longer exist — deleted (noted by the
         cache listener) or dropped by a re-list (which sends no event): every map keyed by group
         or pod returns to its size before the group. A plan of a gone group that still holds
-        capacity is released (a gang already binding finishes on its own)."""
+        capacity is released (a gang already binding finishes on its own). ``full=False``: only
+        the deletions noted; the scan of every map for what a re-list dropped costs as many
+        groups as are kept, so the thread runs it at most every :data:`FULL_PRUNE_INTERVAL`
+        seconds, not on every wake (a namespace's 10,000 waiting groups wake it on every call)."""
         deleted = self.inbox.take_deleted()
         planner = self.planner
+        if not full:
+            with self.lock:
+                for key in deleted:
+                    if key not in self.cache.podgroups:
+                        self._forget_group(key)
+                planner.release_throttled()
+            return
         with self.lock:
             live = self.cache.podgroups
             gone = set(deleted)

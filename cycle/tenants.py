@@ -30,7 +30,7 @@ ResourceQuota's job (docs/limitations.md).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Iterable
+from typing import Callable, Collection, Iterable
 
 from .plans import OPEN, PlanBook
 
@@ -92,9 +92,8 @@ class NamespacePlans:
             if not waiting:
                 del self.limited[namespace_of(key)]
 
-    def prune(self, live: Iterable[str]) -> None:
-        alive = set(live)
-        for key in [k for groups in self.limited.values() for k in groups if k not in alive]:
+    def prune(self, live: Collection[str]) -> None:
+        for key in [k for groups in self.limited.values() for k in groups if k not in live]:
             self.forget(key)
 
 
@@ -148,15 +147,16 @@ class NamespaceCycles:
                 del self.throttled[namespace]
         return out
 
-    def prune(self, live: Iterable[str]) -> None:
-        alive = set(live)
+    def prune(self, live: Collection[str]) -> None:
+        """Forget throttled groups that are gone, and full buckets (a full bucket is no bucket):
+        what is kept stays the size of the namespaces being limited, not of the cluster."""
         for namespace in list(self.throttled):
-            for key in [k for k in self.throttled[namespace] if k not in alive]:
+            for key in [k for k in self.throttled[namespace] if k not in live]:
                 del self.throttled[namespace][key]
             if not self.throttled[namespace]:
                 del self.throttled[namespace]
-        active = {namespace_of(k) for k in alive}
-        for namespace in [n for n in self._tokens if n not in active]:
+        now = self.clock()
+        for namespace in [n for n in self._tokens if self._level(n, now) >= self.burst]:
             del self._tokens[namespace]
 
 
@@ -197,7 +197,8 @@ class Tenants:
         self.cycles = NamespaceCycles(limits.cycles_per_second, clock)
         self.share = FairShare(limits.max_retries)
 
-    def prune(self, live: Iterable[str]) -> None:
-        keys = list(live)
-        self.plans.prune(keys)
-        self.cycles.prune(keys)
+    def prune(self, live: Collection[str]) -> None:
+        """Forget what is kept for groups that are gone (``live``: the PodGroups that exist);
+        proportional to what the limits hold, not to ``live``."""
+        self.plans.prune(live)
+        self.cycles.prune(live)
