@@ -61,7 +61,7 @@ demo: install
 
 # quick versions of the simulated-cluster suites (a few minutes); `phalanx bench controller` needs
 # the e2e control plane (see docs/benchmarks.md)
-BENCH_QUICK := solver preemption cache extender trace trace-defaults
+BENCH_QUICK := solver preemption cache extender trace trace-defaults tenants
 bench: install
 	for suite in $(BENCH_QUICK); do \
 	  $(VENV)/bin/phalanx bench $$suite --quick --json bench/results/$$suite-quick.json || exit 1; \

@@ -193,6 +193,7 @@ class ClusterCache:
         self.csinodes: dict[str, Mapping[str, int]] = {}  # node -> CSI driver -> attach limit
         self.namespaces: dict[str, Mapping[str, str]] = {}  # name -> labels
         self.invalid_pods: dict[str, InvalidPod] = {}  # by uid: pods that failed to convert
+        self.invalid_podgroups: dict[str, str] = {}  # namespace/name -> why it failed to convert
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_group: dict[str, set[str]] = {}
         self.pods_by_claim: dict[str, set[str]] = {}
@@ -227,6 +228,9 @@ class ClusterCache:
         except (InvalidInput, KeyError, TypeError, ValueError, AttributeError) as err:
             self.skipped += 1
             log.warning("skipping malformed %s %s: %s", kind, _safe_key(obj), err)
+            if kind == "PodGroup":
+                with self._lock:  # its members' answers say why it is not read
+                    self.invalid_podgroups[_safe_key(obj)] = str(err)
             return False
         event = CacheEvent(kind, event_type, key, record, previous)
         for listener in self._listeners:
@@ -246,6 +250,9 @@ class ClusterCache:
                 keep = {_key(o) for o in objects}
                 for key in [k for k in self._store(kind) if k not in keep]:
                     self._delete(kind, key)
+                if kind == "PodGroup":
+                    for key in [k for k in self.invalid_podgroups if k not in keep]:
+                        del self.invalid_podgroups[key]
             self.version += 1
         for obj in objects:
             self.apply(kind, "ADDED", obj)
@@ -270,6 +277,8 @@ class ClusterCache:
         key = _key(obj)
         if key == "None":
             raise InvalidInput(f"{kind}: metadata.name is missing")
+        if kind == "PodGroup":
+            self.invalid_podgroups.pop(key, None)  # deleted, or read again below
         if deleted:
             self._delete(kind, key)
             return key, None, None
@@ -441,6 +450,15 @@ class ClusterCache:
         return self._base, self._used
 
     # -- reading -----------------------------------------------------------------------------
+    def pod_slots(self) -> int:
+        """How many pods all nodes together may run (their allocatable ``pods`` summed): a gang
+        needing more can never be placed, whatever else happens (read from the node snapshot,
+        rebuilt only when a node changes)."""
+        with self._lock:
+            base, _ = self._base_snapshot()
+        j = base.rindex.get(PODS)
+        return int(base.allocatable[:, j].sum()) if j is not None else 0
+
     def bound_node(self, uid: str) -> str:
         """The node pod ``uid`` is bound to, "" when it is unbound or unknown."""
         record = self.pods.get(uid)

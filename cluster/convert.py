@@ -193,16 +193,28 @@ def pod_requests(spec: JSON, where: str) -> dict[str, int]:
     return effective_requests(containers, inits, _quantities(spec.get("overhead"), where))
 
 
+#: A PodGroup's name, as the API server validates ``podGroupName`` (a DNS subdomain): no "/", so a
+#: pod can only name a PodGroup of its own namespace.
+_DNS_SUBDOMAIN = re.compile(r"[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*")
+
+
 def pod_group_name(obj: JSON) -> str:
-    """The PodGroup a pod belongs to: the built-in field, else phalanx's CRD-flavor label. Raises
-    InvalidInput when the pod is not an object or those fields have the wrong type."""
+    """The PodGroup a pod belongs to, in the pod's own namespace: the built-in field, else phalanx's
+    CRD-flavor label. Raises InvalidInput when the pod is not an object, those fields have the
+    wrong type, or the name is not a PodGroup name — ``other-namespace/group`` included: nothing
+    resolves a group across namespaces."""
     obj = _mapping(obj, "pod")
     spec = _mapping(obj.get("spec"), "pod: spec")
     named = _mapping(spec.get("schedulingGroup"), "pod: spec.schedulingGroup").get("podGroupName")
-    if named:
-        return str(named)
-    labels = _mapping(_mapping(obj.get("metadata"), "pod: metadata").get("labels"), "pod: metadata.labels")
-    return str(labels.get(names.LABEL_POD_GROUP, ""))
+    where = "spec.schedulingGroup.podGroupName"
+    if not named:
+        labels = _mapping(_mapping(obj.get("metadata"), "pod: metadata").get("labels"), "pod: metadata.labels")
+        named, where = labels.get(names.LABEL_POD_GROUP, ""), f"label {names.LABEL_POD_GROUP}"
+    name = str(named or "")
+    if name and (len(name) > 253 or not _DNS_SUBDOMAIN.fullmatch(name)):
+        hint = " (a pod names a PodGroup of its own namespace only)" if "/" in name else ""
+        raise InvalidInput(f"pod: {where} {name[:64]!r} is not a PodGroup name{hint}")
+    return name
 
 
 def pod_uid(obj: Any) -> str:
@@ -395,9 +407,31 @@ def _shared(spec: PodSpec) -> PodSpec:
         return spec
 
 
+#: The most bytes phalanx reads of an annotation a user writes as a hint (preferred topology,
+#: placement preference, expected duration): the API lets all of an object's annotations together
+#: reach 256 KiB, and a hint that long is a mistake — refused with its size, never parsed or echoed.
+MAX_HINT_BYTES = 4096
+#: The same for a StatefulSet's or LeaderWorkerSet's scheduling annotation (a JSON object that may
+#: list resource claims).
+MAX_SCHEDULING_BYTES = 16384
+
+
+def annotation_text(annotations: Any, name: str, limit: int = MAX_HINT_BYTES) -> str | None:
+    """The annotation ``name`` as text (None when absent); raises InvalidInput naming it and its
+    size when it is longer than ``limit`` bytes."""
+    raw = annotations.get(name) if isinstance(annotations, Mapping) else None
+    if raw is None:
+        return None
+    text = str(raw)
+    size = len(text.encode())
+    if size > limit:
+        raise InvalidInput(f"annotation {name} is {size:,} bytes; phalanx reads at most {limit:,}")
+    return text
+
+
 def preferred_keys(meta: JSON) -> tuple[str, ...]:
     """``scheduling.phalanx.dev/preferred-topology``: comma-separated keys or a JSON list."""
-    raw = ((meta.get("annotations") or {}).get(names.ANNOTATION_PREFERRED_TOPOLOGY) or "").strip()
+    raw = (annotation_text(meta.get("annotations"), names.ANNOTATION_PREFERRED_TOPOLOGY) or "").strip()
     if not raw:
         return ()
     if raw.startswith("["):
@@ -466,7 +500,7 @@ def expected_duration(meta: JSON) -> float | None:
     """``scheduling.phalanx.dev/expected-duration``: seconds ("3600") or a Go-style duration of
     hours, minutes and seconds ("2h30m", "90m", "45s"); None when absent. Anything else, or not
     positive, is rejected with the annotation named."""
-    raw = (meta.get("annotations") or {}).get(names.ANNOTATION_EXPECTED_DURATION)
+    raw = annotation_text(meta.get("annotations"), names.ANNOTATION_EXPECTED_DURATION)
     if raw is None or str(raw).strip() == "":
         return None
     text = str(raw).strip().lower()
@@ -494,7 +528,7 @@ def podgroup_from_json(obj: JSON, members: tuple[Pod, ...] = (),
 def placement_preference(meta: JSON) -> str:
     """``scheduling.phalanx.dev/placement-preference``: ``pack`` (the default) or ``spread``; anything
     else is rejected with the annotation named, so the PodGroup says what is wrong."""
-    raw = ((meta.get("annotations") or {}).get(names.ANNOTATION_PLACEMENT_PREFERENCE) or "pack")
+    raw = annotation_text(meta.get("annotations"), names.ANNOTATION_PLACEMENT_PREFERENCE) or "pack"
     value = str(raw).strip().lower()
     if value not in DEFAULT_PREFERENCES:
         raise InvalidInput(f"{names.ANNOTATION_PLACEMENT_PREFERENCE} must be one of "

@@ -81,6 +81,10 @@ ANNOTATION_LWS_LEVEL = "scheduling.phalanx.dev/lws-level"
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
+#: PodGroupInitiallyScheduled=False while its namespace holds --namespace-max-plans open plans
+REASON_NAMESPACE_LIMIT = "NamespaceLimit"
+#: PodGroupInitiallyScheduled=False: minCount exceeds the pods every schedulable node together can run
+REASON_MIN_COUNT_TOO_LARGE = "MinCountTooLarge"
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
@@ -125,3 +129,4 @@ METRIC_PLAN_TRANSITIONS = "phalanx_plan_transitions_total"  # {to}: every plan s
 METRIC_BARRIER_HELD = "phalanx_barrier_capacity_held"  # gang members planned and not yet bound
 METRIC_DISPATCH_WRITES = "phalanx_dispatch_writes_total"  # {outcome, kind}: coalesced, retried, failed, dropped
 METRIC_DISPATCH_QUEUED = "phalanx_dispatch_queued"  # API writes waiting in the dispatcher
+METRIC_NAMESPACE_LIMITED = "phalanx_namespace_limited_total"  # {limit}: work held back by a per-namespace limit

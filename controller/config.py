@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from cluster import kinds, names
+from cluster.convert import MAX_SCHEDULING_BYTES, annotation_text
+from solver import InvalidInput
 
 # Shared claims (story 4) are passed through to the Workload template and the PodGroup. A claim a
 # user shares by hand between pods is reserved per pod and stops at status.reservedFor's 256 entries;
@@ -68,7 +70,10 @@ def raw_scheduling(owner: Owner | Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(spec_value, dict):
             raise ConfigError("spec.scheduling: Invalid value: must be an object")
         return spec_value
-    text = owner.meta.annotations.get(names.ANNOTATION_SCHEDULING)
+    try:
+        text = annotation_text(owner.meta.annotations, names.ANNOTATION_SCHEDULING, MAX_SCHEDULING_BYTES)
+    except InvalidInput as err:
+        raise ConfigError(f"metadata.annotations[{names.ANNOTATION_SCHEDULING}]: Too long: {err}") from None
     if text is None:
         return None
     try:

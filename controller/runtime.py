@@ -45,6 +45,10 @@ REPAIR_MAX_DELAY = 300.0
 LWS_RELEASE_DELAY = 0.3  # seconds between creating an LWS's PodGroup and releasing its pods
 
 
+#: seconds between two reconciles of a StatefulSet for changes of its scheduling annotation
+#: (``phalanx controller --scheduling-settle``)
+DEFAULT_SCHEDULING_SETTLE = 5.0
+
 def discover_flavor(kube: Any) -> Flavor:
     """The flavor ``phalanx serve`` detects too (one rule, cluster.apiserver.detect_flavor)."""
     return BUILTIN if apiserver.detect_flavor(kube) == apiserver.BUILTIN else CRD
@@ -218,7 +222,8 @@ class Controller:
     def __init__(self, kube: Any, identity: str, lease_namespace: str = "kube-system", workers: int = 16,
                  resync_period: float = 30.0, lease_duration: float = 15.0, renew_deadline: float = 10.0,
                  retry_period: float = 2.0, flavor: Flavor | None = None,
-                 registry: CollectorRegistry | None = None, on_lost_leadership: Callable[[], None] | None = None):
+                 registry: CollectorRegistry | None = None, on_lost_leadership: Callable[[], None] | None = None,
+                 scheduling_settle: float = DEFAULT_SCHEDULING_SETTLE):
         self.kube = kube
         self.flavor = flavor or discover_flavor(kube)
         self.registry = registry or CollectorRegistry()
@@ -243,6 +248,10 @@ class Controller:
         self._known: dict[str, str] = {}  # key -> UID of the StatefulSet as last watched (what resync lists)
         self._repairs: dict[str, tuple[int, float]] = {}  # key -> (repairs in a row, next allowed at)
         self._unstamped_bound: dict[str, int] = {}  # key -> bound pods without their PodGroup
+        # a StatefulSet flapping its scheduling annotation is reconciled at most once per settle
+        # period for it: key -> (the annotation as last seen, when the next change may be reconciled)
+        self.scheduling_settle = scheduling_settle
+        self._scheduling_seen: dict[str, tuple[str | None, float]] = {}
         self._state_lock = threading.Lock()
         self._threads: list[threading.Thread] = []
         self.elector = LeaderElector(kube, lease_namespace, names.CONTROLLER_LEASE, identity, lease_duration,
@@ -309,7 +318,22 @@ class Controller:
             self._known[key] = uid
         if old is not None and old != uid:
             self._forget_state(key, old)  # replaced under the same name
-        self.queue.add(key)
+        self.queue.add(key, self._settle(key, meta.annotations.get(names.ANNOTATION_SCHEDULING)))
+
+    def _settle(self, key: str, scheduling: str | None) -> float:
+        """How long to wait before reconciling StatefulSet ``key`` whose scheduling annotation is now
+        ``scheduling``: 0 unless the annotation changed within the settle period of its last change
+        (then the reconcile waits for the period's end and reads the last value: a flapping
+        annotation costs one reconcile per period, not one per flap)."""
+        now = time.monotonic()
+        with self._state_lock:
+            seen = self._scheduling_seen.get(key)
+            if seen is None or seen[0] == scheduling:
+                self._scheduling_seen[key] = (scheduling, seen[1] if seen else now)
+                return 0.0
+            delay = max(0.0, seen[1] - now)
+            self._scheduling_seen[key] = (scheduling, now + delay + self.scheduling_settle)
+            return delay
 
     def _on_statefulset_list(self, items: list[dict[str, Any]]) -> None:
         """A (re-)list: StatefulSets it lacks were deleted while the watch was down."""
@@ -337,6 +361,7 @@ class Controller:
         with self._state_lock:
             self._repairs.pop(key, None)
             self._unstamped_bound.pop(key, None)
+            self._scheduling_seen.pop(key, None)
         self.recorder.forget(uid)
 
     def _on_scheduling_list(self, resource: str, items: list[dict[str, Any]]) -> None:

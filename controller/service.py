@@ -17,18 +17,19 @@ from cluster.access import AccessReviewer
 from cluster.kube import Kube
 
 from .admission import PodMutator
-from .runtime import Controller
+from .runtime import DEFAULT_SCHEDULING_SETTLE, Controller
 from .webhook import WebhookServer
 
 log = logging.getLogger(__name__)
 
 
 def run(kubeconfig: str | None, webhook_addr: str, tls_cert: str, tls_key: str, lease_namespace: str,
-        workers: int = 16, identity: str | None = None) -> int:
+        workers: int = 16, identity: str | None = None, scheduling_settle: float = DEFAULT_SCHEDULING_SETTLE) -> int:
     identity = identity or f"{socket.gethostname()}_{uuid.uuid4().hex[:8]}"
     kube = Kube(kubeconfig)
     lost, stop = threading.Event(), threading.Event()
-    controller = Controller(kube, identity, lease_namespace, workers, on_lost_leadership=lost.set)
+    controller = Controller(kube, identity, lease_namespace, workers, on_lost_leadership=lost.set,
+                            scheduling_settle=scheduling_settle)
     mutator = PodMutator(kube, controller.reconciler, controller.flavor, kick=controller.kick)
     # /metrics: a bearer token the API server authorizes (the webhooks and /healthz stay open)
     server = WebhookServer(webhook_addr, tls_cert, tls_key, mutator.review, controller.registry,

@@ -3,7 +3,8 @@
 What the entry points (the HTTP extender, the gRPC servicers, the dashboard, ``phalanx serve``)
 may use; everything else is the package's own. One file per job: the plan book and its state
 machine (plans), planning, barrier capacity, binding, status and events, requeue and cache events,
-group preemption, queue policies (holds), plugin mode's verbs (plugin_mode).
+group preemption, queue policies (holds), per-namespace limits (tenants), plugin mode's verbs
+(plugin_mode).
 """
 
 from .binding import BindError
@@ -12,6 +13,7 @@ from .dispatch import Dispatcher
 from .metrics import CycleMetrics
 from .plans import Plan, PlanBook, PlanState
 from .service import FilterAnswer, WorkloadCycle
+from .tenants import NamespaceLimits
 
-__all__ = ["BindError", "CycleMetrics", "Dispatcher", "FilterAnswer", "Plan", "PlanBook", "PlanState", "WorkloadCycle",
-           "barrier_capacity"]
+__all__ = ["BindError", "CycleMetrics", "Dispatcher", "FilterAnswer", "NamespaceLimits", "Plan", "PlanBook",
+           "PlanState", "WorkloadCycle", "barrier_capacity"]

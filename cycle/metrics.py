@@ -47,3 +47,7 @@ class CycleMetrics:
                                 "Asynchronous API writes by outcome (coalesced, retried, failed, dropped) and kind",
                                 ["outcome", "kind"], registry=r)
         self.dispatch_queued = Gauge(names.METRIC_DISPATCH_QUEUED, "API writes waiting in the dispatcher", registry=r)
+        self.namespace_limited = Counter(names.METRIC_NAMESPACE_LIMITED.removesuffix("_total"),
+                                         "Work a per-namespace limit held back: a group not planned (plans), a "
+                                         "backing-off group not checked in a requeue pass (retries)",
+                                         ["limit"], registry=r)

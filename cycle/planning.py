@@ -52,6 +52,7 @@ from .preemption import GroupPreemption
 from .queue import PodGroupQueue
 from .records import RecordedHolds
 from .status import StatusWriter
+from .tenants import Tenants
 from .verdicts import Verdicts
 
 #: a workload cycle whose inputs changed while it solved off the lock is solved again, this often
@@ -64,7 +65,8 @@ class Planner:
                  barrier_timeout: float, capacity: BarrierCapacity, queue: PodGroupQueue,
                  policies: QueuePolicies, preemption: GroupPreemption, verdicts: Verdicts,
                  recorded: RecordedHolds, parked: ParkedMembers, inbox: Inbox,
-                 explanations: dict[str, str], domains: dict[str, tuple[str, str]]) -> None:
+                 explanations: dict[str, str], domains: dict[str, tuple[str, str]],
+                 tenants: Tenants) -> None:
         self.lock = lock
         self.book = book
         self.cache = cache
@@ -88,6 +90,7 @@ class Planner:
         self.domains = domains
         # groups whose cycle is solving off the lock now -> whether it is planned ahead (plan_ahead)
         self.solving: dict[str, bool] = {}
+        self.tenants = tenants  # per-namespace limits on this work (tenants.py)
 
     # -- what a cycle sees -------------------------------------------------------------------
     def reservations(self, exclude_group: str = "") -> Usage:
@@ -124,8 +127,15 @@ class Planner:
         except InvalidInput as err:
             return f"phalanx: {err}"
         if group is None:
-            return f"phalanx: podgroup {key} does not exist yet"
+            malformed = self.cache.invalid_podgroups.get(key)
+            if malformed:  # it exists but cannot be read: say why, not "does not exist" for ever
+                return f"phalanx: podgroup {key} is malformed: {malformed}"
+            return f"phalanx: podgroup {key} does not exist yet (a pod names a PodGroup of its own namespace)"
         if group.missing_members:
+            too_large = self.too_large(group)
+            if too_large:  # it can never be placed: say so at once, not "waiting" for ever
+                self.status.set_status(key, False, names.REASON_MIN_COUNT_TOO_LARGE, too_large)
+                return too_large
             invalid = self.cache.invalid_members(key)
             if invalid:  # it will never convert as it is: say so, not "waiting" for ever
                 message = f"podgroup {key}: member {invalid[0].pod} is malformed: {invalid[0].error}"
@@ -133,6 +143,18 @@ class Planner:
                 return message
             return group.missing_members
         return group
+
+    def too_large(self, group: PodGroup) -> str:
+        """Why ``group``'s minCount can never be met on this cluster (more pods than all its nodes
+        together may run), or "". Checked while the group waits for members, so a gang asking for
+        1,000,000 is refused before any member or solve is spent on it."""
+        if group.policy is not Policy.GANG:
+            return ""
+        slots = self.cache.pod_slots()
+        if not slots or group.min_count <= slots:  # no node known yet: nothing to judge by
+            return ""
+        return (f"phalanx: podgroup {group.key}: minCount {group.min_count:,} is more pods than every node "
+                f"of the cluster together may run ({slots:,}); it can never be placed")
 
     # -- from the placement record -----------------------------------------------------------
     def resume(self, group: PodGroup, candidates: frozenset[str] | list[str]) -> Placement | None:
@@ -235,7 +257,33 @@ class Planner:
         """Why ``group`` is not solved now although it could be planned (lock held), or "": backing
         off (nothing freed since its last attempt failed) or known not to fit the free barrier
         capacity yet."""
-        return self.queue.backing_off(group.key, self.cache.capacity_version) or self.capacity.wait(group, None)
+        return (self.queue.backing_off(group.key, self.cache.capacity_version)
+                or self.namespace_limit(group.key) or self.capacity.wait(group, None)
+                or self.namespace_cycle(group.key))
+
+    def namespace_limit(self, key: str) -> str:
+        """Why ``key``'s namespace may not hold one more plan now (lock held), or "": the condition
+        says so, once (see tenants.py)."""
+        limited = self.tenants.plans.check(key)
+        if limited:
+            self.metrics.namespace_limited.labels(limit="plans").inc()
+            self.explanations[key] = limited
+            self.status.set_status(key, False, names.REASON_NAMESPACE_LIMIT, limited)
+        return limited
+
+    def namespace_cycle(self, key: str) -> str:
+        """Why ``key``'s namespace may not run a workload cycle now (lock held: it spent its failed
+        cycles), or "": said to its members only (it passes within a second; no write)."""
+        throttled = self.tenants.cycles.check(key)
+        if throttled:
+            self.metrics.namespace_limited.labels(limit="cycles").inc()
+        return throttled
+
+    def release_throttled(self) -> None:
+        """Members of groups a namespace's cycle rate held back, touched once it may run them (lock held)."""
+        if self.tenants.cycles.throttled:
+            for key in self.tenants.cycles.due():
+                self.inbox.nudge(self.parked.take_group(key))
 
     def _solve(self, group: PodGroup, fresh: str) -> tuple[Placement | InvalidInput, int, float] | None:
         """Solve off the lock until the generation held still; None when it never did. Returns the
@@ -265,7 +313,7 @@ class Planner:
         """Plan ``group`` before any member asks (lock held): a placement found is kept as a
         member's call would keep it; none found changes nothing (no explanation, preemption or
         status: the members' own calls run the full cycle). True when a plan is now held."""
-        if group.key in self.solving:
+        if group.key in self.solving or self.namespace_limit(group.key) or self.namespace_cycle(group.key):
             return False
         with self._solving(group.key, ahead=True):
             solved = self._solve(group, "")
@@ -300,6 +348,7 @@ class Planner:
         if placement.assignments:
             return self._scheduled(group, placement, elapsed)
         self.metrics.attempts.labels(result="unschedulable").inc()
+        self.tenants.cycles.spend(key)
         message = placement.explanation.message() if placement.explanation else "no placement"
         with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too
             preempting = self.preemption.try_preempt(group)

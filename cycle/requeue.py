@@ -39,9 +39,13 @@ from .queue import PodGroupQueue
 from .records import RecordedHolds
 from .replans import ReplanBudget
 from .status import StatusWriter
+from .tenants import Tenants
 from .verdicts import SWEEP_INTERVAL, Verdicts
 
 log = logging.getLogger("phalanx.cycle")
+
+#: seconds between two full prunes by the requeue thread (deletions noted are forgotten at once)
+FULL_PRUNE_INTERVAL = 1.0
 
 
 class Requeue:
@@ -49,7 +53,7 @@ class Requeue:
                  planner: Planner, capacity: BarrierCapacity, queue: PodGroupQueue,
                  preemption: GroupPreemption, verdicts: Verdicts,
                  recorded: RecordedHolds, parked: ParkedMembers, replans_: ReplanBudget, inbox: Inbox,
-                 heap: Heap, clock: Callable[[], float]) -> None:
+                 heap: Heap, clock: Callable[[], float], tenants: Tenants) -> None:
         self.lock = lock
         self.book = book
         self.cache = cache
@@ -65,9 +69,11 @@ class Requeue:
         self.inbox = inbox
         self.heap = heap
         self.clock = clock
+        self.tenants = tenants  # per-namespace limits: a pass checks a namespace's fair share
         self._nodes_seen: set[str] = set(cache.nodes)  # to tell a node added from a re-list's replay
         self._capacity_seen = cache.capacity_version
         self._closed = False
+        self._full_prune = time.monotonic()  # the last full prune (a cost bound, not a timer: real time)
         self._thread: threading.Thread | None = None
         cache.subscribe(self.on_cache_change)
 
@@ -92,7 +98,10 @@ class Requeue:
                     swept = self.clock()
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
                     self.heap.tick()
-                self.prune()  # deletions noted, and what a re-list dropped without an event
+                full = time.monotonic() - self._full_prune >= FULL_PRUNE_INTERVAL
+                if full:
+                    self._full_prune = time.monotonic()
+                self.prune(full)  # deletions noted, and (full) what a re-list dropped without an event
                 if not woken:
                     continue
                 self.pass_once()
@@ -205,13 +214,23 @@ class Requeue:
         for namespace, name in self.inbox.take_nudges():
             self.status.nudge(namespace, name)
 
-    def prune(self) -> None:
+    def prune(self, full: bool = True) -> None:
         """Forget everything kept for PodGroups that no longer exist — deleted (noted by the
         cache listener) or dropped by a re-list (which sends no event): every map keyed by group
         or pod returns to its size before the group. A plan of a gone group that still holds
-        capacity is released (a gang already binding finishes on its own)."""
+        capacity is released (a gang already binding finishes on its own). ``full=False``: only
+        the deletions noted; the scan of every map for what a re-list dropped costs as many
+        groups as are kept, so the thread runs it at most every :data:`FULL_PRUNE_INTERVAL`
+        seconds, not on every wake (a namespace's 10,000 waiting groups wake it on every call)."""
         deleted = self.inbox.take_deleted()
         planner = self.planner
+        if not full:
+            with self.lock:
+                for key in deleted:
+                    if key not in self.cache.podgroups:
+                        self._forget_group(key)
+                planner.release_throttled()
+            return
         with self.lock:
             live = self.cache.podgroups
             gone = set(deleted)
@@ -224,6 +243,8 @@ class Requeue:
             self.status.prune(live)
             self.inbox.prune(live)
             self.recorded.prune(live)
+            self.tenants.prune(live)
+            planner.release_throttled()
             planner.refresh_records()
 
     def _forget_group(self, key: str) -> None:
@@ -245,11 +266,17 @@ class Requeue:
         return None if record is None else not record.pod.node and record.active
 
     def requeue_fitting(self) -> None:
-        """Room appeared: touch one pending member of each group backing off that now fits."""
+        """Room appeared: touch one pending member of each group backing off that now fits — of
+        each namespace's, at most its fair share per pass (tenants.py), so a namespace's 10,000
+        failed groups cost what 8 do; the rest wait for the next pass or their backoff."""
         work = []
         with self.lock:  # inputs under the lock, solves off it (a stale answer costs one touch)
             self._capacity_seen = self.cache.capacity_version
-            for key in list(self.queue.failed):
+            failed = list(self.queue.failed)
+            checked = self.tenants.share.take(failed)
+            if len(checked) < len(failed):
+                self.planner.metrics.namespace_limited.labels(limit="retries").inc(len(failed) - len(checked))
+            for key in checked:
                 pending = [m.pod for m in self.cache.members(key) if not m.pod.node and not m.gated]
                 group = self.planner.group_view(key, pending[0]) if pending else "no pending members"
                 if isinstance(group, str):

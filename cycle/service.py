@@ -65,6 +65,7 @@ from .records import RecordedHolds
 from .replans import ReplanBudget
 from .requeue import Requeue
 from .status import StatusWriter
+from .tenants import NamespaceLimits, Tenants
 from .verdicts import Verdicts
 
 log = logging.getLogger("phalanx.cycle")
@@ -123,6 +124,7 @@ class WorkloadCycle:
         dispatcher: Dispatcher | None = None,
         queue_policy: QueuePolicy = QueuePolicy(),
         plan_ahead: frozenset[str] = frozenset(),
+        namespace_limits: NamespaceLimits = NamespaceLimits(),
     ) -> None:
         self.cache = cache
         self.writer = writer
@@ -144,6 +146,7 @@ class WorkloadCycle:
         self.replans = ReplanBudget()  # group -> plans released since it last bound
         for reason in replans.REASONS:
             self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start
+        self.tenants = Tenants(self.book, namespace_limits, clock)
         self.capacity = BarrierCapacity(self.book, barrier_capacity, cache.bound_node, clock, plan_ttl)
         self.queue_policies = QueuePolicies(cache, clock, self.queue, self.status, queue_policy)
         self.preemption = GroupPreemption(cache, writer, clock, self.metrics, self.status, self.inbox,
@@ -152,12 +155,12 @@ class WorkloadCycle:
         self.planner = Planner(self.lock, self.book, cache, self.status, self.metrics, clock, options, plan_ttl,
                                barrier_timeout, self.capacity, self.queue, self.queue_policies, self.preemption,
                                self.verdicts, self.recorded, self.parked, self.inbox, self.explanations,
-                               self.domains)
+                               self.domains, self.tenants)
         self.binding = Binding(self.lock, self.book, cache, writer, self.status, self.metrics, clock,
                                barrier_timeout, bind_workers)
         self.requeue = Requeue(self.lock, self.book, cache, self.status, self.planner, self.capacity,
                                self.queue, self.preemption, self.verdicts, self.recorded, self.parked,
-                               self.replans, self.inbox, self.heap, clock)
+                               self.replans, self.inbox, self.heap, clock, self.tenants)
         # gangs of these profiles planned before they ask
         self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead)
 
@@ -206,6 +209,11 @@ class WorkloadCycle:
             fitting = self.capacity.first_fitting()
             if fitting:
                 self.inbox.nudge(self.parked.take_group(fitting))
+            if came in (PlanState.PLANNED, PlanState.BINDING):
+                # a plan of its namespace closed: the group its namespace's limit held back longest goes
+                freed = self.tenants.plans.freed(key)
+                if freed:
+                    self.inbox.nudge(self.parked.take_group(freed))
         self.metrics.plans.set(len(self.book))
         self.metrics.barrier_held.set(self.capacity.held())
         self.lock.notify()
@@ -251,6 +259,7 @@ class WorkloadCycle:
         self.verdicts.learn(pod, frozenset(self.cache.nodes.keys() - passed))
         with self.lock:
             self.planner.expire()
+            self.planner.release_throttled()
             return self.answer_member(pod, pod.group, passed)
 
     def _filter_plain(self, pod: Pod, candidates: list[str]) -> FilterAnswer:

@@ -35,7 +35,7 @@ from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
 from cluster.kube import Kube
 from cluster.sim import SimCluster
-from cycle import WorkloadCycle, barrier_capacity
+from cycle import NamespaceLimits, WorkloadCycle, barrier_capacity
 from cycle.queue import QueuePolicy
 from extender.http import create_app, health_app
 from rpc import GrpcServer, GrpcTls, start_grpc_server
@@ -63,6 +63,7 @@ class ServeOptions:
     grpc_tls_key: str | None = None
     grpc_client_ca: str | None = None  # and the CA that signs its clients' certificates
     insecure_loopback_no_auth: bool = False  # loopback listeners serve the dashboard, metrics, explain without a token
+    namespace_limits: NamespaceLimits = NamespaceLimits()  # per-namespace limits on phalanx's work (tenants)
 
     @property
     def grpc_tls(self) -> GrpcTls | None:
@@ -166,7 +167,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
     if sim is not None:
         cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
-                              queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead))
+                              queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
+                              namespace_limits=options.namespace_limits)
         def ready() -> tuple[bool, str]:
             return (True, "ok (simulated cluster)")
         def stop_backend() -> None:
@@ -182,7 +184,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
             log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
-                              queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead))
+                              queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
+                              namespace_limits=options.namespace_limits)
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed

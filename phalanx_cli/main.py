@@ -57,7 +57,7 @@ def _serve(args: argparse.Namespace) -> int:
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
                            health_addr=args.health_addr, queue_policy=_queue_policy(args),
-                           plan_ahead=tuple(args.plan_ahead_for or ()))
+                           plan_ahead=tuple(args.plan_ahead_for or ()), namespace_limits=_namespace_limits(args))
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     from cluster.apiserver import FlavorUnavailable
@@ -77,6 +77,16 @@ def _queue_policy(args: argparse.Namespace):
     return QueuePolicy(starvation_factor=args.hold_after_duration or None, starvation_after=args.hold_after or None,
                        fragmentation_aware=args.fragmentation_aware,
                        lost_work_budget=args.lost_work_budget or None)
+
+
+def _namespace_limits(args: argparse.Namespace):
+    from cycle import NamespaceLimits
+
+    for flag in ("namespace_max_plans", "namespace_max_retries", "namespace_cycles_per_second"):
+        if getattr(args, flag) < 0:
+            raise SystemExit(f"phalanx serve: --{flag.replace('_', '-')} must be >= 0")
+    return NamespaceLimits(max_plans=args.namespace_max_plans, max_retries=args.namespace_max_retries,
+                           cycles_per_second=args.namespace_cycles_per_second)
 
 
 def _explain(args: argparse.Namespace) -> int:
@@ -100,7 +110,7 @@ def _controller(args: argparse.Namespace) -> int:
 
     try:
         return run(args.kubeconfig, args.webhook_addr, args.tls_cert, args.tls_key, args.lease_namespace,
-                   workers=args.workers)
+                   workers=args.workers, scheduling_settle=args.scheduling_settle)
     except FlavorUnavailable as err:
         raise SystemExit(f"phalanx controller: {err}") from None
 
@@ -129,6 +139,40 @@ def _add_explain(sub: argparse._SubParsersAction) -> None:
     explain.add_argument("--grpc-server-name", metavar="NAME",
                          help="the name the server's certificate must carry (default: the host of --grpc-addr)")
     explain.set_defaults(func=_explain)
+
+
+def _add_queue_policies(serve: argparse.ArgumentParser) -> None:
+    """``phalanx serve``'s queue policies (docs/solver.md, "Queue policies")."""
+    from cycle.queue import DEFAULT_LOST_WORK_BUDGET, DEFAULT_STARVATION_AFTER, DEFAULT_STARVATION_FACTOR
+
+    serve.add_argument("--hold-after-duration", type=float, default=DEFAULT_STARVATION_FACTOR, metavar="FACTOR",
+                       help="a gang waiting FACTOR x its declared expected-duration holds the nodes it needs in "
+                            f"the domain nearest to fitting it (default {DEFAULT_STARVATION_FACTOR:g}; 0: never by "
+                            "this rule)")
+    serve.add_argument("--hold-after", type=float, default=DEFAULT_STARVATION_AFTER, metavar="SECONDS",
+                       help="the same for a gang that declares no duration, after SECONDS "
+                            f"(default {DEFAULT_STARVATION_AFTER:.0f}; 0: never)")
+    serve.add_argument("--fragmentation-aware", action="store_true",
+                       help="choose among fitting domains the one that keeps queued gang shapes fitting (default off)")
+    serve.add_argument("--lost-work-budget", type=float, default=DEFAULT_LOST_WORK_BUDGET, metavar="SHARE",
+                       help="a preemptor declaring its duration evicts victims losing at most SHARE x its own work "
+                            f"(default {DEFAULT_LOST_WORK_BUDGET:g}; 0: no budget)")
+
+
+def _add_namespace_limits(serve: argparse.ArgumentParser) -> None:
+    """``phalanx serve``'s per-namespace limits on its own work (docs/operations.md, "Tenants")."""
+    from cycle.tenants import DEFAULT_CYCLES_PER_SECOND, DEFAULT_MAX_PLANS, DEFAULT_MAX_RETRIES
+
+    serve.add_argument("--namespace-max-plans", type=int, default=DEFAULT_MAX_PLANS, metavar="N",
+                       help="a namespace holds at most N open plans at once; its further groups wait their turn "
+                            f"(default {DEFAULT_MAX_PLANS}; 0: no limit)")
+    serve.add_argument("--namespace-cycles-per-second", type=float, default=DEFAULT_CYCLES_PER_SECOND, metavar="RATE",
+                       help="failed workload cycles (solves that placed nothing) a namespace may run per second, "
+                            "in bursts of 10 seconds' worth "
+                            f"(default {DEFAULT_CYCLES_PER_SECOND:g}; 0: no limit)")
+    serve.add_argument("--namespace-max-retries", type=int, default=DEFAULT_MAX_RETRIES, metavar="N",
+                       help="when room appears, at most N of a namespace's backing-off groups are checked per "
+                            f"pass, in turn (default {DEFAULT_MAX_RETRIES}; 0: no limit)")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -174,20 +218,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-addr", default="",
                        help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
                             "(e.g. 0.0.0.0:8889; default: none)")
-    from cycle.queue import DEFAULT_LOST_WORK_BUDGET, DEFAULT_STARVATION_AFTER, DEFAULT_STARVATION_FACTOR
-
-    serve.add_argument("--hold-after-duration", type=float, default=DEFAULT_STARVATION_FACTOR, metavar="FACTOR",
-                       help="a gang waiting FACTOR x its declared expected-duration holds the nodes it needs in "
-                            f"the domain nearest to fitting it (default {DEFAULT_STARVATION_FACTOR:g}; 0: never by "
-                            "this rule)")
-    serve.add_argument("--hold-after", type=float, default=DEFAULT_STARVATION_AFTER, metavar="SECONDS",
-                       help="the same for a gang that declares no duration, after SECONDS "
-                            f"(default {DEFAULT_STARVATION_AFTER:.0f}; 0: never)")
-    serve.add_argument("--fragmentation-aware", action="store_true",
-                       help="choose among fitting domains the one that keeps queued gang shapes fitting (default off)")
-    serve.add_argument("--lost-work-budget", type=float, default=DEFAULT_LOST_WORK_BUDGET, metavar="SHARE",
-                       help="a preemptor declaring its duration evicts victims losing at most SHARE x its own work "
-                            f"(default {DEFAULT_LOST_WORK_BUDGET:g}; 0: no budget)")
+    _add_queue_policies(serve)
+    _add_namespace_limits(serve)
     serve.set_defaults(func=_serve)
 
     _add_explain(sub)
@@ -208,6 +240,9 @@ def build_parser() -> argparse.ArgumentParser:
     ctl.add_argument("--tls-key", required=True, help="PEM private key of the webhook server")
     ctl.add_argument("--lease-namespace", default="kube-system", help="namespace of the leader-election Lease")
     ctl.add_argument("--workers", type=int, default=16, help="concurrent StatefulSet reconciles")
+    ctl.add_argument("--scheduling-settle", type=float, default=5.0, metavar="SECONDS",
+                     help="a StatefulSet whose scheduling annotation keeps changing is reconciled at most once per "
+                          "SECONDS for it, the last value winning (default 5; 0: at once)")
     ctl.set_defaults(func=_controller)
     return parser
 
