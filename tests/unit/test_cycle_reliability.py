@@ -528,3 +528,33 @@ def test_no_record_is_written_while_an_earlier_write_on_its_podgroup_is_still_qu
     finally:
         gate.set()
         cycle.close()
+
+
+def test_a_gang_that_backed_off_after_barrier_timeouts_gets_a_member_touched_when_its_backoff_ends(sim, cycle, clock):
+    """Members cut off from phalanx (a network fault) time out at the barrier until the group stops
+    re-planning and backs off; nothing else changes in the cluster. When the backoff ends and the
+    gang fits, a member is touched, so kube-scheduler retries it instead of keeping it aside."""
+    pods = make_gang(sim, "cut", 2)
+    for _ in range(3):  # the re-plan limit for barrier timeouts
+        planned = plan_for(cycle, sim, pods)
+        threads, errors = bind_in_threads(cycle, pods[:1], planned)
+        deadline = time.monotonic() + 5
+        while not cycle.metrics.barrier_waiting._value.get() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        clock.now += 2.5
+        cycle.check_timers()
+        for t in threads:
+            t.join(5)
+        assert errors
+    assert "default/cut" in cycle.queue.failed  # backing off; nothing in the cluster changes
+
+    def touched():
+        return [p["metadata"]["name"] for p in sim.list("Pod")
+                if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})]
+
+    cycle.requeue.requeue_ended_backoffs()
+    assert touched() == []  # not before the backoff ends
+    clock.now = cycle.queue.failed["default/cut"].retry_at
+    cycle.requeue.requeue_ended_backoffs()
+    cycle.flush()
+    assert len(touched()) == 1 and "default/cut" not in cycle.queue.failed
