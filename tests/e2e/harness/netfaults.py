@@ -35,12 +35,16 @@ bounds how long each lasts, drawn per shot):
 - ``api-refuse``: the same with no share at all: every write of phalanx's is answered 429 (with
   ``Retry-After``) while it lasts (2 to 8 s), so a write may spend client-go's 10 retries and fail.
   ``rejected_429`` in the shot's row counts the rejections (the API server's
-  ``apiserver_flowcontrol_rejected_requests_total`` for the level).
+  ``apiserver_flowcontrol_rejected_requests_total`` for the level). Both start before the shot's
+  pods are created (moment ``before``): the API server takes a moment to apply a flow-control
+  change, and a small gang would be placed before it.
 
 After each shot (the fault healed, the system at rest) the invariants of the kills hold, and:
 
 - ``not_bound_in_time``: a live gang that fits the free room (on one rack when it asks for one) is
   still unbound ``BIND_BOUND_S[fault]`` seconds after the fault healed;
+- ``status_lost``: a live gang with minCount members bound whose PodGroup lacks
+  ``PodGroupInitiallyScheduled=True`` ``STATUS_BOUND_S`` seconds after rest (no status write lost);
 - ``plain_blocked`` (plugin mode, serve-link outages: blackhole, reset, partition): a plain pod
   created while the link is down is not bound within ``PLAIN_BOUND_S`` (the plugin's circuit
   breaker must let plain pods schedule; the fault is held until it binds or the bound passes);
@@ -62,9 +66,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from cluster import names
+
 from .binaries import read_versions
 from .controlplane import ControlPlane
-from .faults import FaultConfig, FaultRun, retry, run_faults
+from .faults import PHASES, FaultConfig, FaultRun, retry, run_faults
 from .kubelet import RACK
 from .process import Component, free_port
 
@@ -73,6 +79,7 @@ FLOW = "phalanx-netfaults"
 LINKS = ("serve", "apiserver")
 FAULTS = ("blackhole", "reset", "latency", "bandwidth", "partition")
 NET_KINDS = tuple(f"net-{f}-{link}" for link in LINKS for f in FAULTS) + ("api-throttle", "api-refuse")
+API_KINDS = ("api-throttle", "api-refuse")
 OUTAGES = ("blackhole", "reset", "partition")  # the link carries nothing while they last
 #: how long a fault lasts (s), drawn uniformly per shot
 FAULT_SECONDS = {"blackhole": (2.0, 12.0), "reset": (2.0, 12.0), "latency": (3.0, 10.0),
@@ -87,6 +94,9 @@ BANDWIDTH_KBPS = (4, 16, 64)
 BIND_BOUND_S = {"blackhole": 60.0, "reset": 60.0, "latency": 60.0, "bandwidth": 60.0, "partition": 60.0,
                 "throttle": 75.0, "refuse": 75.0}
 PLAIN_BOUND_S = 30.0
+#: a bound gang's PodGroupInitiallyScheduled=True is on its status within this long after rest (s):
+#: the dispatcher's backoff (at most 5 s) after client-go's Retry-After waits
+STATUS_BOUND_S = 30.0
 THREAD_SLACK = 16
 RSS_SLACK = 1.5
 SERVE_LINK_OUTAGE_BOUND = 40.0  # a plugin-mode outage is held at most this long (plain-pod probe)
@@ -254,6 +264,14 @@ class NetFaultRun(FaultRun):
         self.footprints: list[dict] = []
         self.baseline: tuple[int, int, int] | None = None  # (serve start, rss KiB, threads)
         self.rejected_before = 0
+        self.armed_at: float | None = None
+        # the API server's faults start before their shot's pods exist: their moment is "before"
+        phases = list(cfg.phases)
+        draw = random.Random(f"phases-{cfg.seed}")
+        for kind in cfg.sequence[len(phases):]:
+            phases.append("before" if kind in API_KINDS else
+                          draw.choice(PHASES[1:4] if kind == "apiserver" else PHASES))
+        self.cfg = replace(cfg, phases=tuple(phases))
 
     # -- wiring ---------------------------------------------------------------------------------
     def setup(self) -> None:
@@ -309,9 +327,21 @@ class NetFaultRun(FaultRun):
             self.proxy.stop()
 
     # -- faults ---------------------------------------------------------------------------------
+    def shot(self, index: int, kind: str) -> dict:
+        """The API server's throttling is in place before the shot's pods exist (its flow-control
+        configuration takes a moment to apply: a small gang would be placed before it)."""
+        if kind in API_KINDS:
+            self.armed_at = self.kill(kind)
+        try:
+            return super().shot(index, kind)
+        finally:
+            self.armed_at = None
+
     def kill(self, kind: str) -> float:
         if kind not in NET_KINDS:
             return super().kill(kind)
+        if self.armed_at is not None:
+            return self.armed_at
         fault, link = split_kind(kind)
         proxy, rng = self.links[link], self.rng
         self.fault = fault
@@ -378,6 +408,8 @@ class NetFaultRun(FaultRun):
             violations += [{"type": "not_bound_in_time", "bound_s": BIND_BOUND_S[fault], **g} for g in late]
             if "plain_bound_s" in shot and shot["plain_bound_s"] is None:
                 violations.append({"type": "plain_blocked", "bound_s": PLAIN_BOUND_S})
+            lost, pods, groups = self.wait_status(STATUS_BOUND_S)
+            violations += [{"type": "status_lost", "bound_s": STATUS_BOUND_S, "group": g} for g in lost]
         violations += super().check(pods, groups, shot)
         violations += self.check_footprint(shot)
         return violations
@@ -391,6 +423,28 @@ class NetFaultRun(FaultRun):
             waited = time.monotonic() - self.healed_at
             if not late or waited > bound:
                 return round(waited, 2), pods, groups, late
+            time.sleep(0.5)
+
+    def wait_status(self, bound: float) -> tuple[list[str], list[dict], list[dict]]:
+        """Until every live gang with minCount members bound has its PodGroup's
+        ``PodGroupInitiallyScheduled=True`` (the status write the dispatcher retries through a
+        throttled or unreachable API server), at most ``bound`` seconds: the gangs still without."""
+        deadline = time.monotonic() + bound
+        while True:
+            pods, groups = self.snapshot()
+            lost = []
+            for g in groups:
+                unit = self.units.get(g["metadata"]["name"])
+                if unit is None or unit.deleted or unit.kind != "gang":
+                    continue
+                bound_n = sum(1 for p in pods if p["spec"].get("nodeName") and not p["metadata"].get("deletionTimestamp")
+                              and (p["spec"].get("schedulingGroup") or {}).get("podGroupName") == unit.name)
+                conditions = (g.get("status") or {}).get("conditions") or []
+                if bound_n >= unit.min_count and not any(c.get("type") == names.CONDITION_INITIALLY_SCHEDULED and c.get("status") == "True"
+                                                         for c in conditions):
+                    lost.append(unit.name)
+            if not lost or time.monotonic() > deadline:
+                return lost, pods, groups
             time.sleep(0.5)
 
     def fitting_unbound(self, pods: list[dict], groups: list[dict]) -> list[dict]:
@@ -438,7 +492,7 @@ class NetFaultRun(FaultRun):
         return out
 
 
-NET_VIOLATIONS = ("not_bound_in_time", "plain_blocked", "serve_threads", "serve_rss")
+NET_VIOLATIONS = ("not_bound_in_time", "status_lost", "plain_blocked", "serve_threads", "serve_rss")
 
 
 def run_net_faults(plane: ControlPlane, cfg: FaultConfig, weights: dict[str, float]) -> tuple[dict, list[dict]]:
