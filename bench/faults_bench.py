@@ -101,7 +101,8 @@ def markdown(rows: list[dict]) -> str:
                      f"{len({r['victim'] for r in mine})} | {sum(not r['at_rest'] for r in mine)} | "
                      f"{sum(len(r['violations']) for r in mine)} |")
     types = Counter(v["type"] for r in rows for v in r["violations"])
-    lines.append(f"| **total** | **{len(rows)}** | | **{len({(r['seed'], r['victim']) for r in rows})}** | "
+    gangs = len({(r["seed"], r.get("mode"), r["victim"]) for r in rows})
+    lines.append(f"| **total** | **{len(rows)}** | | **{gangs}** | "
                  f"**{sum(not r['at_rest'] for r in rows)}** | **{sum(types.values())}** |")
     rest = sorted(r["rest_s"] for r in rows) or [0.0]
     lines += ["", f"Violations by type: {dict(types) or 'none'}. Rest after a fault: median "
