@@ -51,10 +51,7 @@ After each shot (the fault healed, the system at rest) the invariants of the kil
 - ``serve_threads`` / ``serve_rss``: ``phalanx serve``'s thread count above its baseline plus
   ``THREAD_SLACK``, or its resident memory above ``RSS_SLACK`` times its baseline (from
   ``/proc/<pid>/status``, at rest; the baseline is taken at rest after the first shot of each serve
-  process and again after each kube-apiserver restart: in the first full run serve's resident
-  memory stepped up once at a kube-apiserver kill — 156 to 239 MiB — and stayed flat for the
-  faults after it (the cause is not established; serve re-lists after the restart and Python's
-  allocator keeps its high-water mark); growth from fault to fault is what is checked).
+  process).
 """
 
 from __future__ import annotations
@@ -265,8 +262,7 @@ class NetFaultRun(FaultRun):
         self.healed_at = 0.0
         self.fault = ""
         self.footprints: list[dict] = []
-        self.baseline: tuple[tuple[int, int], int, int] | None = None  # ((serve start, API restarts), rss, threads)
-        self.api_restarts = 0
+        self.baseline: tuple[int, int, int] | None = None  # (serve start, rss KiB, threads)
         self.rejected_before = 0
         self.armed_at: float | None = None
         # the API server's faults start before their shot's pods exist: their moment is "before"
@@ -372,7 +368,6 @@ class NetFaultRun(FaultRun):
     def bring_back(self, kind: str, killed_at: float) -> dict:
         if kind not in NET_KINDS:
             self.fault = ""
-            self.api_restarts += kind == "apiserver"
             return super().bring_back(kind, killed_at)
         fault, link = split_kind(kind)
         lasts = round(self.rng.uniform(*FAULT_SECONDS[fault]), 2)
@@ -484,7 +479,7 @@ class NetFaultRun(FaultRun):
             return []
         rss, threads = proc_footprint(serve.proc.pid)
         shot.update(serve_rss_kib=rss, serve_threads=threads)
-        starts = (self.rig.serve_starts, self.api_restarts)
+        starts = self.rig.serve_starts
         if self.baseline is None or self.baseline[0] != starts:
             self.baseline = (starts, rss, threads)
             return []
