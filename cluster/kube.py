@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Iterator, Mapping
+from typing import Any, Callable, Iterator, Mapping, NamedTuple
 
 import kubernetes
 
@@ -60,6 +60,25 @@ def _query(params: Mapping[str, Any] | None) -> list[tuple[str, Any]]:
 #: the request itself (it copies the whole configuration back, host and proxies included)
 TOKEN_CHECK_SECONDS = 1.0
 
+#: client-go's rule for a throttled or failing API server (k8s.io/client-go/rest, v0.37:
+#: ``Request.maxRetries`` defaults to 10 in ``NewRequest``; ``withRetry.IsNextRetry`` retries while
+#: ``checkWait`` finds a 429 or 5xx answer carrying an integer ``Retry-After`` header, and
+#: ``withRetry.Before`` sleeps that many seconds first). An answer without the header is not
+#: retried here: the caller decides (a PDB-blocked eviction is a 429 without one).
+MAX_RETRIES = 10
+
+
+def retry_after(status: int, headers: Mapping[str, str] | None) -> int | None:
+    """Seconds the API server asked to wait before trying again, or None when it did not ask
+    (client-go's ``checkWait``: only 429 and 5xx answers, only an integer ``Retry-After``)."""
+    if status != 429 and status < 500:
+        return None
+    value = (headers or {}).get("Retry-After")
+    try:
+        return max(0, int(str(value).strip())) if value is not None else None
+    except ValueError:
+        return None
+
 
 def _throttle_token_check(config: Any, every: float) -> None:
     """Run ``config``'s token check at most once per ``every`` seconds (the first request runs it).
@@ -79,6 +98,11 @@ def _throttle_token_check(config: Any, every: float) -> None:
     config.refresh_api_key_hook = throttled
 
 
+class _Failed(NamedTuple):
+    error: KubeError
+    headers: Mapping[str, str] | None
+
+
 class Kube:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, timeout: float = 30.0,
                  qps_pool: int = 32):
@@ -96,11 +120,32 @@ class Kube:
         self.config = config
         self.api = kubernetes.client.ApiClient(config)
         self.timeout = timeout
+        self.max_retries = MAX_RETRIES
+        self.sleep: Callable[[float], None] = time.sleep  # the Retry-After wait (tests inject one)
+        self.throttled = 0  # answers retried after their Retry-After (429 or 5xx)
 
     # -- plain requests ----------------------------------------------------------------------
     def _send(self, method: str, path: str, body: Any, query: list[tuple[str, Any]], content_type: str,
               timeout: Any) -> kubernetes.client.rest.RESTResponse:
-        """One request through the official client's pool and auth; the raw response, unread."""
+        """One request through the official client's pool and auth; the raw response, unread. A 429
+        or 5xx answer carrying ``Retry-After`` is retried after that many seconds, up to
+        ``max_retries`` times, as client-go does (see :data:`MAX_RETRIES`)."""
+        attempt = 0
+        while True:
+            status, resp, err = self._send_once(method, path, body, query, content_type, timeout)
+            if resp is not None:
+                return resp
+            assert err is not None
+            wait = retry_after(status, err.headers)
+            if wait is None or attempt >= self.max_retries:
+                raise err.error
+            attempt += 1
+            self.throttled += 1
+            self.sleep(wait)
+
+    def _send_once(self, method: str, path: str, body: Any, query: list[tuple[str, Any]], content_type: str,
+                   timeout: Any) -> tuple[int, kubernetes.client.rest.RESTResponse | None, _Failed | None]:
+        """One attempt: (status, the 2xx response, None) or (status, None, the failure)."""
         _, url, headers, payload, _ = self.api.param_serialize(
             method=method, resource_path=path, query_params=query,
             header_params={"Accept": "application/json", "Content-Type": content_type},
@@ -109,12 +154,14 @@ class Kube:
         try:
             resp = self.api.call_api(method, url, header_params=headers, body=payload, _request_timeout=timeout)
         except kubernetes.client.ApiException as err:
-            raise KubeError(method, path, err.status or 0, err.body or str(err)) from None
+            status = err.status or 0
+            return status, None, _Failed(KubeError(method, path, status, err.body or str(err)), err.headers)
         except Exception as err:  # noqa: BLE001 - transport errors (refused, TLS, timeout)
-            raise KubeError(method, path, 0, f"transport error: {err}") from None
+            return 0, None, _Failed(KubeError(method, path, 0, f"transport error: {err}"), None)
         if not 200 <= resp.status < 300:
-            raise KubeError(method, path, resp.status, resp.read().decode(errors="replace"))
-        return resp
+            error = KubeError(method, path, resp.status, resp.read().decode(errors="replace"))
+            return resp.status, None, _Failed(error, resp.headers)
+        return resp.status, resp, None
 
     def request(self, method: str, path: str, body: Any = None, params: Mapping[str, Any] | None = None,
                 content_type: str = "application/json", timeout: float | None = None) -> Any:

@@ -38,6 +38,11 @@ from .status import StatusWriter, podgroup_obj
 
 log = logging.getLogger("phalanx.cycle")
 
+#: how long the placement record waits for the PodGroup's earlier queued writes (a record removal
+#: among them) to land; past it the record is not written and the gang not bound (it is planned
+#: again), since a removal landing after the record would leave bound members unrecorded
+RECORD_FLUSH_SECONDS = 5.0
+
 
 class BindError(RuntimeError):
     """Binding refused or failed; kube-scheduler un-reserves the pod and retries it."""
@@ -214,8 +219,11 @@ class Binding:
         """The placement record on the plan's PodGroup, synchronously (before any member binds, so
         a restart finishes the gang, never splits it); raises what the writer raises."""
         ns, name = plan.group.split("/", 1)
-        # an older queued record removal lands first
-        self.status.dispatcher.flush(podgroup_obj(plan.group), timeout=5.0)
+        # an older queued record removal lands first, or no record is written (a throttled or
+        # unreachable API server keeps it queued: it would land after the record)
+        if not self.status.dispatcher.flush(podgroup_obj(plan.group), timeout=RECORD_FLUSH_SECONDS):
+            raise WriteError(f"earlier writes on podgroup {plan.group} are still pending "
+                             f"after {RECORD_FLUSH_SECONDS:g} s (API server slow or away)", 0)
         self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: placement_annotation(
             plan.domain, {self.pod_name(uid): n for uid, n in plan.assignments.items()})})
 

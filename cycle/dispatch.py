@@ -7,8 +7,12 @@ cycle hands them here and moves on:
 - **ordered per object**: the writes about one object (``Write.obj``, e.g. ``PodGroup/ns/name``)
   run in submission order, one at a time; different objects proceed in parallel (``workers``);
 - **retried with backoff** on :class:`~cluster.backend.WriteError` (``backoff`` doubling to
-  ``max_backoff``, ``max_attempts`` in all), timed with the injected clock; any other exception is
-  logged and the write dropped — a worker never dies;
+  ``max_backoff``), timed with the injected clock: a refusal (409, 404, 403...) ``max_attempts``
+  times in all; an API server that is away, failing or throttling (status 0, 5xx, 429: see
+  :func:`transient`) until the write lands, so a slow or refusing API server loses no write (what
+  bounds them is the queue's ``capacity``). The client under the writer has already honoured any
+  ``Retry-After`` (cluster/kube.py). Any other exception is logged and the write dropped — a worker
+  never dies;
 - **coalesced**: a write with a ``coalesce`` tag replaces a queued, not yet started write with the
   same tag (a newer status for the same PodGroup supersedes the older one);
 - **bounded, never blocking**: at ``capacity`` queued writes a submission drops the oldest
@@ -46,6 +50,12 @@ class Write:
     coalesce: str = ""  # non-empty: a newer write with the same tag replaces this one while queued
     attempts: int = 0
     seq: int = field(default=0, compare=False)
+
+
+def transient(err: WriteError) -> bool:
+    """The API server could not take the write now (unreachable, 5xx, throttled with 429), as
+    opposed to refusing it: such a write is kept and tried again until it lands."""
+    return err.status == 0 or err.status == 429 or err.status >= 500
 
 
 class Dispatcher:
@@ -176,7 +186,7 @@ class Dispatcher:
                 write.call()
             except WriteError as err:
                 write.attempts += 1
-                if write.attempts < self.max_attempts:
+                if write.attempts < self.max_attempts or transient(err):
                     retry_at = self.clock() + min(self.max_backoff, self.backoff * 2 ** (write.attempts - 1))
                     self._count("retried", write.kind)
                 else:

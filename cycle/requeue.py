@@ -72,6 +72,7 @@ class Requeue:
         self.tenants = tenants  # per-namespace limits: a pass checks a namespace's fair share
         self._nodes_seen: set[str] = set(cache.nodes)  # to tell a node added from a re-list's replay
         self._capacity_seen = cache.capacity_version
+        self._backoffs_seen = clock()  # backoffs ending up to this time were looked at
         self._closed = False
         self._full_prune = time.monotonic()  # the last full prune (a cost bound, not a timer: real time)
         self._thread: threading.Thread | None = None
@@ -91,7 +92,7 @@ class Requeue:
     def _loop(self) -> None:
         swept = self.clock()
         while not self._closed:
-            woken = self.inbox.woken.wait(timeout=SWEEP_INTERVAL)
+            woken = self.inbox.woken.wait(timeout=self._next_wake(swept))
             self.inbox.woken.clear()
             try:
                 if self.clock() - swept >= SWEEP_INTERVAL:
@@ -102,6 +103,7 @@ class Requeue:
                 if full:
                     self._full_prune = time.monotonic()
                 self.prune(full)  # deletions noted, and (full) what a re-list dropped without an event
+                self.requeue_ended_backoffs()
                 if not woken:
                     continue
                 self.pass_once()
@@ -265,14 +267,37 @@ class Requeue:
         record = self.cache.pods.get(uid)
         return None if record is None else not record.pod.node and record.active
 
-    def requeue_fitting(self) -> None:
-        """Room appeared: touch one pending member of each group backing off that now fits — of
-        each namespace's, at most its fair share per pass (tenants.py), so a namespace's 10,000
-        failed groups cost what 8 do; the rest wait for the next pass or their backoff."""
+    def _next_wake(self, swept: float) -> float:
+        """Seconds the thread may sleep unwoken: until the next sweep or the next end of a group's
+        backoff, whichever comes first."""
+        now = self.clock()
+        with self.lock:
+            ends = [a.retry_at for a in self.queue.failed.values() if a.retry_at > self._backoffs_seen]
+        return max(0.05, min([SWEEP_INTERVAL - (now - swept)] + [end - now for end in ends]))
+
+    def requeue_ended_backoffs(self) -> None:
+        """Groups whose backoff ended since the last look and that fit now: touch one pending
+        member each. kube-scheduler keeps a pod phalanx turned away aside until a cluster event
+        (or its own flush after minutes): a gang that backed off after its plans timed out at the
+        barrier — members cut off from phalanx by the network, say — with nothing else changing
+        in the cluster would otherwise wait that long although it fits."""
+        now = self.clock()
+        with self.lock:
+            ended = [k for k, a in self.queue.failed.items() if self._backoffs_seen < a.retry_at <= now]
+            self._backoffs_seen = now
+        if ended:
+            self.requeue_fitting(ended)
+
+    def requeue_fitting(self, keys: list[str] | None = None) -> None:
+        """Room appeared (or, with ``keys``, those groups' backoff ended): touch one pending member
+        of each group backing off that now fits — of each namespace's, at most its fair share per
+        pass (tenants.py), so a namespace's 10,000 failed groups cost what 8 do; the rest wait for
+        the next pass or their backoff."""
         work = []
         with self.lock:  # inputs under the lock, solves off it (a stale answer costs one touch)
-            self._capacity_seen = self.cache.capacity_version
-            failed = list(self.queue.failed)
+            if keys is None:
+                self._capacity_seen = self.cache.capacity_version
+            failed = list(self.queue.failed) if keys is None else [k for k in keys if k in self.queue.failed]
             checked = self.tenants.share.take(failed)
             if len(checked) < len(failed):
                 self.planner.metrics.namespace_limited.labels(limit="retries").inc(len(failed) - len(checked))

@@ -21,7 +21,7 @@ class ApiServer:
     records what it was sent."""
 
     def __init__(self) -> None:
-        self.answers: dict[str, list[tuple[int, str, bytes]]] = {}
+        self.answers: dict[str, list[tuple[int, str, bytes, dict[str, str]]]] = {}
         self.seen: list[dict] = []
         server = self
 
@@ -34,9 +34,12 @@ class ApiServer:
                                     "content_type": self.headers.get("Content-Type"),
                                     "authorization": self.headers.get("Authorization"),
                                     "body": json.loads(body) if body else None})
-                status, content_type, payload = (server.answers.get(url.path) or [(200, "application/json", b"")]).pop(0)
+                status, content_type, payload, headers = (
+                    server.answers.get(url.path) or [(200, "application/json", b"", {})]).pop(0)
                 self.send_response(status)
                 self.send_header("Content-Type", content_type)
+                for key, value in headers.items():
+                    self.send_header(key, value)
                 self.send_header("Content-Length", str(len(payload)))
                 self.end_headers()
                 self.wfile.write(payload)
@@ -49,10 +52,11 @@ class ApiServer:
         self.http = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.http.serve_forever, daemon=True).start()
 
-    def answer(self, path: str, status: int = 200, body: object = None, text: str | None = None) -> None:
+    def answer(self, path: str, status: int = 200, body: object = None, text: str | None = None,
+               headers: dict[str, str] | None = None) -> None:
         payload = text.encode() if text is not None else json.dumps(body).encode() if body is not None else b""
         self.answers.setdefault(path, []).append((status, "text/plain" if text is not None else "application/json",
-                                                  payload))
+                                                  payload, headers or {}))
 
 
 @pytest.fixture
@@ -162,3 +166,44 @@ def test_the_token_check_runs_at_most_once_per_interval_and_requests_still_carry
     kube.get("/api/v1/pods")
     assert checks == [100.0, 100.0 + kube_module.TOKEN_CHECK_SECONDS]
     assert [s["authorization"] for s in api.seen] == ["Bearer secret-token"] * 5
+
+
+TOO_MANY = {"kind": "Status", "code": 429, "reason": "TooManyRequests", "message": "too many requests"}
+
+
+def test_a_429_with_retry_after_is_retried_after_the_wait_and_the_write_lands_once(api, kube):
+    """client-go's rule: a throttled answer naming Retry-After is tried again after that many
+    seconds; the body is sent again, whole."""
+    waits: list[float] = []
+    kube.sleep = waits.append
+    path = "/api/v1/namespaces/ns/pods/p"
+    api.answer(path, 429, TOO_MANY, headers={"Retry-After": "2"})
+    api.answer(path, 503, {"kind": "Status", "code": 503}, headers={"Retry-After": "1"})
+    api.answer(path, 200, {"metadata": {"name": "p"}})
+    assert kube.patch(path, {"metadata": {"annotations": {"a": "b"}}}) == {"metadata": {"name": "p"}}
+    assert waits == [2, 1] and kube.throttled == 2
+    assert [s["body"] for s in api.seen] == [{"metadata": {"annotations": {"a": "b"}}}] * 3
+
+
+def test_throttling_gives_up_after_client_gos_ten_retries(api, kube):
+    waits: list[float] = []
+    kube.sleep = waits.append
+    path = "/api/v1/namespaces/ns/events"
+    for _ in range(12):
+        api.answer(path, 429, TOO_MANY, headers={"Retry-After": "1"})
+    with pytest.raises(KubeError) as err:
+        kube.create(path, {"kind": "Event"})
+    assert err.value.status == 429 and len(waits) == 10 and len(api.seen) == 11
+
+
+@pytest.mark.parametrize("status, headers", [(429, {}), (429, {"Retry-After": "soon"}), (409, {"Retry-After": "1"}),
+                                             (500, {})])
+def test_no_retry_without_an_integer_retry_after_on_a_429_or_5xx(api, kube, status, headers):
+    """A PDB-blocked eviction is a 429 without Retry-After: refused at once, as client-go does."""
+    waits: list[float] = []
+    kube.sleep = waits.append
+    path = "/api/v1/namespaces/ns/pods/p/eviction"
+    api.answer(path, status, {"kind": "Status", "code": status}, headers=headers)
+    with pytest.raises(KubeError) as err:
+        kube.create(path, {"kind": "Eviction"})
+    assert err.value.status == status and waits == [] and len(api.seen) == 1

@@ -84,3 +84,34 @@ def test_a_write_that_raises_anything_else_is_dropped_and_the_worker_lives():
     d.submit(Write("pg", "event", lambda: written.append(1)))
     assert d.flush(timeout=5) and written == [1] and count(metrics, "failed", "event") == 1
     d.close()
+
+
+def test_a_throttled_or_unreachable_api_server_loses_no_write():
+    """429s, 5xx and lost connections are retried past ``max_attempts`` until the write lands (a
+    refusal such as 404 still gives up after ``max_attempts``)."""
+    clock, metrics, landed, tries = Clock(), CycleMetrics(), [], {"status": 0, "event": 0, "gone": 0}
+    failures = [WriteError("throttled", 429, "TooManyRequests"), WriteError("transport error", 0),
+                WriteError("unavailable", 503)] * 4
+
+    def throttled(kind):
+        tries[kind] += 1
+        if tries[kind] <= len(failures):
+            raise failures[tries[kind] - 1]
+        landed.append(kind)
+
+    def gone():
+        tries["gone"] += 1
+        raise WriteError("not found", 404, "NotFound")
+
+    d = Dispatcher(clock, metrics, max_attempts=3, backoff=0.5, max_backoff=2.0)
+    d.submit(Write("PodGroup/ns/a", "status", lambda: throttled("status")))
+    d.submit(Write("PodGroup/ns/a", "event", lambda: throttled("event")))
+    d.submit(Write("PodGroup/ns/b", "status", gone))
+    deadline = time.monotonic() + 20
+    while (len(landed) < 2 or d.pending()) and time.monotonic() < deadline:
+        clock.now += 1.0
+        time.sleep(0.02)
+    assert landed == ["status", "event"]  # in order, each after 12 failures
+    assert tries == {"status": 13, "event": 13, "gone": 3}
+    assert count(metrics, "failed", "status") == 1 and count(metrics, "failed", "event") == 0
+    d.close()

@@ -480,3 +480,85 @@ def test_a_gang_whose_binding_failed_half_way_keeps_its_recorded_nodes_until_it_
                    for p in pods)
     finally:
         cycle.close()
+
+
+# -- a slow or throttling API server and the placement record ---------------------------------------
+
+class Throttled(Exploding):
+    """The simulated cluster answering the placement record's write with 429 (Retry-After spent)."""
+
+    def annotate_podgroup(self, namespace, name, annotations):
+        if annotations.get(names.ANNOTATION_PLACEMENT):
+            raise WriteError("PATCH podgroups: HTTP 429: too many requests", 429, "TooManyRequests")
+        return self.sim.annotate_podgroup(namespace, name, annotations)
+
+
+def bound_pods(sim):
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in sim.list("Pod") if p["spec"].get("nodeName")}
+
+
+def test_a_throttled_placement_record_write_binds_nothing(sim, clock):
+    cycle = WorkloadCycle(sim.cache, Throttled(sim), barrier_timeout=5.0, clock=clock).start()
+    try:
+        pods = make_gang(sim, "t", 3)
+        errors = bind_gang(cycle, pods, plan_for(cycle, sim, pods))
+        assert len(errors) == 3 and all("could not write the placement record" in e and "429" in e for e in errors)
+        assert bound_pods(sim) == {} and cycle.plan_of("default/t") is None
+    finally:
+        cycle.close()
+
+
+def test_no_record_is_written_while_an_earlier_write_on_its_podgroup_is_still_queued(sim, clock, monkeypatch):
+    """An older record removal stuck behind a throttled API server would land after the new record
+    and leave bound members unrecorded: the record waits for it, and past the wait nothing binds."""
+    from cycle import binding
+    from cycle.dispatch import Write
+
+    monkeypatch.setattr(binding, "RECORD_FLUSH_SECONDS", 0.3)
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=5.0, clock=clock).start()
+    gate = threading.Event()
+    try:
+        pods = make_gang(sim, "q", 2)
+        planned = plan_for(cycle, sim, pods)
+        cycle.dispatcher.submit(Write("PodGroup/default/q", "annotate", lambda: gate.wait(10)))
+        errors = bind_gang(cycle, pods, planned)
+        assert len(errors) == 2 and all("still pending" in e for e in errors)
+        assert bound_pods(sim) == {}
+        assert names.ANNOTATION_PLACEMENT not in (sim.get("PodGroup", "default/q")["metadata"].get("annotations") or {})
+        gate.set()
+        assert cycle.dispatcher.flush(timeout=5)
+        assert bind_gang(cycle, pods, plan_for(cycle, sim, pods)) == []  # once it landed, the gang binds whole
+        assert len(bound_pods(sim)) == 2
+    finally:
+        gate.set()
+        cycle.close()
+
+
+def test_a_gang_that_backed_off_after_barrier_timeouts_gets_a_member_touched_when_its_backoff_ends(sim, cycle, clock):
+    """Members cut off from phalanx (a network fault) time out at the barrier until the group stops
+    re-planning and backs off; nothing else changes in the cluster. When the backoff ends and the
+    gang fits, a member is touched, so kube-scheduler retries it instead of keeping it aside."""
+    pods = make_gang(sim, "cut", 2)
+    for _ in range(3):  # the re-plan limit for barrier timeouts
+        planned = plan_for(cycle, sim, pods)
+        threads, errors = bind_in_threads(cycle, pods[:1], planned)
+        deadline = time.monotonic() + 5
+        while not cycle.metrics.barrier_waiting._value.get() and time.monotonic() < deadline:
+            time.sleep(0.01)
+        clock.now += 2.5
+        cycle.check_timers()
+        for t in threads:
+            t.join(5)
+        assert errors
+    assert "default/cut" in cycle.queue.failed  # backing off; nothing in the cluster changes
+
+    def touched():
+        return [p["metadata"]["name"] for p in sim.list("Pod")
+                if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})]
+
+    cycle.requeue.requeue_ended_backoffs()
+    assert touched() == []  # not before the backoff ends
+    clock.now = cycle.queue.failed["default/cut"].retry_at
+    cycle.requeue.requeue_ended_backoffs()
+    cycle.flush()
+    assert len(touched()) == 1 and "default/cut" not in cycle.queue.failed

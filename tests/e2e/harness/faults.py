@@ -182,10 +182,14 @@ class Rig:
         self.serve: Component | None = None
         self.scheduler: Scheduler | None = None
         self.serve_starts = 0
+        # what serve dials for the API server and kube-scheduler dials for serve ((http, grpc) port):
+        # the real ones, or a fault proxy's (harness/netfaults.py)
+        self.serve_kubeconfig = plane.admin_kubeconfig
+        self.scheduler_dials: tuple[int, int | None] | None = None
 
     # phalanx serve
     def start_serve(self) -> None:
-        argv = [sys.executable, "-m", "phalanx_cli.main", "serve", "--kubeconfig", str(self.plane.admin_kubeconfig),
+        argv = [sys.executable, "-m", "phalanx_cli.main", "serve", "--kubeconfig", str(self.serve_kubeconfig),
                 "--http-addr", f"127.0.0.1:{self.serve_port}",
                 "--grpc-addr", f"127.0.0.1:{self.grpc_port}" if self.grpc_port else "off", "--http-threads", "300",
                 "--barrier-timeout", str(self.barrier_timeout), "--plan-ttl", "30",
@@ -204,8 +208,8 @@ class Rig:
 
     # kube-scheduler
     def start_scheduler(self) -> None:
-        config = phalanx_scheduler_config(self.mode, self.serve_port, self.grpc_port, self.barrier_timeout,
-                                          self.scheduler_name)
+        http, grpc = self.scheduler_dials or (self.serve_port, self.grpc_port)
+        config = phalanx_scheduler_config(self.mode, http, grpc, self.barrier_timeout, self.scheduler_name)
         binary = MODE_BINARY[self.mode]
         # plugin mode at -v=2: the plugin logs its reservations stream ending (and reconnecting)
         self.scheduler = self.plane.start_scheduler(config, name=f"{binary}-{self.scheduler_name}", binary=binary,
@@ -813,10 +817,11 @@ def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
             shutil.rmtree(plane.workdir, ignore_errors=True)
 
 
-def run_faults(plane: ControlPlane, cfg: FaultConfig) -> tuple[dict, list[dict]]:
+def run_faults(plane: ControlPlane, cfg: FaultConfig,
+               driver: Callable[[ControlPlane, FaultConfig], FaultRun] | None = None) -> tuple[dict, list[dict]]:
     """Run ``cfg.faults`` shots on ``plane`` (which must carry a running fake kubelet); the summary
-    and one row per fault."""
-    run = FaultRun(plane, cfg)
+    and one row per fault. ``driver``: a FaultRun of another kind (harness/netfaults.py)."""
+    run = (driver or FaultRun)(plane, cfg)
     try:
         run.setup()
         summary = run.run()
