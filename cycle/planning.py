@@ -212,6 +212,7 @@ class Planner:
             placement=placement,
             placement_ms=elapsed * 1000.0,
             gang=group.policy is Policy.GANG,
+            left_out=frozenset(by_uid) - frozenset(placement.assignments),
         )
         # kube-scheduler holds them back after phalanx said "no node": retry them now
         self.inbox.nudge(self.parked.take(key, placement.assignments))

@@ -102,6 +102,8 @@ class Plan:
     error: str = ""
     members: dict[str, Pod] = field(default_factory=dict)  # pending pod uid -> its record when planned
     answered: set[str] = field(default_factory=set)  # members filter answered with their node
+    #: pending members the solve saw and left out (minCount met without them): not new members
+    left_out: frozenset[str] = frozenset()
     #: kube-scheduler's pod-group cycle writes PodGroupInitiallyScheduled (plugin mode, GenericWorkload)
     condition_by_scheduler: bool = False
     _classes: dict[str, int] | None = field(default=None, repr=False, compare=False)

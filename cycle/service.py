@@ -340,6 +340,11 @@ class WorkloadCycle:
             self._release_rejected(plan, pod)
         elif plan.state is PlanState.BINDING and plan.gang:
             return f"phalanx: podgroup {key} is binding"
+        elif plan.gang and pod.uid in plan.left_out and plan.state is PlanState.PLANNED:
+            # the solve saw it and placed minCount without it: releasing the plan for it would
+            # re-plan the same room for ever; it is placed once the gang bound, if room remains
+            return (f"phalanx: podgroup {key} is planned without {pod.key} ({len(plan.assignments)} members "
+                    "placed, minCount met); it is placed after the gang binds if room remains")
         elif plan.state in (PlanState.PLANNED, PlanState.BINDING):
             # a Basic plan's bound members stay where they are; the rest is planned with the new one
             self.planner.release(key, replans.NEW_MEMBER, f"re-plan: new member {pod.key}")

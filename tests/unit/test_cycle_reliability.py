@@ -9,12 +9,12 @@ import pytest
 from cluster import names
 from cluster.backend import WriteError
 from cluster.convert import placement_annotation
-from cycle import BindError, NamespaceLimits, PlanState, WorkloadCycle, planning
+from cycle import BindError, NamespaceLimits, PlanState, WorkloadCycle, planning, replans
 from cycle.plans import TRANSITIONS, Plan
 from extender import verbs
 
 from .k8s_objects import pod, podgroup
-from .test_cycle_learning import clock, cycle  # noqa: F401 - the fake clock and a cycle on it
+from .test_cycle_learning import clock, cycle, released  # noqa: F401 - the fake clock and a cycle on it
 from .test_cycle_service import all_nodes, condition, make_gang
 
 
@@ -562,3 +562,22 @@ def test_a_gang_that_backed_off_after_barrier_timeouts_gets_a_member_touched_whe
     cycle.requeue.requeue_ended_backoffs()
     cycle.flush()
     assert len(touched()) == 1 and "default/cut" not in cycle.queue.failed
+
+
+def test_a_member_the_plan_left_out_does_not_release_it_as_a_new_member(sim, cycle):
+    """A rack gang of 10 with minCount 8 and 8 GPUs per rack: the plan places 8 and leaves 2 out.
+    A left-out member's filter call is answered without a node and the plan stands (it used to be
+    released as a "new member" and re-planned on the same room, for ever)."""
+    pods = make_gang(sim, "big", 10, key=names.LABEL_RACK, min_count=8)
+    answers = {p["metadata"]["name"]: verbs.filter(cycle, p, all_nodes(sim)) for p in pods}
+    plan = cycle.plan_of("default/big")
+    assert plan is not None and plan.state is PlanState.PLANNED and len(plan.assignments) == 8
+    left_out = [p for p in pods if uid(p) not in plan.assignments]
+    assert len(left_out) == 2 and {uid(p) for p in left_out} == set(plan.left_out)
+    for p in left_out:
+        answer = verbs.filter(cycle, p, all_nodes(sim))
+        assert not answer.nodes and "planned without" in next(iter(answer.unresolvable.values()))
+    assert cycle.plan_of("default/big") is plan and plan.state is PlanState.PLANNED
+    assert released(cycle, replans.NEW_MEMBER) == 0
+    placed = [p for p in pods if uid(p) in plan.assignments]
+    assert all(len(answers[p["metadata"]["name"]].nodes) == 1 for p in placed)
