@@ -125,3 +125,4 @@ METRIC_PLAN_TRANSITIONS = "phalanx_plan_transitions_total"  # {to}: every plan s
 METRIC_BARRIER_HELD = "phalanx_barrier_capacity_held"  # gang members planned and not yet bound
 METRIC_DISPATCH_WRITES = "phalanx_dispatch_writes_total"  # {outcome, kind}: coalesced, retried, failed, dropped
 METRIC_DISPATCH_QUEUED = "phalanx_dispatch_queued"  # API writes waiting in the dispatcher
+METRIC_INTERNAL_ENTRIES = "phalanx_internal_entries"  # {collection}: entries of each long-lived map (cluster/sizes.py)
