@@ -19,6 +19,7 @@ SUITES = {
     "contention": "bench.contention_bench",
     "plugin": "bench.plugin_bench",
     "scheduler-perf": "bench.scheduler_perf_bench",
+    "soak": "bench.soak_bench",
 }
 
 
