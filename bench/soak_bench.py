@@ -19,21 +19,24 @@ collection of the cycle and its cache (``WorkloadCycle.sizes``, one walker over 
 filter call as the simulated kube-scheduler timed it; the extender has no PreFilter — plugin mode's
 PreFilter is timed by ``phalanx bench plugin``). Continuously: every bound gang member must be on a
 node a plan of phalanx named for it (``unplanned_bind``). Every ``rest_every`` seconds the churn
-pauses until the cluster is at rest (no plan planned or binding, no bind in flight, no binding change for
-``quiet`` s) and: no gang is partly bound (``partial_gang``) — unless it grew (scaled up: its
-running members cannot be unbound) or lost members to preemption (``disruptionMode`` single; half
-the gangs are ``all``) and its missing members have no room (counted as ``partial_no_room``); no
-unbound gang fits the free capacity (``fits_unbound``); room is counted outside the nodes phalanx's
-starvation holds keep for another gang. A rest not reached within ``rest_timeout`` is ``no_rest``.
+pauses until the cluster is at rest (no plan planned or binding, no bind in flight, no binding
+change for ``quiet`` s) and: no gang is partly bound (``partial_gang``) — unless it grew (scaled up:
+its running members cannot be unbound) or lost members to preemption (``disruptionMode`` single;
+half the gangs are ``all``) and its missing members have no room (counted as ``partial_no_room``);
+no unbound gang fits the free capacity (``fits_unbound``); room is counted outside the nodes
+phalanx's starvation holds keep for another gang. A rest not reached within ``rest_timeout`` is
+``no_rest``.
 
 Flatness, after warm-up (the first ``warmup`` fraction of the samples): the least-squares slope per
 hour, and the last third of the post-warm-up samples against the first third (means). A collection
 is *bounded* when its largest size never exceeded the largest number of live objects (pods + groups
-+ nodes) — maps keyed by pod, group or node cannot hold more unless they leak — and *flat* when its
-last-third mean is at most 25% (or 16 entries) above the first third's. At the end every unit
-is deleted and, at rest, a last sample must find every collection back to its size at the start
-(plus the nodes the run added; the node snapshot's per-shape caches, ``cycle.cache.base.*``, are
-rebuilt with the nodes and not drained): ``left_over_after_drain`` names those that are not.
++ nodes) — maps keyed by pod, group or node cannot hold more unless they leak; one with a limit of
+its own (``name<=N``) when it stayed within it — and *flat* when its last-third mean is at most 25%
+(or 16 entries) above the first third's. At the end every unit is deleted and, at rest, a last
+sample must find every collection back to its size at the start (plus the nodes the run added; the
+node snapshot's per-shape caches, ``cycle.cache.base.*``, are rebuilt with the nodes, and histories
+with a limit of their own keep the past: neither is drained): ``left_over_after_drain`` names those
+that are not.
 """
 
 from __future__ import annotations
@@ -505,7 +508,8 @@ def analyse(run: dict, warmup: float = 0.25) -> dict:
         collections[k] = {"first": round(a, 1), "last": round(b, 1), "max": max(values),
                           "slope_per_h": round(slope(values), 1),
                           "flat": b <= max(a * (1 + GROWTH), a + GROWTH_ENTRIES),
-                          "bounded": k.endswith("[*]") or max(values) <= peak_live}
+                          "bounded": max(values) <= _cap(k) if _cap(k) is not None
+                          else k.endswith("[*]") or max(values) <= peak_live}
     windows = [{"t": s["t"], "p50": s["filter_p50_ms"], "p99": s["filter_p99_ms"], "calls": s["filter_calls"]}
                for s in samples]
     rss_first, rss_last = mean(first, lambda r: r["rss_kib"]), mean(last, lambda r: r["rss_kib"])
@@ -514,7 +518,8 @@ def analyse(run: dict, warmup: float = 0.25) -> dict:
     if drained is not None:  # after the drain every collection is back to its size at the start
         base, added = samples[0]["sizes"], drained["live"]["nodes"] - samples[0]["live"]["nodes"]
         left_over = {k: {"start": base.get(k, 0), "drained": v} for k, v in drained["sizes"].items()
-                     if v > base.get(k, 0) + max(0, added) and not k.startswith(SNAPSHOT_BASE)}
+                     if v > base.get(k, 0) + max(0, added) and not k.startswith(SNAPSHOT_BASE)
+                     and _cap(k) is None}
     return {
         "samples": len(samples), "warmup_samples": start, "peak_live_objects": peak_live,
         "left_over_after_drain": left_over, "drained": drained is not None,
@@ -534,6 +539,12 @@ def analyse(run: dict, warmup: float = 0.25) -> dict:
         "violations": len(run["violations"]),
         "violation_types": _count(v["type"] for v in run["violations"]),
     }
+
+
+def _cap(key: str) -> int | None:
+    """The limit a collection declares (``name<=N``, see cluster/sizes.py), or None."""
+    head, sep, cap = key.removesuffix("[*]").rpartition("<=")
+    return int(cap) if sep and head and cap.isdigit() else None
 
 
 def _count(items: Any) -> dict[str, int]:

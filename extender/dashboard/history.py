@@ -52,6 +52,8 @@ class GroupFacts:
 
 
 class GroupHistory:
+    SIZE_CAPS = {"groups": GROUP_CAPACITY}  # the oldest group is dropped past it (cluster/sizes.py)
+
     def __init__(self, plan_of: Callable[[str], Any] = lambda key: None,
                  group_of_pod: Callable[[str], str] = lambda uid: "",
                  clock: Callable[[], float] = time.time) -> None:

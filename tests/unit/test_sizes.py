@@ -35,6 +35,19 @@ def test_walker_counts_collections_and_follows_phalanx_objects_once():
     assert "root.hidden" in sizes  # the root itself is walked whatever its class
 
 
+def test_walker_follows_listeners_and_names_limits():
+    from extender.dashboard.history import GROUP_CAPACITY, GroupHistory
+
+    history = GroupHistory()
+    root = Leaf()
+    root.__dict__.update(listeners=[history.on_cycle_event],
+                         ring=deque([1, 2, 3], maxlen=5), many=[history] * 100)
+    sizes = collection_sizes(root, "root")
+    assert sizes["root.ring<=5"] == 3
+    assert f"root.listeners[GroupHistory].groups<={GROUP_CAPACITY}" in sizes  # a bound method's object
+    assert "root.many" in sizes and not any(k.startswith("root.many[") for k in sizes)  # long lists are data
+
+
 def test_cycle_sizes_cover_its_helpers_and_are_exported():
     sim = SimCluster()
     sim.add_nodes(zones=1, racks_per_zone=1, nodes_per_rack=4)
@@ -65,6 +78,16 @@ def _sample(t: float, size: int, live: int, drained: bool = False) -> dict:
     if drained:
         row["drained"] = True
     return row
+
+
+def test_a_collection_with_a_limit_is_bounded_by_it_and_not_drained():
+    rows = [_sample(60.0 * i, 0, 40) for i in range(12)] + [_sample(800.0, 0, 0, drained=True)]
+    for i, row in enumerate(rows):
+        row["sizes"]["history<=100"] = min(100, 30 * i)
+    a = analyse({"samples": rows, "violations": []})
+    assert "history<=100" not in a["unbounded"] and a["left_over_after_drain"] == {}
+    rows[5]["sizes"]["history<=100"] = 101
+    assert analyse({"samples": rows, "violations": []})["unbounded"] == ["history<=100"]
 
 
 def test_analysis_tells_a_growing_map_from_a_flat_one():
