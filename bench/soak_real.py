@@ -248,16 +248,21 @@ class RealSoak:
         free = self._capacity() - sum(1 for p in pods if p["spec"].get("nodeName")
                                       and not p["metadata"].get("deletionTimestamp"))
         found, partial_no_room = [], 0
+
+        def no_room(partial: dict) -> bool:  # a StatefulSet scaled up or preempted, no room for the rest
+            return partial["group"] not in self.high and partial["min_count"] - len(partial["bound"]) > free
+
         for v in fr.check(pods, groups, {"kind": "churn"}):
             if v["type"] == "disruption_target" and v["pod"].rsplit("-", 1)[0] not in self.high:
                 continue  # a StatefulSet's pod preempted by a high-priority gang
-            if v["type"] == "partial_gang" and v["group"] not in self.high \
-                    and v["min_count"] - len(v["bound"]) > free:
-                partial_no_room += 1  # a StatefulSet scaled up or preempted, no room for the rest
+            if v["type"] == "partial_gang" and no_room(v):
+                partial_no_room += 1
                 continue
             found.append(v)
-        if not at_rest:
-            found.append({"type": "no_rest", "partial": fr.partial(pods, groups)})
+        # the fault suite's rest waits for no partial gang: one that waits for room keeps it from rest
+        unsettled = [p for p in fr.partial(pods, groups) if not no_room(p)]
+        if not at_rest and (unsettled or not fr.partial(pods, groups)):
+            found.append({"type": "no_rest", "partial": unsettled, "free": free})
         suspects, self.suspects = self.suspects, set()
         for g in groups:
             from harness.faults import _min_count, _owner
