@@ -20,6 +20,7 @@ SUITES = {
     "plugin": "bench.plugin_bench",
     "scheduler-perf": "bench.scheduler_perf_bench",
     "tenants": "bench.tenants_bench",
+    "soak": "bench.soak_bench",
 }
 
 

@@ -93,6 +93,20 @@ class SimulatedScheduler:
     def close(self) -> None:
         self._binder.shutdown(wait=True)
 
+    def inflight(self) -> int:
+        """Bind calls sent and not yet answered."""
+        with self._lock:
+            return len(self._inflight)
+
+    def forget(self, live: set[str]) -> None:
+        """Forget what is kept per pod and per group for pods no longer in ``live`` (uids) and
+        groups none of them names: a long run's scheduler state stays bounded."""
+        units = {self._unit(p) for p in self.sim.list("Pod") if p["metadata"]["uid"] in live}
+        for uid in set(self._retried) - live:
+            self._retried.pop(uid, None)
+        for unit in set(self._backoff) - units:
+            self._backoff.pop(unit, None)
+
     def pending(self) -> list[dict]:
         pods = [p for p in self.sim.list("Pod")
                 if not p["spec"].get("nodeName") and not p["spec"].get("schedulingGates")

@@ -197,7 +197,7 @@ class ClusterCache:
         self.pods_by_node: dict[str, set[str]] = {}
         self.pods_by_group: dict[str, set[str]] = {}
         self.pods_by_claim: dict[str, set[str]] = {}
-        self.usage: dict[str, dict[str, int]] = {}  # node -> requests of active bound pods
+        self.usage: dict[str, dict[str, int]] = {}  # node -> requests of active bound pods (nodes with some)
         # the nodes as a solver snapshot, rebuilt only when a node's record changes, and the usage
         # matrix aligned with it, kept incrementally, so a cycle's snapshot is one matrix copy
         self._base: Snapshot | None = None
@@ -424,6 +424,8 @@ class ClusterCache:
         slot[PODS] = slot.get(PODS, 0) + sign
         for r, amount in pod.spec.requests.items():
             slot[r] = slot.get(r, 0) + sign * amount
+        if slot[PODS] <= 0:  # its last active pod went: no entry, or every node name ever used stays
+            del self.usage[pod.node]
         base, used = self._base, self._used
         if base is not None and used is not None:
             i = base.index.get(pod.node)

@@ -32,6 +32,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge
 
 from cluster import apiserver, kinds, names
 from cluster.kube import KubeError, api_path
+from cluster.sizes import collection_sizes
 
 from . import lws
 from .leader import LeaderElector
@@ -381,6 +382,10 @@ class Controller:
             self.queue.add(f"{meta.namespace}/{ctrl.name}")
         elif (owner_key := lws.key_of(meta)) is not None:
             self.queue.add(owner_key)
+
+    def sizes(self) -> dict[str, int]:
+        """Entries of every long-lived collection of the controller (``cluster.sizes.collection_sizes``)."""
+        return collection_sizes(self, "controller")
 
     def kick(self, namespace: str, name: str, delay: float = 0.0) -> None:
         self.queue.add(f"{namespace}/{name}", delay)

@@ -63,7 +63,7 @@ class QueuePolicies:
         """Forget groups that no longer exist."""
         for key in list(self.bound_at):
             if key not in keys:
-                del self.bound_at[key]
+                self.bound_at.pop(key, None)  # (the requeue pass and a holds refresh both prune)
 
     def held_domain(self, key: str) -> str:
         """``key=value`` of the domain ``key`` holds, or ""."""

@@ -5,7 +5,11 @@ Each service instance owns a registry, so tests and benchmarks can run several s
 
 from __future__ import annotations
 
+from typing import Callable, Iterator
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
 
 from cluster import names
 
@@ -51,3 +55,20 @@ class CycleMetrics:
                                          "Work a per-namespace limit held back: a group not planned (plans), a "
                                          "backing-off group not checked in a requeue pass (retries)",
                                          ["limit"], registry=r)
+
+    def track_sizes(self, sizes: Callable[[], dict[str, int]]) -> None:
+        """Export ``sizes()`` (collection -> entries, see cluster/sizes.py) as a gauge, read at scrape."""
+        self.registry.register(_Sizes(sizes))
+
+
+class _Sizes(Collector):
+    def __init__(self, sizes: Callable[[], dict[str, int]]) -> None:
+        self.sizes = sizes
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(names.METRIC_INTERNAL_ENTRIES,
+                                   "Entries in each long-lived collection of phalanx serve (a leak shows as growth)",
+                                   labels=["collection"])
+        for collection, entries in sorted(self.sizes().items()):
+            family.add_metric([collection], entries)
+        yield family

@@ -242,6 +242,7 @@ class Requeue:
             for key in gone - set(live):
                 self._forget_group(key)
             self.parked.prune(live)
+            planner.policies.prune(set(live))
             self.status.prune(live)
             self.inbox.prune(live)
             self.recorded.prune(live)

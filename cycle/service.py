@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from cluster import names
 from cluster.backend import ClusterWriter
 from cluster.cache import ClusterCache
+from cluster.sizes import collection_sizes
 from solver import InvalidInput, Placement, Pod, SolveOptions, rank_candidates
 from solver.model import PODS
 
@@ -163,6 +164,12 @@ class WorkloadCycle:
                                self.replans, self.inbox, self.heap, clock, self.tenants)
         # gangs of these profiles planned before they ask
         self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead)
+        self.metrics.track_sizes(self.sizes)
+
+    def sizes(self) -> dict[str, int]:
+        """Entries of every long-lived collection of the cycle, its cache and its helpers
+        (``cluster.sizes.collection_sizes``): what a soak watches for leaks."""
+        return collection_sizes(self, "cycle")
 
     def start(self) -> "WorkloadCycle":
         """Start the cycle's threads (requeue, broken-unit evictions): ``phalanx serve`` does once

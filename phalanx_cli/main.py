@@ -16,7 +16,13 @@ def _bench(args: argparse.Namespace) -> int:
         raise SystemExit(f"phalanx bench {args.suite}: --workloads is for scheduler-perf only")
     if (args.trace or args.cluster) and args.suite != "trace":
         raise SystemExit(f"phalanx bench {args.suite}: --trace and --cluster are for trace only")
+    if (args.duration or args.real) and args.suite != "soak":
+        raise SystemExit(f"phalanx bench {args.suite}: --duration and --real are for soak only")
+    if args.duration is not None and args.duration <= 0:
+        raise SystemExit("phalanx bench soak: --duration must be a positive number of minutes")
     extra: dict = {"workloads_arg": args.workloads} if args.suite == "scheduler-perf" else {}
+    if args.suite == "soak":
+        extra = {"duration": args.duration * 60 if args.duration else None, "real": args.real}
     if args.trace or args.cluster:
         extra.update(_given_trace(args.trace, args.cluster))
     return module.main(quick=args.quick, json_path=args.json, seeds=args.seeds, **extra)
@@ -175,10 +181,8 @@ def _add_namespace_limits(serve: argparse.ArgumentParser) -> None:
                             f"pass, in turn (default {DEFAULT_MAX_RETRIES}; 0: no limit)")
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="phalanx", description="All-or-nothing PodGroup placement for Kubernetes.")
-    sub = parser.add_subparsers(dest="command", required=True)
-
+def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> None:
+    """``phalanx bench``'s arguments."""
     bench = sub.add_parser("bench", help="run a benchmark suite")
     from bench import SUITES
 
@@ -193,7 +197,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "shipped ones, every policy at 70, 90 and 110%% offered load")
     bench.add_argument("--cluster", metavar="RACKSxNODES|pai",
                        help="trace: the cluster for --trace (racks of 8-GPU nodes, e.g. 2x8; or pai)")
+    bench.add_argument("--duration", type=float, metavar="MINUTES",
+                       help="soak: how long to churn (default: 60 full, 5 quick)")
+    bench.add_argument("--real", action="store_true",
+                       help="soak: on the real loopback control plane of the e2e tests, not the simulated cluster")
     bench.set_defaults(func=_bench)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="phalanx", description="All-or-nothing PodGroup placement for Kubernetes.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    _add_bench(sub)
 
     serve = sub.add_parser("serve", help="run the cache, the workload-cycle service and the HTTP extender")
     serve.add_argument("--kubeconfig", metavar="PATH",

@@ -52,6 +52,10 @@ class GroupFacts:
 
 
 class GroupHistory:
+    # most entries each map keeps (cluster/sizes.py): the oldest group is dropped past the limit;
+    # plans are counted per solver path, of which there are a handful
+    SIZE_CAPS = {"groups": GROUP_CAPACITY, "paths": 16}
+
     def __init__(self, plan_of: Callable[[str], Any] = lambda key: None,
                  group_of_pod: Callable[[str], str] = lambda uid: "",
                  clock: Callable[[], float] = time.time) -> None:
