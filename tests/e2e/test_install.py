@@ -35,7 +35,6 @@ import pytest
 import yaml
 from harness import (
     ControlPlane,
-    FakeKubelet,
     MissingBinaries,
     create,
     create_node,
@@ -83,12 +82,9 @@ def plane(request):
         pytest.fail(str(err), pytrace=False)
     workdir = Path(tempfile.mkdtemp(prefix="phalanx-e2e-install-"))
     control_plane = ControlPlane(workdir, binaries).start()
-    kubelet = FakeKubelet(control_plane.rest)
-    kubelet.start()
     try:
         yield control_plane
     finally:
-        kubelet.stop()
         control_plane.stop()
         release_workdir(workdir, bool(request.session.testsfailed), "phalanx e2e install")
 

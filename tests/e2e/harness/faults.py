@@ -65,7 +65,7 @@ from cluster.kube import KubeError
 
 from .binaries import locate
 from .controlplane import MODE_BINARY, ControlPlane, Scheduler, _insecure_get, phalanx_scheduler_config
-from .kubelet import RACK, FakeKubelet, create_node, delete_node
+from .nodes import RACK, create_node, delete_node
 from .objects import SCHEDULING_API, pod, podgroup, statefulset
 from .process import Component, free_port
 
@@ -793,18 +793,14 @@ def summarize(rows: list[dict]) -> dict:
 
 @contextmanager
 def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
-    """A control plane of its own, with a fake kubelet (a fault run kills its API server). Its work
+    """A control plane of its own, with KWOK (a fault run kills its API server). Its work
     directory is removed afterwards unless ``plane.keep_logs`` was set or PHALANX_E2E_KEEP=1."""
     plane = ControlPlane(Path(tempfile.mkdtemp(prefix=prefix)), locate())
     plane.keep_logs = os.environ.get("PHALANX_E2E_KEEP") == "1"
     try:
         plane.start()
-        plane.fake_kubelet = FakeKubelet(plane.rest)
-        plane.fake_kubelet.start()
         yield plane
     finally:
-        if plane.fake_kubelet is not None:
-            plane.fake_kubelet.stop()
         plane.stop()
         if plane.keep_logs:
             sys.stderr.write(f"\nphalanx faults: logs kept in {plane.workdir}/logs\n")
@@ -813,7 +809,7 @@ def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
 
 
 def run_faults(plane: ControlPlane, cfg: FaultConfig) -> tuple[dict, list[dict]]:
-    """Run ``cfg.faults`` shots on ``plane`` (which must carry a running fake kubelet); the summary
+    """Run ``cfg.faults`` shots on ``plane`` (a ``fault_control_plane``); the summary
     and one row per fault."""
     run = FaultRun(plane, cfg)
     try:

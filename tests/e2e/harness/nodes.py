@@ -1,31 +1,31 @@
-"""Nodes without kubelets.
+"""The e2e control plane's nodes: Node objects that KWOK (``kwok.py``) plays.
 
 ``node()`` builds a Node; ``create_node`` creates it and sets its status (capacity, allocatable,
-Ready) through the status subresource, as a kubelet would on registration. ``FakeKubelet`` is a
-background thread that plays the kubelet's part for pods bound to any node: it marks them Running
-and Ready (so OrderedReady StatefulSets progress) and finishes their graceful deletion (so
-deletions, garbage collection and preemption complete).
+Ready) through the status subresource, as a kubelet would on registration. Every node carries
+``E2E_NODE_LABEL``, the label KWOK manages nodes by: it renews their Leases, makes the pods bound
+to them Running and Ready and finishes their graceful deletion. ``set_not_ready`` has KWOK take a
+node NotReady; ``deletions_held`` keeps chosen pods terminating.
 """
 
 from __future__ import annotations
 
 import datetime as _dt
 import itertools
-import logging
-import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping
 
-from cluster.kube import STRATEGIC_MERGE_PATCH, Kube, KubeError
-
-log = logging.getLogger(__name__)
+from cluster.kube import Kube, KubeError
 
 ZONE = "topology.kubernetes.io/zone"
 RACK = "topology.kubernetes.io/rack"  # not a well-known label; KEP-6277 uses it anyway
 GPU = "nvidia.com/gpu"
 
+# KWOK manages the nodes with this label (and only those); the other two steer its stages.
+E2E_NODE_LABEL = "phalanx.dev/e2e-node"
+NOT_READY_LABEL = "phalanx.dev/e2e-node-not-ready"
+HOLD_DELETION_LABEL = "phalanx.dev/e2e-hold-deletion"
+
 _node_ips = itertools.count(1)
-_pod_ips = itertools.count(1)
 
 
 def _now() -> str:
@@ -42,7 +42,7 @@ def node(name: str, cpu: str | int = "8", memory: str = "32Gi", pods: int = 110,
          extra_resources: Mapping[str, str] | None = None) -> dict:
     """A Node object with its status (capacity == allocatable) filled in."""
     all_labels = {"kubernetes.io/hostname": name, "kubernetes.io/os": "linux",
-                  "kubernetes.io/arch": "amd64", "phalanx.dev/e2e-node": "true"}
+                  "kubernetes.io/arch": "amd64", E2E_NODE_LABEL: "true"}
     if zone:
         all_labels[ZONE] = zone
     if rack:
@@ -57,7 +57,7 @@ def node(name: str, cpu: str | int = "8", memory: str = "32Gi", pods: int = 110,
                    "lastHeartbeatTime": now, "lastTransitionTime": now}
                   for t in ("MemoryPressure", "DiskPressure", "PIDPressure")]
     conditions.append({"type": "Ready", "status": "True", "reason": "KubeletReady",
-                       "message": "phalanx e2e node (no kubelet)",
+                       "message": "phalanx e2e node (KWOK)",
                        "lastHeartbeatTime": now, "lastTransitionTime": now})
     spec: dict[str, Any] = {}
     if taints:
@@ -73,7 +73,7 @@ def node(name: str, cpu: str | int = "8", memory: str = "32Gi", pods: int = 110,
             "addresses": [{"type": "InternalIP", "address": _ip(1, next(_node_ips))},
                           {"type": "Hostname", "address": name}],
             "nodeInfo": {"architecture": "amd64", "operatingSystem": "linux",
-                         "kubeletVersion": "v0.0.0-phalanx-e2e", "containerRuntimeVersion": "fake://0",
+                         "kubeletVersion": "v0.0.0-phalanx-e2e", "containerRuntimeVersion": "kwok",
                          "kernelVersion": "", "osImage": "", "kubeProxyVersion": "",
                          "machineID": "", "systemUUID": "", "bootID": ""},
         },
@@ -87,7 +87,7 @@ def create_node(rest: Kube, name: str, **kwargs: Any) -> dict:
     rest.create("/api/v1/nodes", body)
     rest.patch(f"/api/v1/nodes/{name}/status", {"status": status})
     # The TaintNodesByCondition admission plugin adds node.kubernetes.io/not-ready on create; the
-    # node lifecycle controller (off here: no heartbeats) would lift it once Ready. Lift it now.
+    # node lifecycle controller lifts it once it saw the node Ready. Lift it now, as it would.
     return rest.patch(f"/api/v1/nodes/{name}", {"spec": {"taints": body["spec"].get("taints")}})
 
 
@@ -95,85 +95,27 @@ def delete_node(rest: Kube, name: str) -> None:
     rest.delete(f"/api/v1/nodes/{name}", missing_ok=True)
 
 
-def _ready(pod: dict) -> bool:
-    return any(c.get("type") == "Ready" and c.get("status") == "True"
-               for c in pod.get("status", {}).get("conditions") or [])
+def set_not_ready(rest: Kube, name: str, not_ready: bool = True) -> None:
+    """Have KWOK take the node NotReady (its Ready condition False, as a kubelet reporting a failed
+    node would), or bring it back; the node lifecycle controller then taints it and the taint
+    eviction controller evicts what does not tolerate the taint."""
+    rest.patch(f"/api/v1/nodes/{name}", {"metadata": {"labels": {NOT_READY_LABEL: "true" if not_ready else None}}})
 
 
-def running_status(pod: dict, ip: str, host_ip: str) -> dict:
-    now = _now()
-    containers = pod["spec"].get("containers") or []
-    return {
-        "phase": "Running", "podIP": ip, "podIPs": [{"ip": ip}], "hostIP": host_ip,
-        "hostIPs": [{"ip": host_ip}], "startTime": now,
-        "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
-                       for t in ("PodScheduled", "Initialized", "PodReadyToStartContainers",
-                                 "ContainersReady", "Ready")],
-        "containerStatuses": [{
-            "name": c["name"], "image": c.get("image", ""), "imageID": "",
-            "containerID": f"fake://{pod['metadata']['uid']}/{c['name']}",
-            "ready": True, "started": True, "restartCount": 0,
-            "state": {"running": {"startedAt": now}},
-        } for c in containers],
-    }
-
-
-class FakeKubelet(threading.Thread):
-    """Polls bound pods; Running+Ready for new ones, immediate removal for terminating ones."""
-
-    def __init__(self, rest: Kube, interval: float = 0.25):
-        super().__init__(name="phalanx-e2e-fake-kubelet", daemon=True)
-        self.rest, self.interval = rest, interval
-        self._halt = threading.Event()
-        self._hold_deletions = threading.Event()
-        self.errors: list[str] = []
-
-    @contextmanager
-    def deletions_held(self) -> Iterator[None]:
-        """Leave terminating pods terminating meanwhile (to observe e.g. preemption victims)."""
-        self._hold_deletions.set()
-        try:
-            yield
-        finally:
-            self._hold_deletions.clear()
-
-    def stop(self) -> None:
-        self._halt.set()
-        self.join(10)
-
-    def run(self) -> None:
-        while not self._halt.wait(self.interval):
+@contextmanager
+def deletions_held(rest: Kube, held: Iterable[dict]) -> Iterator[None]:
+    """Leave the ``held`` pods terminating when they are deleted meanwhile (to observe e.g.
+    preemption victims): KWOK finishes no deletion of a pod that carries ``HOLD_DELETION_LABEL``."""
+    keys = [(p["metadata"]["namespace"], p["metadata"]["name"]) for p in held]
+    for ns, name in keys:
+        rest.patch(f"/api/v1/namespaces/{ns}/pods/{name}", {"metadata": {"labels": {HOLD_DELETION_LABEL: "true"}}})
+    try:
+        yield
+    finally:
+        for ns, name in keys:
             try:
-                self.sync_once()
-            except Exception as err:  # keep playing kubelet; record for the test logs
-                self.errors.append(repr(err))
-                log.warning("fake kubelet: %r", err)
-
-    def sync_once(self) -> None:
-        pods = self.rest.list_items("/api/v1/pods", fieldSelector="spec.nodeName!=")
-        host_ips: dict[str, str] = {}
-        for pod in pods:
-            meta = pod["metadata"]
-            ns, name = meta["namespace"], meta["name"]
-            try:
-                if meta.get("deletionTimestamp"):
-                    if self._hold_deletions.is_set():
-                        continue
-                    # What a kubelet does once containers are gone: the final, grace-0 delete.
-                    self.rest.delete(f"/api/v1/namespaces/{ns}/pods/{name}",
-                                     {"gracePeriodSeconds": 0, "preconditions": {"uid": meta["uid"]}}, missing_ok=True)
-                elif pod.get("status", {}).get("phase") in ("Pending", None) or not _ready(pod):
-                    if pod.get("status", {}).get("phase") in ("Succeeded", "Failed"):
-                        continue
-                    node_name = pod["spec"]["nodeName"]
-                    if node_name not in host_ips:
-                        n = self.rest.get_or_none(f"/api/v1/nodes/{node_name}") or {}
-                        addrs = n.get("status", {}).get("addresses") or []
-                        host_ips[node_name] = next((a["address"] for a in addrs
-                                                    if a["type"] == "InternalIP"), "10.1.0.1")
-                    status = running_status(pod, _ip(244, next(_pod_ips)), host_ips[node_name])
-                    self.rest.patch(f"/api/v1/namespaces/{ns}/pods/{name}/status", {"status": status},
-                                    content_type=STRATEGIC_MERGE_PATCH)
+                rest.patch(f"/api/v1/namespaces/{ns}/pods/{name}",
+                           {"metadata": {"labels": {HOLD_DELETION_LABEL: None}}})
             except KubeError as err:
-                if err.status not in (404, 409):  # gone or changed meanwhile: next round
+                if err.status != 404:
                     raise
