@@ -22,6 +22,8 @@ with companion gangs and plain pods racing for the same room, wait for the chose
 - ``controller``: the controller's leader stopped without releasing its Lease (the harness runs
   the controller in-process, so a crash is a stop that leaves the Lease to expire) while a gang
   StatefulSet scales; a new replica takes over.
+- ``node-deleted``, ``node-notready``: a node lost under a running ``disruptionMode: all`` gang
+  (``node_faults.py``): the gang must go whole and, re-created, bind whole within a bound.
 
 The moments (phases) are read from the victim gang's state at the kill: ``before`` (pods exist, no
 plan seen), ``planned`` (phalanx's ``Planned`` event seen: members are arriving at the barrier),
@@ -72,7 +74,7 @@ from .process import Component, free_port
 ROOT = Path(__file__).resolve().parents[3]
 PLACEMENT = "scheduling.phalanx.dev/placement"
 UNIT_LABEL = "faults.phalanx.dev/unit"
-KINDS = ("serve", "scheduler", "apiserver", "controller")
+KINDS = ("serve", "scheduler", "apiserver", "controller", "node-deleted", "node-notready")  # node-*: node_faults.py
 PHASES = ("before", "planned", "recorded", "binding", "bound")
 VIOLATIONS = ("partial_gang", "unplanned_node", "unrecorded_bind", "lost_pod", "disruption_target", "crash",
               "controller")
@@ -83,7 +85,8 @@ class FaultConfig:
     seed: int = 0
     faults: int = 8
     kinds: dict[str, float] = field(default_factory=lambda: {"serve": 0.5, "scheduler": 0.25, "apiserver": 0.1,
-                                                             "controller": 0.15})
+                                                             "controller": 0.15,
+                                                             "node-deleted": 0.08, "node-notready": 0.08})
     sequence: tuple[str, ...] = ()  # kinds of the first shots, in order (then drawn from ``kinds``)
     phases: tuple[str, ...] = ()  # the moments of the first shots' kills, in order (then drawn)
     mode: str = "extender"  # or "plugin": phalanx-scheduler with the framework plugin
@@ -811,7 +814,9 @@ def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
 def run_faults(plane: ControlPlane, cfg: FaultConfig) -> tuple[dict, list[dict]]:
     """Run ``cfg.faults`` shots on ``plane`` (a ``fault_control_plane``); the summary
     and one row per fault."""
-    run = FaultRun(plane, cfg)
+    from .node_faults import NodeLossRun  # FaultRun with the node-loss kinds
+
+    run = NodeLossRun(plane, cfg)
     try:
         run.setup()
         summary = run.run()
