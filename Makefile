@@ -52,6 +52,7 @@ e2e: install
 	bash hack/build-tools.sh
 	bash hack/build-lws.sh
 	bash hack/build-toxiproxy.sh
+	bash hack/build-kwok.sh
 	bash hack/build-plugin.sh
 	bash hack/build-scheduler-perf.sh >/dev/null
 	$(PY) -m pytest tests/e2e -q

@@ -4,9 +4,11 @@ On the loopback control plane of the e2e tests (build it with ``hack/build-k8s.s
 serve`` as a process, kube-scheduler with the shipped extender configuration, the controller and
 its webhooks in-process. Each fault is a SIGKILL (phalanx serve, kube-scheduler, kube-apiserver) or
 a leader crash (controller) at a moment read from the API (before the plan, at the barrier, after
-the placement record, after k of N pods bound, after all), then a bounded wait for rest and the
-invariants: no partial gang, no pod on a node no placement record named, no pod lost, no
-DisruptionTarget, no component crashed. The driver is ``tests/e2e/harness/faults.py`` (shared with
+the placement record, after k of N pods bound, after all), or a node lost under a running
+``disruptionMode: all`` gang (deleted, or taken NotReady by KWOK), then a bounded wait for rest and
+the invariants: no partial gang, no pod on a node no placement record named, no pod lost, no
+DisruptionTarget, no component crashed; after a node loss, the gang gone whole within 30 s and,
+re-created, bound whole within 60 s. The driver is ``tests/e2e/harness/faults.py`` (shared with
 ``tests/e2e/test_faults.py``). ``PHALANX_FAULT_SEED`` sets the first seed (default 0); a violation
 names its seed and fault index.
 
@@ -89,6 +91,9 @@ def markdown(rows: list[dict]) -> str:
     what = {"serve": "SIGKILL phalanx serve, restart", "scheduler": "SIGKILL kube-scheduler, restart",
             "apiserver": "SIGKILL kube-apiserver mid-barrier, restart",
             "controller": "controller leader crash mid-scale (Lease left to expire)", **NET_WHAT}
+    node_loss = {"node-deleted": "Node deleted under a running all gang (re-created after)",
+                 "node-notready": "node NotReady (KWOK) under a running all gang, taint eviction"}
+    what, kinds = {**what, **node_loss}, kinds + tuple(node_loss)
     lines = ["| fault | injected | at phase | gangs | not at rest | violations |",
              "|---|---:|---|---:|---:|---:|"]
     for kind, mode in [(k, m) for k in kinds for m in ("extender", "plugin", None)]:

@@ -1,7 +1,7 @@
 """``phalanx bench soak --real``: the soak on the real loopback control plane of the e2e tests.
 
 The control plane of the fault suite (``tests/e2e/harness/faults.py``: etcd, kube-apiserver,
-kube-controller-manager with the real StatefulSet controller, a fake kubelet that runs bound pods),
+kube-controller-manager with the real StatefulSet controller, KWOK running bound pods),
 ``phalanx serve`` as a process with kube-scheduler calling it as its extender (the shipped
 configuration), phalanx's StatefulSet controller and webhooks in this process. Nothing is killed;
 the churn is: gang StatefulSets (priority class ``soak-low``) created, scaled and deleted through
@@ -100,7 +100,7 @@ class RealSoak:
         return result
 
     def run_on(self, plane: Any) -> dict:
-        """The soak on ``plane`` (a control plane with a running fake kubelet, nothing else on it)."""
+        """The soak on ``plane`` (a control plane with KWOK running its nodes, nothing else on it)."""
         sys.path.insert(0, str(E2E))
         from harness import priority_class
         from harness.faults import FaultConfig, FaultRun

@@ -18,9 +18,11 @@ PodDisruptionBudget; when the plan had to accept a violation they are deleted in
 the ``DisruptionTarget`` / ``PreemptionByScheduler`` condition.
 
 A broken ``all`` unit — a live member that *newly* carries ``DisruptionTarget`` (evicted or
-preempted by anyone, kube-scheduler included) — loses its remaining members too, so its capacity
-really returns. "Newly" is a transition seen in the event stream: the previous record of that uid
-was live, not terminating and without the condition. A re-list or restart replays every pod as
+preempted by anyone, kube-scheduler included, or evicted by the taint eviction controller from a
+NotReady node), or a live member whose Node is deleted — loses its remaining members too, so its
+capacity really returns and its owner re-creates it whole. "Newly" is a transition seen in the
+event stream: the previous record of that uid was live, not terminating and without the
+condition. A re-list or restart replays every pod as
 ADDED: a pod first seen already disrupted, a finished pod, or one that was terminating before it
 got the condition never breaks a unit. The rest go through the Eviction API (PDBs respected); a
 refusal is a Warning event on the PodGroup and a retry with backoff, never a plain delete.
@@ -255,9 +257,19 @@ class GroupPreemption:
                 self._intact.discard(event.key)
                 if event.key in self._nominated:
                     self._member_gone(event.key)
+        elif event.kind == "Node" and event.deleted:
+            for group in self._groups_on_node(event.key):
+                self._broken.put(group)
         elif record is not None and record.pod.group:
             if self._newly_disrupted(record):
                 self._broken.put(record.pod.group)
+
+    def _groups_on_node(self, node: str) -> set[str]:
+        """The groups with a live member bound to ``node`` (a Node just deleted: those members are
+        lost with it, whatever removes their pods later)."""
+        pods = self.cache.pods
+        return {pods[uid].pod.group for uid in self.cache.pods_by_node.get(node, ())
+                if uid in pods and pods[uid].pod.group and pods[uid].active and not pods[uid].terminating}
 
     def _victim_gone(self, uid: str) -> None:
         """A pod was deleted or finished: a nomination left without live victims is noted for

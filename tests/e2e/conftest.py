@@ -1,6 +1,6 @@
 """pytest fixtures for phalanx's e2e tests against a real loopback control plane.
 
-Session: ``control_plane`` (etcd + kube-apiserver + kube-controller-manager + fake kubelet),
+Session: ``control_plane`` (etcd + kube-apiserver + kube-controller-manager + KWOK),
 ``rest`` (admin REST client). Module: ``start_scheduler(config, feature_gates=...)`` starts a
 kube-scheduler that is stopped when the module ends. Function: ``namespace`` (fresh, deleted
 afterwards), ``nodes`` (a NodePool whose nodes are deleted afterwards).
@@ -27,7 +27,6 @@ from harness import (  # noqa: E402
     MODE_BINARY,
     PHALANX_MODES,
     ControlPlane,
-    FakeKubelet,
     MissingBinaries,
     Scheduler,
     create_node,
@@ -71,13 +70,9 @@ def control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         plane.start()
     except Exception as err:
         pytest.fail(f"control plane did not start (logs in {workdir}/logs): {err}", pytrace=False)
-    kubelet = FakeKubelet(plane.rest)
-    kubelet.start()
-    plane.fake_kubelet = kubelet
     try:
         yield plane
     finally:
-        kubelet.stop()
         plane.stop()
         release_workdir(workdir, bool(request.session.testsfailed))
 
@@ -89,7 +84,7 @@ CRDS = Path(__file__).resolve().parents[2] / "scheduler-config" / "crds"
 def crd_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
     """A second control plane as most clusters in the field are: ``GenericWorkload`` off, so
     ``scheduling.k8s.io`` Workloads and PodGroups are not served, and phalanx's CRDs applied from
-    ``scheduler-config/crds/`` (its own fake kubelet as ``.fake_kubelet``)."""
+    ``scheduler-config/crds/`` (its own KWOK)."""
     import yaml
 
     try:
@@ -103,8 +98,6 @@ def crd_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
         plane.start()
     except Exception as err:
         pytest.fail(f"CRD-flavor control plane did not start (logs in {workdir}/logs): {err}", pytrace=False)
-    plane.fake_kubelet = FakeKubelet(plane.rest)
-    plane.fake_kubelet.start()
     try:
         for crd in sorted(CRDS.glob("*.scheduling.phalanx.dev.yaml")):
             plane.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(crd.read_text()))
@@ -112,15 +105,8 @@ def crd_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
             "/apis/scheduling.phalanx.dev/v1beta1") or {}).get("resources", [])}, 60, "phalanx's CRDs served")
         yield plane
     finally:
-        plane.fake_kubelet.stop()
         plane.stop()
         release_workdir(workdir, bool(request.session.testsfailed), "phalanx e2e: CRD-flavor control plane")
-
-
-@pytest.fixture(scope="session")
-def fake_kubelet(control_plane: ControlPlane) -> FakeKubelet:
-    """The loop playing kubelet for bound pods; ``with fake_kubelet.deletions_held(): ...``."""
-    return control_plane.fake_kubelet
 
 
 @pytest.fixture(scope="session")
@@ -161,7 +147,7 @@ def namespace(rest: Kube, request: pytest.FixtureRequest) -> Iterator[str]:
 
 
 class NodePool:
-    """Nodes created by one test (see harness.kubelet.node for the keyword arguments)."""
+    """Nodes created by one test (see harness.nodes.node for the keyword arguments)."""
 
     def __init__(self, rest: Kube):
         self.rest = rest

@@ -5,7 +5,7 @@ the real kube-apiserver. These tests check the controller's objects, not placeme
 Pods of StatefulSets with ``schedulerName: default-scheduler`` stay Pending (no scheduler of that
 name runs in this module), which keeps the evidence of the sync gate: the API server marks a pod
 created with scheduling gates ``PodScheduled=False/SchedulingGated``. Tests that need pods Running
-(OrderedReady, rolling update) use the module's kube-scheduler and the fake kubelet.
+(OrderedReady, rolling update) use the module's kube-scheduler and KWOK's nodes.
 """
 
 from __future__ import annotations

@@ -12,7 +12,7 @@ path, side by side with upstream's in-tree gang scheduling, on one control plane
   kube-scheduler with ``GenericWorkload`` and ``TopologyAwareWorkloadScheduling``.
 
 The real StatefulSet controller makes the pods and claims, the real PV controller binds them, the
-fake kubelet runs bound pods. Each case runs on its own fresh nodes and namespace; the in-tree runs
+KWOK runs bound pods. Each case runs on its own fresh nodes and namespace; the in-tree runs
 come first (so ``-x`` still leaves every in-tree row), then phalanx's. Per case: the gang is bound
 whole or not at all (at rest), every hard constraint holds on the result, phalanx binds whatever
 in-tree binds, and phalanx's soft-constraint result (distinct nodes, ScheduleAnyway skew) is at

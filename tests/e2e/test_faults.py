@@ -157,3 +157,18 @@ def test_plugin_mode_serve_down_plain_pods_schedule_and_gang_members_wait_whole(
         raise
     finally:
         rig.stop()
+
+
+@pytest.mark.parametrize("mode", ["extender", "plugin"])
+def test_node_loss_under_running_all_gangs_evicts_them_whole_and_they_come_back_whole(fault_plane, mode):
+    """The quick node-loss run (harness/node_faults.py): a running ``disruptionMode: all`` gang loses
+    a node, once deleted and once taken NotReady by KWOK; each time the gang must go whole and,
+    re-created by the test (as its owner controller would), bind whole again within the bound,
+    with the fault run's at-rest invariants after each."""
+    log: list[str] = []
+    cfg = FaultConfig(seed=3, faults=2, mode=mode, sequence=("node-deleted", "node-notready"), log=log.append)
+    summary, rows = run_faults(fault_plane, cfg)
+    assert [r["kind"] for r in rows] == ["node-deleted", "node-notready"]
+    assert_no_violations(fault_plane, cfg, rows, log)
+    assert all(r["bound_at_kill"] == r["size"] and r["evicted_s"] is not None and r["replaced_s"] is not None
+               for r in rows), "\n".join(log)

@@ -1,5 +1,5 @@
-"""The harness itself, against upstream only: the plain kube-scheduler places StatefulSets, the fake
-kubelet makes them progress, garbage collection works, and upstream's in-tree gang scheduling
+"""The harness itself, against upstream only: the plain kube-scheduler places StatefulSets, KWOK
+makes them progress and takes nodes NotReady, garbage collection works, and upstream's in-tree gang scheduling
 (GenericWorkload on the scheduler) holds a PodGroup until all of it fits."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def test_parallel_statefulset_of_5_on_8_nodes_is_all_bound(rest, namespace, node
              .get("readyReplicas") == 5, 30, "statefulset db has 5 ready replicas")
 
 
-def test_ordered_ready_statefulset_progresses_on_fake_kubelet(rest, namespace, nodes):
+def test_ordered_ready_statefulset_progresses_on_kwok(rest, namespace, nodes):
     nodes.add_many(3, prefix="ord", cpu="2")
     create(rest, statefulset("zk", 3, "OrderedReady", scheduler_name=PLAIN), namespace)
     wait_for(lambda: rest.get(path("apps/v1", "StatefulSet", namespace, "zk"))["status"]

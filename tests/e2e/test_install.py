@@ -38,7 +38,6 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness import (
     ControlPlane,
-    FakeKubelet,
     MissingBinaries,
     create,
     create_node,
@@ -88,12 +87,9 @@ def plane(request):
         pytest.fail(str(err), pytrace=False)
     workdir = Path(tempfile.mkdtemp(prefix="phalanx-e2e-install-"))
     control_plane = ControlPlane(workdir, binaries).start()
-    kubelet = FakeKubelet(control_plane.rest)
-    kubelet.start()
     try:
         yield control_plane
     finally:
-        kubelet.stop()
         control_plane.stop()
         release_workdir(workdir, bool(request.session.testsfailed), "phalanx e2e install")
 

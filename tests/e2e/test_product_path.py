@@ -20,7 +20,7 @@ mode):
   group in the label ``scheduling.phalanx.dev/pod-group``.
 
 The real StatefulSet controller, garbage collector and (for the claim) DRA allocator in
-kube-scheduler do their part; the nodes have no kubelets (the harness's fake kubelet marks bound
+kube-scheduler do their part; the nodes have no kubelets (KWOK marks bound
 pods Running and Ready), and the one DRA device is published by the test in a ResourceSlice (a
 simulated driver: nothing prepares it). Each test has its own namespace and its own nodes, which
 its pods select by a label, so nothing else on the shared control plane is a candidate.

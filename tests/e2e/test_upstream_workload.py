@@ -16,6 +16,7 @@ from harness import (
     assert_none_bound,
     bound,
     create,
+    deletions_held,
     path,
     pod,
     podgroup,
@@ -120,9 +121,9 @@ def _terminating(rest, namespace: str, group: str) -> list[dict]:
 
 
 def test_preemption_disruption_mode_all_evicts_the_whole_victim_group(
-        rest, namespace, nodes, priorities, fake_kubelet):
+        rest, namespace, nodes, priorities):
     _fill(rest, namespace, nodes, priorities, "all")
-    with fake_kubelet.deletions_held():
+    with deletions_held(rest, pods(rest, namespace, podgroup="batch")):
         _preemptor(rest, namespace, priorities)
         victims = wait_for(lambda: (v := _terminating(rest, namespace, "batch")) and len(v) == 4 and v,
                            60, "all 4 pods of the disruptionMode=all group being evicted")

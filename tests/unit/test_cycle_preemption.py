@@ -229,6 +229,33 @@ def test_a_member_newly_preempted_evicts_the_rest_of_its_unit_through_eviction(s
     assert len(writer.evictions) == 2 and not cycle.preemption.retries
 
 
+def node_of(sim, name):
+    return next(p["spec"]["nodeName"] for p in sim.list("Pod") if p["metadata"]["name"] == name)
+
+
+def test_a_node_deleted_under_a_member_evicts_the_whole_all_unit(sim, cycle, writer):
+    bound_unit(sim, cycle)
+    lost = node_of(sim, "unit-1")
+    sim.delete("Node", lost)  # the node goes; its pod stays until the pod GC removes it
+    wait_until(lambda: names_of(sim, "unit") == [])
+    # every member goes through the Eviction API, the one on the lost node too
+    assert sorted(writer.evictions) == [("unit-0", True, 0), ("unit-1", True, 0), ("unit-2", True, 0)]
+    cycle.flush()
+    broken = [e for e in sim.events if e["reason"] == names.EVENT_UNIT_BROKEN]
+    assert len(broken) == 1
+
+
+def test_a_node_deleted_under_a_single_group_or_an_empty_node_evicts_nothing(sim, cycle, writer):
+    sim.create(podgroup("ens", 3))  # disruptionMode single
+    members = [sim.create(pod(f"ens-{i}", "ens", gpu=1)) for i in range(3)]
+    assert bind_all(cycle, sim, members)[1] == []
+    used = {node_of(sim, f"ens-{i}") for i in range(3)}
+    sim.delete("Node", node_of(sim, "ens-0"))
+    sim.delete("Node", next(n["metadata"]["name"] for n in sim.list("Node") if n["metadata"]["name"] not in used))
+    settle(cycle)
+    assert writer.evictions == [] and names_of(sim, "ens") == ["ens-0", "ens-1", "ens-2"]
+
+
 def test_a_pdb_refusal_is_reported_and_retried_with_backoff_never_deleted(sim, cycle, writer, clock):
     bound_unit(sim, cycle, labels={"app": "unit"})
     sim.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",

@@ -6,7 +6,8 @@ Public surface (the conftest wires these into pytest fixtures):
   mode), ``locate`` / ``MissingBinaries`` for the pinned binaries;
 - ``ControlPlane.rest``: the project's REST client (``cluster.kube.Kube``) with the admin's client
   certificate;
-- nodes without kubelets: ``node``, ``create_node``, ``delete_node``, ``FakeKubelet``;
+- nodes played by KWOK (``kwok.py``, started by ``ControlPlane.start``): ``node``, ``create_node``,
+  ``delete_node``, ``set_not_ready``, ``deletions_held``;
 - object builders: ``workload``, ``podgroup_template``, ``podgroup``, ``pod``, ``statefulset``, ``job``,
   ``priority_class``, ``create``, ``path``;
 - bounded waits: ``wait_for``, ``wait_all_bound``, ``assert_none_bound``, ``podgroup_conditions``,
@@ -23,7 +24,7 @@ from .controlplane import (
     release_workdir,
     scheduler_config,
 )
-from .kubelet import GPU, RACK, ZONE, FakeKubelet, create_node, delete_node, node
+from .nodes import GPU, RACK, ZONE, create_node, delete_node, deletions_held, node, set_not_ready
 from .objects import (
                       SCHEDULING_API,
                       STATEFULSET_SCHEDULING_ANNOTATION,
@@ -44,7 +45,7 @@ __all__ = [
     "Binaries", "MissingBinaries", "locate", "read_versions", "ControlPlane", "Scheduler",
     "scheduler_config", "phalanx_scheduler_config", "PHALANX_MODES", "MODE_BINARY",
     "release_workdir",
-    "GPU", "RACK", "ZONE", "FakeKubelet", "create_node", "delete_node", "node",
+    "GPU", "RACK", "ZONE", "create_node", "delete_node", "deletions_held", "node", "set_not_ready",
     "SCHEDULING_API", "STATEFULSET_SCHEDULING_ANNOTATION", "create", "job", "path", "path_of", "pod",
     "podgroup", "podgroup_template", "priority_class", "statefulset", "workload",
     "assert_none_bound", "bound", "placement", "podgroup_conditions", "pods", "wait_all_bound", "wait_for", "wait_gone",

@@ -1,8 +1,9 @@
 """Where the e2e control-plane binaries live, and the versions they were built at.
 
 Versions are pinned once, in ``hack/versions.env``; ``hack/build-k8s.sh`` builds the binaries into
-``${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/k8s/<K8S_VERSION>/``. A missing binary is an error, never a
-skip: an e2e run that silently tests nothing is worse than a red one.
+``${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/k8s/<K8S_VERSION>/``, and ``hack/build-kwok.sh`` builds KWOK
+into ``.../phalanx/kwok/<KWOK_VERSION>/kwok``. A missing binary is an error, never a skip: an e2e run
+that silently tests nothing is worse than a red one.
 """
 
 from __future__ import annotations
@@ -38,14 +39,15 @@ class Binaries:
     k8s_version: str
     etcd_version: str
     directory: Path
+    kwok: Path
 
     def path(self, component: str) -> Path:
         return self.directory / component
 
 
-def cache_dir() -> Path:
+def cache_dir(tool: str = "k8s") -> Path:
     base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "phalanx" / "k8s"
+    return Path(base) / "phalanx" / tool
 
 
 def locate() -> Binaries:
@@ -59,4 +61,9 @@ def locate() -> Binaries:
             f"e2e control plane not built: missing {', '.join(missing)} in {directory} "
             f"(Kubernetes {k8s}, etcd {etcd}). Run `make e2e` or `bash hack/build-k8s.sh` first."
         )
-    return Binaries(k8s_version=k8s, etcd_version=etcd, directory=directory)
+    kwok_version = versions["KWOK_VERSION"]
+    kwok = Path(os.environ.get("PHALANX_KWOK_BIN") or cache_dir("kwok") / kwok_version / "kwok")
+    if not os.access(kwok, os.X_OK):
+        raise MissingBinaries(f"KWOK {kwok_version} not built: no executable {kwok}. "
+                              "Run `make e2e` or `bash hack/build-kwok.sh` first.")
+    return Binaries(k8s_version=k8s, etcd_version=etcd, directory=directory, kwok=kwok)

@@ -1,9 +1,11 @@
 """A real Kubernetes control plane on 127.0.0.1: etcd, kube-apiserver, kube-controller-manager,
-and kube-schedulers started on demand from a KubeSchedulerConfiguration.
+KWOK, and kube-schedulers started on demand from a KubeSchedulerConfiguration.
 
 Everything lives in one work directory (certificates, kubeconfigs, etcd data, one log per process);
-every port is an ephemeral free port. There are no kubelets: tests create Node objects and the
-``FakeKubelet`` loop (see ``kubelet.py``) plays the kubelet's part for bound pods.
+every port is an ephemeral free port. There are no kubelets: tests create Node objects
+(``nodes.py``) and KWOK (``kwok.py``) plays their kubelets: Leases, Ready, pods Running and Ready,
+graceful deletions finished. The node lifecycle controller runs, so a node KWOK takes NotReady is
+tainted and its pods evicted as in a real cluster.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import yaml
 from cluster.kube import Kube
 
 from .binaries import Binaries
+from .kwok import kwok_argv
 from .pki import Pki, make_pki
 from .process import Component, free_port, free_ports
 
@@ -34,9 +37,14 @@ APISERVER_FEATURE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadSchedu
 APISERVER_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
 CONTROLLER_MANAGER_FEATURE_GATES = {"GenericWorkload": True}
 # All on-by-default controllers (statefulset, garbage collector, podgroup-protection-controller with
-# GenericWorkload, ...) except the node lifecycle controller, which would taint our heartbeat-less
-# nodes and evict their pods, and node IPAM, which has no pod CIDRs to hand out.
-CONTROLLERS = "*,-node-lifecycle-controller,-node-ipam-controller"
+# GenericWorkload, node lifecycle and taint eviction, ...) except node IPAM, which has no pod CIDRs
+# to hand out (KWOK assigns pod IPs).
+CONTROLLERS = "*,-node-ipam-controller"
+# The node lifecycle controller looks at every node each second; a node whose Lease KWOK has not
+# renewed for the grace period (the upstream default) becomes Unknown. A node KWOK reports NotReady
+# is tainted at the next look.
+NODE_MONITOR_PERIOD = "1s"
+NODE_MONITOR_GRACE_PERIOD = "50s"
 
 
 def scheduler_config(scheduler_name: str = "default-scheduler", **fields: Any) -> dict:
@@ -132,7 +140,6 @@ class ControlPlane:
         self.pki: Pki | None = None
         self.server = ""
         self.rest: Kube | None = None
-        self.fake_kubelet = None  # set by the test fixture that starts harness.kubelet.FakeKubelet
         self._schedulers = 0
 
     # --- lifecycle ---------------------------------------------------------------------------
@@ -145,6 +152,7 @@ class ControlPlane:
             etcd_url = self._start_etcd()
             self._start_apiserver(etcd_url)
             self._start_controller_manager()
+            self._start_kwok()
         except BaseException:
             self.stop()
             raise
@@ -255,6 +263,8 @@ class ControlPlane:
             f"--cluster-signing-key-file={self.pki.ca_key}",
             "--use-service-account-credentials=false",
             "--kube-api-qps=200", "--kube-api-burst=400",
+            f"--node-monitor-period={NODE_MONITOR_PERIOD}",
+            f"--node-monitor-grace-period={NODE_MONITOR_GRACE_PERIOD}",
         ]
         if gates := gates_arg(self.controller_manager_feature_gates):
             argv.append(f"--feature-gates={gates}")
@@ -263,6 +273,16 @@ class ControlPlane:
         # Controllers are really running once the service-account controller made "default".
         kcm.wait_ready(lambda: self.rest.get_or_none(
             "/api/v1/namespaces/default/serviceaccounts/default") is not None, timeout=60)
+
+    # --- KWOK ----------------------------------------------------------------------------------
+
+    def _start_kwok(self) -> None:
+        kubeconfig = self.component_kubeconfig("kwok", "system:kwok-controller")
+        port = free_port()
+        argv = kwok_argv(self.binaries.kwok, kubeconfig, self.workdir / "kwok-stages.yaml", port)
+        kwok = self._spawn("kwok", argv)
+        kwok.wait_ready(lambda: urllib.request.urlopen(f"http://127.0.0.1:{port}/healthz", timeout=2).status == 200,
+                        timeout=60)
 
     # --- kube-scheduler ------------------------------------------------------------------------
 

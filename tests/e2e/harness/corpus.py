@@ -23,7 +23,7 @@ from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping
 
-from .kubelet import GPU, RACK, ZONE
+from .nodes import GPU, RACK, ZONE
 from .objects import podgroup, podgroup_template, statefulset, workload
 
 HOSTNAME = "kubernetes.io/hostname"

@@ -22,6 +22,8 @@ with companion gangs and plain pods racing for the same room, wait for the chose
 - ``controller``: the controller's leader stopped without releasing its Lease (the harness runs
   the controller in-process, so a crash is a stop that leaves the Lease to expire) while a gang
   StatefulSet scales; a new replica takes over.
+- ``node-deleted``, ``node-notready``: a node lost under a running ``disruptionMode: all`` gang
+  (``node_faults.py``): the gang must go whole and, re-created, bind whole within a bound.
 
 The moments (phases) are read from the victim gang's state at the kill: ``before`` (pods exist, no
 plan seen), ``planned`` (phalanx's ``Planned`` event seen: members are arriving at the barrier),
@@ -65,14 +67,14 @@ from cluster.kube import KubeError
 
 from .binaries import locate
 from .controlplane import MODE_BINARY, ControlPlane, Scheduler, _insecure_get, phalanx_scheduler_config
-from .kubelet import RACK, FakeKubelet, create_node, delete_node
+from .nodes import RACK, create_node, delete_node
 from .objects import SCHEDULING_API, pod, podgroup, statefulset
 from .process import Component, free_port
 
 ROOT = Path(__file__).resolve().parents[3]
 PLACEMENT = "scheduling.phalanx.dev/placement"
 UNIT_LABEL = "faults.phalanx.dev/unit"
-KINDS = ("serve", "scheduler", "apiserver", "controller")
+KINDS = ("serve", "scheduler", "apiserver", "controller", "node-deleted", "node-notready")  # node-*: node_faults.py
 PHASES = ("before", "planned", "recorded", "binding", "bound")
 VIOLATIONS = ("partial_gang", "unplanned_node", "unrecorded_bind", "lost_pod", "disruption_target", "crash",
               "controller")
@@ -83,7 +85,8 @@ class FaultConfig:
     seed: int = 0
     faults: int = 8
     kinds: dict[str, float] = field(default_factory=lambda: {"serve": 0.5, "scheduler": 0.25, "apiserver": 0.1,
-                                                             "controller": 0.15})
+                                                             "controller": 0.15,
+                                                             "node-deleted": 0.08, "node-notready": 0.08})
     sequence: tuple[str, ...] = ()  # kinds of the first shots, in order (then drawn from ``kinds``)
     phases: tuple[str, ...] = ()  # the moments of the first shots' kills, in order (then drawn)
     mode: str = "extender"  # or "plugin": phalanx-scheduler with the framework plugin
@@ -798,18 +801,14 @@ def summarize(rows: list[dict]) -> dict:
 
 @contextmanager
 def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
-    """A control plane of its own, with a fake kubelet (a fault run kills its API server). Its work
+    """A control plane of its own, with KWOK (a fault run kills its API server). Its work
     directory is removed afterwards unless ``plane.keep_logs`` was set or PHALANX_E2E_KEEP=1."""
     plane = ControlPlane(Path(tempfile.mkdtemp(prefix=prefix)), locate())
     plane.keep_logs = os.environ.get("PHALANX_E2E_KEEP") == "1"
     try:
         plane.start()
-        plane.fake_kubelet = FakeKubelet(plane.rest)
-        plane.fake_kubelet.start()
         yield plane
     finally:
-        if plane.fake_kubelet is not None:
-            plane.fake_kubelet.stop()
         plane.stop()
         if plane.keep_logs:
             sys.stderr.write(f"\nphalanx faults: logs kept in {plane.workdir}/logs\n")
@@ -819,9 +818,12 @@ def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
 
 def run_faults(plane: ControlPlane, cfg: FaultConfig,
                driver: Callable[[ControlPlane, FaultConfig], FaultRun] | None = None) -> tuple[dict, list[dict]]:
-    """Run ``cfg.faults`` shots on ``plane`` (which must carry a running fake kubelet); the summary
-    and one row per fault. ``driver``: a FaultRun of another kind (harness/netfaults.py)."""
-    run = (driver or FaultRun)(plane, cfg)
+    """Run ``cfg.faults`` shots on ``plane`` (a ``fault_control_plane``); the summary and one row per
+    fault. ``driver``: a FaultRun of another kind (harness/netfaults.py); by default the kills and
+    the node-loss kinds (harness/node_faults.py)."""
+    from .node_faults import NodeLossRun  # FaultRun with the node-loss kinds
+
+    run = (driver or NodeLossRun)(plane, cfg)
     try:
         run.setup()
         summary = run.run()

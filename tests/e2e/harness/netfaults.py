@@ -71,7 +71,7 @@ from cluster import names
 from .binaries import read_versions
 from .controlplane import ControlPlane
 from .faults import PHASES, FaultConfig, FaultRun, retry, run_faults
-from .kubelet import RACK
+from .nodes import RACK
 from .process import Component, free_port
 
 PHALANX_USER = "phalanx-netfaults"
