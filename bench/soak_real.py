@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster import names
 
-from .soak_bench import churn_step, proc_status, record_sample
+from .soak_samples import churn_step, proc_status, record_sample
 
 E2E = Path(__file__).resolve().parents[1] / "tests" / "e2e"
 LOW, HIGH = "soak-low", "soak-high"
