@@ -69,6 +69,11 @@ class Inbox:
             self._preempt_incomplete.discard(key)
         return preempting
 
+    def has_deleted(self) -> bool:
+        """PodGroup deletions are waiting to be pruned."""
+        with self._lock:
+            return bool(self._deleted)
+
     def take_deleted(self) -> set[str]:
         with self._lock:
             deleted, self._deleted = self._deleted, set()

@@ -75,6 +75,10 @@ class Requeue:
         self._backoffs_seen = clock()  # backoffs ending up to this time were looked at
         self._closed = False
         self._full_prune = time.monotonic()  # the last full prune (a cost bound, not a timer: real time)
+        #: deletions were handled by a partial prune since the last full one: some per-group maps
+        #: (status conditions, the queue policies' bound_at, the record's dirty set) are only pruned
+        #: by the full one, so the thread wakes for it rather than sleeping until the next sweep
+        self._full_prune_due = False
         self._thread: threading.Thread | None = None
         cache.subscribe(self.on_cache_change)
 
@@ -99,10 +103,7 @@ class Requeue:
                     swept = self.clock()
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
                     self.heap.tick()
-                full = time.monotonic() - self._full_prune >= FULL_PRUNE_INTERVAL
-                if full:
-                    self._full_prune = time.monotonic()
-                self.prune(full)  # deletions noted, and (full) what a re-list dropped without an event
+                self.prune_step()
                 self.requeue_ended_backoffs()
                 if not woken:
                     continue
@@ -216,6 +217,18 @@ class Requeue:
         for namespace, name in self.inbox.take_nudges():
             self.status.nudge(namespace, name)
 
+    def prune_step(self) -> None:
+        """The thread's prune on each wake: the deletions noted, and at most every
+        :data:`FULL_PRUNE_INTERVAL` seconds what a re-list dropped without an event; a partial prune
+        of deletions makes the thread wake for the full one (see :meth:`_next_wake`)."""
+        full = time.monotonic() - self._full_prune >= FULL_PRUNE_INTERVAL
+        if full:
+            self._full_prune = time.monotonic()
+            self._full_prune_due = False
+        elif self.inbox.has_deleted():
+            self._full_prune_due = True
+        self.prune(full)
+
     def prune(self, full: bool = True) -> None:
         """Forget everything kept for PodGroups that no longer exist — deleted (noted by the
         cache listener) or dropped by a re-list (which sends no event): every map keyed by group
@@ -274,7 +287,8 @@ class Requeue:
         now = self.clock()
         with self.lock:
             ends = [a.retry_at for a in self.queue.failed.values() if a.retry_at > self._backoffs_seen]
-        return max(0.05, min([SWEEP_INTERVAL - (now - swept)] + [end - now for end in ends]))
+        due = [FULL_PRUNE_INTERVAL - (time.monotonic() - self._full_prune)] if self._full_prune_due else []
+        return max(0.05, min([SWEEP_INTERVAL - (now - swept)] + [end - now for end in ends] + due))
 
     def requeue_ended_backoffs(self) -> None:
         """Groups whose backoff ended since the last look and that fit now: touch one pending

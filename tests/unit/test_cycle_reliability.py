@@ -581,3 +581,24 @@ def test_a_member_the_plan_left_out_does_not_release_it_as_a_new_member(sim, cyc
     assert released(cycle, replans.NEW_MEMBER) == 0
     placed = [p for p in pods if uid(p) in plan.assignments]
     assert all(len(answers[p["metadata"]["name"]].nodes) == 1 for p in placed)
+
+
+def test_a_deletion_pruned_partly_makes_the_thread_wake_for_the_full_prune(sim, clock):
+    """The requeue thread prunes fully at most every FULL_PRUNE_INTERVAL; a deletion handled by the
+    partial prune in between leaves the group's status conditions (and the like) to the full one,
+    so the thread must wake for it instead of sleeping until the next sweep (60 s)."""
+    from cycle.requeue import FULL_PRUNE_INTERVAL
+
+    service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, clock=clock)  # no thread: driven here
+    sim.create(podgroup("gone", 1))
+    verbs.filter(service, sim.create(pod("gone-0", "gone", gpu=16)), all_nodes(sim))  # fits nowhere
+    assert "default/gone" in service.status.conditions
+    requeue = service.requeue
+    requeue.prune_step()  # a full prune just ran
+    sim.delete("Pod", "default/gone-0")
+    sim.delete("PodGroup", "default/gone")
+    requeue.prune_step()  # within the interval: the deletion noted, pruned partly
+    assert requeue._next_wake(swept=clock()) <= FULL_PRUNE_INTERVAL
+    requeue._full_prune -= FULL_PRUNE_INTERVAL  # the interval passed: the wake's prune is the full one
+    requeue.prune_step()
+    assert "default/gone" not in service.status.conditions
