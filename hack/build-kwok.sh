@@ -24,29 +24,9 @@ start_build "$OUT" "$WANT"
 
 # The controller's main package is sigs.k8s.io/kwok/cmd/kwok. A throwaway module requiring the
 # pinned version keeps the build independent of the module's own tooling dependencies.
-MOD_JSON="$(go mod download -json "sigs.k8s.io/kwok@$KWOK_VERSION" 2>>"$LOG")" \
-  || fail "go mod download sigs.k8s.io/kwok@$KWOK_VERSION"
-MOD_DIR="$(printf '%s\n' "$MOD_JSON" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
-[[ -f "$MOD_DIR/go.mod" ]] || fail "no go.mod in sigs.k8s.io/kwok@$KWOK_VERSION"
-GO_LINE="$(grep -m1 '^go ' "$MOD_DIR/go.mod")"
-
-printf 'module phalanx.local/kwokbuild\n\n%s\n\nrequire sigs.k8s.io/kwok %s\n' "$GO_LINE" "$KWOK_VERSION" >"$WORK/go.mod"
-cat >"$WORK/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "sigs.k8s.io/kwok/cmd/kwok"
-GO
-
-(
-  cd "$WORK"
-  echo "== go mod tidy (kwok) ==" >>"$LOG"
-  go mod tidy >>"$LOG" 2>&1
-  echo "== go build kwok ==" >>"$LOG"
-  go build -p 2 -trimpath -ldflags "-s -w -X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION" \
-    -o "$WORK/kwok" sigs.k8s.io/kwok/cmd/kwok >>"$LOG" 2>&1
-) || fail "go build sigs.k8s.io/kwok/cmd/kwok@$KWOK_VERSION"
+module_dir sigs.k8s.io/kwok "$KWOK_VERSION"
+build_main sigs.k8s.io/kwok "$KWOK_VERSION" sigs.k8s.io/kwok/cmd/kwok kwok \
+  "-X sigs.k8s.io/kwok/pkg/consts.Version=$KWOK_VERSION"
 
 mv -f "$WORK/kwok" "$OUT/kwok"
 echo "$WANT" >"$STAMP"

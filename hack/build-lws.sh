@@ -27,29 +27,10 @@ start_build "$OUT" "$WANT"
 
 # The manager's main package is sigs.k8s.io/lws/cmd; the module has no replace directives, but a
 # throwaway module keeps the build independent of the module's own test dependencies.
-MOD_JSON="$(go mod download -json "sigs.k8s.io/lws@$LWS_VERSION" 2>>"$LOG")" \
-  || fail "go mod download sigs.k8s.io/lws@$LWS_VERSION"
-MOD_DIR="$(printf '%s\n' "$MOD_JSON" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+module_dir sigs.k8s.io/lws "$LWS_VERSION"
 [[ -d "$MOD_DIR/config/crd/bases" ]] || fail "no config/crd/bases in sigs.k8s.io/lws@$LWS_VERSION"
-GO_LINE="$(grep -m1 '^go ' "$MOD_DIR/go.mod")"
-
-printf 'module phalanx.local/lwsbuild\n\n%s\n\nrequire sigs.k8s.io/lws %s\n' "$GO_LINE" "$LWS_VERSION" >"$WORK/go.mod"
-cat >"$WORK/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "sigs.k8s.io/lws/cmd"
-GO
-
-(
-  cd "$WORK"
-  echo "== go mod tidy (lws) ==" >>"$LOG"
-  go mod tidy >>"$LOG" 2>&1
-  echo "== go build lws-manager ==" >>"$LOG"
-  go build -p 2 -trimpath -ldflags "-s -w -X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION" \
-    -o "$WORK/lws-manager" sigs.k8s.io/lws/cmd >>"$LOG" 2>&1
-) || fail "go build sigs.k8s.io/lws/cmd@$LWS_VERSION"
+build_main sigs.k8s.io/lws "$LWS_VERSION" sigs.k8s.io/lws/cmd lws-manager \
+  "-X sigs.k8s.io/lws/pkg/version.GitVersion=$LWS_VERSION"
 
 rm -rf "$OUT/crds" "$OUT/webhook"
 mkdir -p "$OUT/crds" "$OUT/webhook"

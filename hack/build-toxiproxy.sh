@@ -24,30 +24,10 @@ start_build "$OUT" "$WANT"
 
 # A throwaway module requiring the pinned version keeps the build independent of the module's own
 # test dependencies; the server's main package is cmd/server.
-MOD_JSON="$(go mod download -json "github.com/Shopify/toxiproxy/v2@$TOXIPROXY_VERSION" 2>>"$LOG")" \
-  || fail "go mod download github.com/Shopify/toxiproxy/v2@$TOXIPROXY_VERSION"
-MOD_DIR="$(printf '%s\n' "$MOD_JSON" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+module_dir github.com/Shopify/toxiproxy/v2 "$TOXIPROXY_VERSION"
 [[ -d "$MOD_DIR/cmd/server" ]] || fail "no cmd/server in github.com/Shopify/toxiproxy/v2@$TOXIPROXY_VERSION"
-GO_LINE="$(grep -m1 '^go ' "$MOD_DIR/go.mod")"
-
-printf 'module phalanx.local/toxiproxybuild\n\n%s\n\nrequire github.com/Shopify/toxiproxy/v2 %s\n' \
-  "$GO_LINE" "$TOXIPROXY_VERSION" >"$WORK/go.mod"
-cat >"$WORK/tools.go" <<'GO'
-//go:build tools
-
-package tools
-
-import _ "github.com/Shopify/toxiproxy/v2/cmd/server"
-GO
-
-(
-  cd "$WORK"
-  echo "== go mod tidy (toxiproxy) ==" >>"$LOG"
-  go mod tidy >>"$LOG" 2>&1
-  echo "== go build toxiproxy-server ==" >>"$LOG"
-  go build -p 2 -trimpath -ldflags "-s -w -X github.com/Shopify/toxiproxy/v2.Version=$TOXIPROXY_VERSION" \
-    -o "$WORK/toxiproxy-server" github.com/Shopify/toxiproxy/v2/cmd/server >>"$LOG" 2>&1
-) || fail "go build github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+build_main github.com/Shopify/toxiproxy/v2 "$TOXIPROXY_VERSION" github.com/Shopify/toxiproxy/v2/cmd/server \
+  toxiproxy-server "-X github.com/Shopify/toxiproxy/v2.Version=$TOXIPROXY_VERSION"
 
 mv -f "$WORK/toxiproxy-server" "$OUT/toxiproxy-server"
 echo "$WANT" >"$STAMP"

@@ -47,3 +47,29 @@ fail() {
   tail -n 40 "$LOG" >&2 || true
   exit 1
 }
+
+# module_dir MODULE VERSION: download MODULE@VERSION through the Go module proxy and set MOD_DIR
+# to its directory in the module cache (fails with the log's end when it cannot).
+module_dir() {
+  local json
+  json="$(go mod download -json "$1@$2" 2>>"$LOG")" || fail "go mod download $1@$2"
+  MOD_DIR="$(printf '%s\n' "$json" | sed -n 's/^[[:space:]]*"Dir": "\(.*\)",\{0,1\}$/\1/p')"
+  [[ -f "$MOD_DIR/go.mod" ]] || fail "no go.mod in $1@$2"
+}
+
+# build_main MODULE VERSION PACKAGE BIN LDFLAGS: build the main PACKAGE of MODULE@VERSION (MOD_DIR
+# set by module_dir) into WORK/BIN, inside a throwaway module that requires only the pinned
+# version, so the build does not depend on the module's own test and tooling dependencies.
+build_main() {
+  local module="$1" version="$2" package="$3" bin="$4" ldflags="$5"
+  printf 'module phalanx.local/%sbuild\n\n%s\n\nrequire %s %s\n' "$bin" "$(grep -m1 '^go ' "$MOD_DIR/go.mod")" \
+    "$module" "$version" >"$WORK/go.mod"
+  printf '//go:build tools\n\npackage tools\n\nimport _ "%s"\n' "$package" >"$WORK/tools.go"
+  (
+    cd "$WORK"
+    echo "== go mod tidy ($bin) ==" >>"$LOG"
+    go mod tidy >>"$LOG" 2>&1
+    echo "== go build $bin ==" >>"$LOG"
+    go build -p 2 -trimpath -ldflags "-s -w $ldflags" -o "$WORK/$bin" "$package" >>"$LOG" 2>&1
+  ) || fail "go build $package@$version"
+}
