@@ -258,10 +258,24 @@ class PluginEnforcement:
                 why = (f"barrier timed out: {len(plan.arrived)} of {len(plan.assignments)} members reserved "
                        f"when {self.binding.pod_name(uid)} was rejected at Permit")
                 self.binding.time_out(plan, why)
+                self._retry_members(group)
         if not released:
             self.changed()  # a release notifies through the cycle's listeners
             return []
         return others
+
+    def _retry_members(self, key: str) -> None:
+        """The gang's members were rejected at Permit: kube-scheduler keeps such a pod aside until a
+        cluster event its plugins registered for (or its own flush, minutes later), and at rest
+        none follows — a gang whose placement record could not be written while the API server
+        link was down stayed pending although it fit. One touch of a pending member is that event
+        (the plugin's queueing hint retries every member it left aside); a group past its re-plan
+        limit backs off instead, and its backoff's end touches it (requeue.py)."""
+        if key in self.cycle.queue.failed:
+            return
+        pending = [r.pod for r in self.cache.members(key) if not r.pod.node and not r.gated]
+        if pending:
+            self.cycle.inbox.nudge([(pending[0].namespace, pending[0].name)])
 
     # -- Permit --------------------------------------------------------------------------------
     def permit(self, uid: str, group: str, reserved: tuple[str, ...] = (), node: str = "",
@@ -295,6 +309,7 @@ class PluginEnforcement:
         with self.lock:
             if error:
                 self.book.transition(plan, PlanState.FAILED, Change(replans.BIND_FAILED, error))
+                self._retry_members(key)
                 return PermitAnswer("reject", f"phalanx: podgroup {key}: {error}")
             allow = tuple(sorted(plan.arrived))
             self.book.transition(plan, PlanState.BOUND)  # kube-scheduler binds; held until the cache shows it

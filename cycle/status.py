@@ -22,7 +22,7 @@ from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import ClusterCache
 from cluster.convert import Condition
 
-from .dispatch import Dispatcher, Write
+from .dispatch import Dispatcher, Write, transient
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -113,6 +113,8 @@ class StatusWriter:
             try:
                 self.writer.annotate_pod(namespace, name, {names.ANNOTATION_RETRY: now_rfc3339()})
             except WriteError as err:  # a pod gone or changed: the next event retries it anyway
+                if transient(err):
+                    raise  # the API server away, failing or throttling: the dispatcher retries
                 log.info("could not nudge %s/%s: %s", namespace, name, err)
         self.dispatcher.submit(Write(f"Pod/{namespace}/{name}", "nudge", touch, f"nudge:{namespace}/{name}"))
 

@@ -18,6 +18,7 @@ from rpc import start_grpc_server
 from rpc.server import PLUGIN_SERVICE_NAME
 
 from .k8s_objects import pod, podgroup
+from .test_cycle_service import wait_until
 
 V1 = pb.CONTRACT_VERSION_1
 SAFETY_NET = 30  # seconds: a broken stream fails the test instead of hanging it
@@ -42,6 +43,11 @@ def plan_for(stub, obj):
 
 def uid(obj):
     return obj["metadata"]["uid"]
+
+
+def touched(sim, obj):
+    meta = sim.get("Pod", f"{obj['metadata']['namespace']}/{obj['metadata']['name']}")["metadata"]
+    return names.ANNOTATION_RETRY in (meta.get("annotations") or {})
 
 
 def first_snapshot(stub, predicate=lambda s: True):
@@ -158,6 +164,7 @@ def test_permit_rejection_of_one_member_releases_the_gang_and_names_the_waiting_
                                                 reason="rejected"))
     assert list(answer.reject_uids) == [uid(members[1])]
     assert sim.cache.podgroups  # still there; the plan is not
+    wait_until(lambda: any(touched(sim, m) for m in members))  # the event that retries them
     late = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[2]), group="default/t"))
     assert late.decision == pb.PermitReply.REJECT
 
@@ -307,6 +314,8 @@ def test_a_placement_record_that_cannot_be_written_rejects_the_gang_and_fails_it
     assert "could not write the placement record" in answer.reason and str(error) in answer.reason
     assert cycle.plan_of("default/w") is None
     assert names.ANNOTATION_PLACEMENT not in (sim.get("PodGroup", "default/w")["metadata"].get("annotations") or {})
+    # kube-scheduler keeps the rejected members aside until an event: phalanx touches one of them
+    wait_until(lambda: any(touched(sim, m) for m in members))
 
 
 @pytest.mark.parametrize("by_scheduler", [False, True])
@@ -397,3 +406,22 @@ def test_a_trade_in_the_pod_group_cycles_simulation_does_not_count_the_member_re
     assert stub.Reserve(pb.ReserveRequest(version=V1, pod_uid=a, group="default/v", node=node_b)).ok
     snap = first_snapshot(stub, lambda s: any(p.group == "default/v" and a in p.reserved for p in s.plans))
     assert a in next(p for p in snap.plans if p.group == "default/v").reserved
+
+
+@pytest.mark.parametrize("status", [0, 429, 503])
+def test_a_touch_the_api_server_could_not_take_is_retried_until_it_lands(sim, cycle, status):
+    """A touch is the event that makes kube-scheduler retry a pod it set aside; one lost while the
+    API server was away or throttling left a gang pending at rest (the network-fault run)."""
+    member = sim.create(pod("n-0", "n"))
+    real, failures = sim.annotate_pod, []
+
+    def flaky(namespace, name, annotations):
+        if len(failures) < 2:
+            failures.append(status)
+            raise WriteError("connection reset" if status == 0 else "try later", status)
+        return real(namespace, name, annotations)
+
+    cycle.status.writer.annotate_pod = flaky
+    cycle.status.nudge("default", "n-0")
+    cycle.dispatcher.flush(timeout=10.0)
+    assert failures == [status, status] and touched(sim, member)
