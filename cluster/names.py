@@ -37,6 +37,7 @@ FINALIZER_PODGROUP_PROTECTION = "scheduling.k8s.io/podgroup-protection"
 GATE_LWS_GROUP_REPLACEMENT = "leaderworkerset.sigs.k8s.io/group-replacement"
 LABEL_STATEFULSET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # set on every pod a StatefulSet creates
 DEFAULT_SCHEDULER = "default-scheduler"  # a pod's spec.schedulerName when it names none
+PLUGIN_NODE_RESOURCES_FIT = "NodeResourcesFit"  # kube-scheduler's resource filter (the plugin's rejections name it)
 
 LABEL_ZONE = "topology.kubernetes.io/zone"
 LABEL_RACK = "topology.kubernetes.io/rack"

@@ -38,6 +38,7 @@ import threading
 from dataclasses import dataclass, field
 from typing import Iterable, Mapping
 
+from cluster import names
 from cluster.cache import CacheEvent
 from solver import Pod, Policy
 
@@ -181,7 +182,13 @@ class PluginEnforcement:
     def _rejected(self, pod: Pod, key: str, node: str, plugin: str, reason: str) -> tuple[str, str]:
         known = self.verdicts.get(pod.uid)
         excluded = (known.excluded if known else frozenset()) | {node}
-        self.verdicts.learn(pod, frozenset(excluded))
+        # a resource rejection is learned for a moment only: phalanx counts resources itself, and
+        # kube-scheduler's cache differs from its own only until a watch event lands (a pod bound
+        # while the serve link was down, members of another gang assumed). Kept, such a verdict kept
+        # the node from every member of the gang long after both views agreed: a rack gang stayed
+        # pending at rest with room in the network-fault run. (Added to a lasting verdict, it lasts.)
+        transient = plugin == names.PLUGIN_NODE_RESOURCES_FIT and (known is None or bool(known.until))
+        self.verdicts.learn(pod, frozenset(excluded), transient=transient)
         with self.lock:
             plan = self.book.get(key)
             if plan is None or plan.assignments.get(pod.uid) != node or plan.state is not PlanState.PLANNED:

@@ -49,6 +49,10 @@ SWEEP_INTERVAL = 60.0
 #: seconds after phalanx sees a node added during which kube-scheduler leaving it out of a
 #: candidate list is not learned (its informer may lag phalanx's watch)
 NEW_NODE_GRACE = 10.0
+#: seconds a transient verdict is used: a rejection for resources, which phalanx counts itself, says
+#: only that kube-scheduler's cache and phalanx's differed for a moment (a pod bound while the
+#: serve link was down, another gang's members assumed); both agree again once a watch event lands
+TRANSIENT_VERDICT_SECONDS = 15.0
 
 
 @dataclass(frozen=True)
@@ -57,6 +61,7 @@ class Verdict:
     shape_key: tuple[object, ...]
     portable: bool  # may stand in for an identical sibling (see Verdicts.allowed)
     at: float
+    until: float = 0.0  # a transient verdict is not used past this time (0: kept until forgotten)
 
 
 class Verdicts:
@@ -79,9 +84,10 @@ class Verdicts:
         with self._lock:
             self._new_nodes[name] = self.clock()
 
-    def learn(self, pod: Pod, excluded: frozenset[str]) -> None:
+    def learn(self, pod: Pod, excluded: frozenset[str], transient: bool = False) -> None:
         """kube-scheduler's filters left ``excluded`` out for ``pod`` (filter phase); nodes added
-        within the grace are not counted (kube-scheduler may not know them yet)."""
+        within the grace are not counted (kube-scheduler may not know them yet). ``transient``:
+        used for TRANSIENT_VERDICT_SECONDS only."""
         at = self.clock()
         with self._lock:
             if self._new_nodes:
@@ -95,13 +101,17 @@ class Verdicts:
             if entry is None:
                 entry = self._sets[excluded] = [excluded, 0]
             entry[1] += 1
-            self._by_uid[pod.uid] = Verdict(entry[0], pod.spec.shape_key, not pod.volumes, at)
+            self._by_uid[pod.uid] = Verdict(entry[0], pod.spec.shape_key, not pod.volumes, at,
+                                            at + TRANSIENT_VERDICT_SECONDS if transient else 0.0)
             while len(self._by_uid) > MAX_VERDICTS:
                 self._drop(next(iter(self._by_uid)))
 
     def get(self, uid: str) -> Verdict | None:
+        """The pod's verdict in force (a transient one past its time is none)."""
+        now = self.clock()
         with self._lock:
-            return self._by_uid.get(uid)
+            verdict = self._by_uid.get(uid)
+        return verdict if verdict is not None and (not verdict.until or verdict.until > now) else None
 
     def forget(self, uids: Iterable[str]) -> None:
         with self._lock:
@@ -117,7 +127,7 @@ class Verdicts:
         gone = []
         for uid, verdict in items:
             pending = still_pending(uid)
-            if pending is False or (pending is None and verdict.at < horizon):
+            if pending is False or (pending is None and verdict.at < horizon) or 0 < verdict.until < horizon:
                 gone.append(uid)
         self.forget(gone)
 
@@ -132,8 +142,10 @@ class Verdicts:
         (the pod of the current filter call) is preferred, then the most recent. Members with
         neither, or whose verdict excluded nothing, are not named: unrestricted."""
         pending = group.pending
+        now = self.clock()
         with self._lock:
-            own = {p.uid: self._by_uid[p.uid] for p in pending if p.uid in self._by_uid}
+            own = {p.uid: v for p in pending if (v := self._by_uid.get(p.uid)) is not None
+                   and (not v.until or v.until > now)}
         borrowed: dict[tuple[object, ...], Verdict] = {}
         for recent in sorted((v for v in own.values() if v.portable), key=lambda v: v.at):
             borrowed[recent.shape_key] = recent  # the most recent wins...

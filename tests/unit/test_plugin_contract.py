@@ -425,3 +425,26 @@ def test_a_touch_the_api_server_could_not_take_is_retried_until_it_lands(sim, cy
     cycle.status.nudge("default", "n-0")
     cycle.dispatcher.flush(timeout=10.0)
     assert failures == [status, status] and touched(sim, member)
+
+
+def test_a_resource_rejection_keeps_the_node_from_the_gang_for_a_moment_only(sim, cycle, stub, monkeypatch):
+    """phalanx counts resources itself: kube-scheduler rejecting a planned node for resources means
+    the two caches differed for a moment. The node is avoided at once, and again once the verdict's
+    time is over (it kept a rack gang off room it had, at rest, in the network-fault run)."""
+    from cycle import verdicts
+    members = gang(sim, "v", 1)
+    first = plan_for(stub, members[0])
+    stub.ReportRejection(pb.ReportRejectionRequest(
+        version=V1, pod_json=json.dumps(members[0]).encode(), node=first.node, plugin="NodeResourcesFit",
+        reason="Insufficient cpu"))
+    assert cycle.verdicts.get(uid(members[0])).excluded == {first.node}
+    now = cycle.verdicts.clock()
+    monkeypatch.setattr(cycle.verdicts, "clock", lambda: now + verdicts.TRANSIENT_VERDICT_SECONDS + 1)
+    assert cycle.verdicts.get(uid(members[0])) is None
+    group = cycle.cache.podgroup("default/v")
+    assert cycle.verdicts.allowed(group, frozenset(cycle.cache.nodes)) == {}
+    # a rejection by a filter phalanx does not model lasts
+    stub.ReportRejection(pb.ReportRejectionRequest(
+        version=V1, pod_json=json.dumps(members[0]).encode(), node=first.node, plugin="X", reason="no"))
+    monkeypatch.setattr(cycle.verdicts, "clock", lambda: now + 10 * verdicts.TRANSIENT_VERDICT_SECONDS)
+    assert cycle.verdicts.get(uid(members[0])).excluded == {first.node}

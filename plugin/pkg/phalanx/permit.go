@@ -48,7 +48,7 @@ func (p *Plugin) Reserve(ctx context.Context, state fwk.CycleState, pod *v1.Pod,
 		return err
 	})
 	if err != nil {
-		return unreachable(group, err)
+		return p.unreachable(group, err)
 	}
 	if !reply.GetOk() {
 		p.mirror.DropPlan(group)
@@ -147,7 +147,7 @@ func (p *Plugin) Permit(_ context.Context, state fwk.CycleState, pod *v1.Pod, no
 		return nil, 0
 	}
 	if p.breaker.Open() {
-		return unreachable(group, ErrOpen), 0
+		return p.unreachable(group, ErrOpen), 0
 	}
 	p.wg.Add(1)
 	go func() {
@@ -209,7 +209,7 @@ func (p *Plugin) permitBatch(group string, batch []permitting) {
 	if err != nil {
 		for _, m := range batch {
 			if wp := p.waitingPod(m.pod.UID); wp != nil {
-				wp.Reject(Name, unreachable(group, err).Message())
+				wp.Reject(Name, p.unreachable(group, err).Message())
 			}
 		}
 		return

@@ -57,6 +57,11 @@ type Plugin struct {
 	closeFn func()
 	wg      sync.WaitGroup
 
+	// groups with members turned away because serve did not answer, to be retried (retryLater)
+	retryMu    sync.Mutex
+	retrying   map[string]bool
+	retryAfter time.Duration
+
 	mu       sync.Mutex
 	planning map[string]*planCall // group -> its PlanForPod call in flight
 	// one PlanForPod call at a time: concurrent solves of different groups slow each other on the
@@ -123,7 +128,7 @@ func NewWithClient(ctx context.Context, args Args, h Handle, pods corelisters.Po
 	client pb.SchedulerPluginClient) *Plugin {
 	p := &Plugin{args: args, handle: h, pods: pods, client: client, mirror: NewMirror(),
 		breaker: NewBreaker(args.BreakerFailures, args.BreakerCooldown.Duration), logger: klog.FromContext(ctx),
-		ctx: ctx, planning: map[string]*planCall{}, calling: make(chan struct{}, 1),
+		ctx: ctx, retrying: map[string]bool{}, retryAfter: args.BreakerCooldown.Duration, planning: map[string]*planCall{}, calling: make(chan struct{}, 1),
 		atPreBind: map[types.UID]chan decision{}, permitting: map[string][]permitting{}}
 	p.wg.Add(1)
 	go func() {
@@ -207,9 +212,42 @@ func (p *Plugin) unary(ctx context.Context, timeout time.Duration, call func(con
 
 // unreachable is the status a phase answers a member with when the service did not answer: the
 // member waits (UnschedulableAndUnresolvable, retried on the next event).
-func unreachable(group string, err error) *fwk.Status {
+func (p *Plugin) unreachable(group string, err error) *fwk.Status {
+	p.retryLater(group)
 	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 		fmt.Sprintf("phalanx: podgroup %s waits: phalanx serve did not answer: %v", group, err))
+}
+
+// retryLater moves the group's pending members back to the active queue once retryAfter has
+// passed (one timer per group at a time). kube-scheduler sets a member turned away because phalanx
+// serve did not answer aside until a cluster event its plugins registered for, and at rest none
+// follows once serve is back: a gang that arrived during an outage stayed pending after it (seen in
+// the network-fault run). While serve stays away the members come back every retryAfter and are
+// answered at once by the open breaker; the first of them after it heals is its trial call.
+func (p *Plugin) retryLater(group string) {
+	p.retryMu.Lock()
+	if p.retrying[group] {
+		p.retryMu.Unlock()
+		return
+	}
+	p.retrying[group] = true
+	p.retryMu.Unlock()
+	p.wg.Add(1)
+	go func() {
+		defer p.wg.Done()
+		timer := time.NewTimer(p.retryAfter)
+		defer timer.Stop()
+		select {
+		case <-p.ctx.Done():
+		case <-timer.C:
+		}
+		p.retryMu.Lock()
+		delete(p.retrying, group)
+		p.retryMu.Unlock()
+		if p.ctx.Err() == nil {
+			p.activate([]string{group}, nil)
+		}
+	}()
 }
 
 // Wait blocks until the plugin's goroutines ended (the stream's context must be done). Tests.

@@ -98,7 +98,7 @@ func (p *Plugin) PreBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 		}
 		switch {
 		case err != nil:
-			return unreachable(group, err)
+			return p.unreachable(group, err)
 		case reply.GetDecision() == pb.PermitReply_ALLOW:
 			p.allowAll(reply.GetAllowUids(), pod.UID)
 			return nil

@@ -132,7 +132,7 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 		p.mu.Unlock()
 	}
 	if call.err != nil {
-		return nil, unreachable(group, call.err)
+		return nil, p.unreachable(group, call.err)
 	}
 	reply := call.reply
 	switch reply.GetVerdict() {

@@ -140,3 +140,23 @@ func TestPreEnqueueHoldsMembersOfWaitingGroupsAndActivatesThemWhenComplete(t *te
 		t.Fatalf("reported once: %v", progress)
 	}
 }
+
+// A member turned away because serve did not answer is moved back to the active queue after
+// retryAfter: kube-scheduler would otherwise keep it aside until an unrelated cluster event, and a
+// gang that arrived during an outage stayed pending at rest once serve was back.
+func TestMembersTurnedAwayWhileServeIsDownAreRetriedAfterTheCooldown(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRig(t, false, a, b)
+	r.plugin.retryAfter = 50 * time.Millisecond
+	_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil)
+	if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "did not answer") {
+		t.Fatalf("serve down: %v", st)
+	}
+	if got := r.handle.Activated(); len(got) != 0 {
+		t.Fatalf("activated before the cooldown: %v", got)
+	}
+	waitFor(t, "the group's members activated", func() bool {
+		got := strings.Join(r.handle.Activated(), ",")
+		return strings.Contains(got, "ns/a") && strings.Contains(got, "ns/b")
+	})
+}
