@@ -5,7 +5,8 @@ where the change is smallest, and whether that change is *proven* minimal or onl
 
 - **capacity**: ``k`` more nodes like one of the domain's own (or, as a bound, that many more free
   units of the binding resource on its nodes). The smallest ``k`` is tried first, from a lower
-  bound by totals (what the domain can take now, plus ``k`` empty nodes at most); when ``k``
+  bound by totals (what the domain can take now, plus ``k`` empty nodes at most, in pods and in
+  every resource the whole group asks for); when ``k``
   equals that bound it is proven, otherwise a bound ("at most k, at least lo").
 - **constraint**: nodes of the domain that only a cordon or an untolerated taint keeps out (their
   labels pass the pods' node selector and affinity), the fewest of them to uncordon/untaint,
@@ -223,7 +224,7 @@ def _capacity(problem: Problem, ranked: list[DomainBound], options: SolveOptions
         per_node = _per_node(problem, snap.allocatable[snap.index[template.name]])
         if per_node == 0:
             continue
-        lo = max(1, -(-(needed - bound.placed_ub) // per_node))
+        lo = max(1, -(-(needed - bound.placed_ub) // per_node), _resource_lower(problem, bound, template))
         value = problem.domain_values[bound.domain] if group.topology_key else ""
         for k in range(lo, lo + MAX_STEPS):
             if best is not None and best.proven and k >= len(best.add_nodes):
@@ -235,6 +236,32 @@ def _capacity(problem: Problem, ranked: list[DomainBound], options: SolveOptions
                     best = _capacity_change(problem, bound, template, added, k == lo, lo)
                 break
     return best
+
+
+def _deficit(problem: Problem, bound: DomainBound) -> np.ndarray | None:
+    """Per resource, what a whole group asks for in all beyond what the domain's eligible nodes
+    have free (when every pending member is needed; else None: which members are left out is the
+    solver's choice, no total to count on)."""
+    if problem.needed < problem.pending_total:
+        return None
+    snap = problem.snapshot
+    eligible = np.all(np.stack([s.eligibility.mask for s in problem.shapes]), axis=0)
+    free = snap.free[eligible & (problem.domain_ids == bound.domain)].sum(axis=0)
+    asked = np.zeros(len(snap.resources), dtype=np.int64)
+    for shape in problem.shapes:
+        asked += shape.vec * shape.count
+    deficit: np.ndarray = np.maximum(asked - free, 0)
+    return deficit
+
+
+def _resource_lower(problem: Problem, bound: DomainBound, template: Node) -> int:
+    """Nodes like ``template`` the domain needs at least for its :func:`_deficit`."""
+    deficit = _deficit(problem, bound)
+    if deficit is None:
+        return 0
+    alloc = problem.snapshot.allocatable[problem.snapshot.index[template.name]]
+    short = np.nonzero((deficit > 0) & (alloc > 0))[0]
+    return max((int(-(-deficit[j] // alloc[j])) for j in short), default=0)
 
 
 def _capacity_change(problem: Problem, bound: DomainBound, template: Node, added: tuple[Node, ...],
@@ -249,9 +276,13 @@ def _capacity_change(problem: Problem, bound: DomainBound, template: Node, added
             f"({_bound_words(proven, lo, k, 'nodes')})")
     free: dict[str, int] = {}
     if bound.binding and bound.need > bound.have:
-        free[bound.binding] = bound.need - bound.have
-        text += (f", or at least {_quantity(bound.binding, bound.need - bound.have)} more free {bound.binding} "
-                 f"on its eligible nodes (a bound)")
+        more = bound.need - bound.have
+        deficit = _deficit(problem, bound)
+        if deficit is not None:
+            more = max(more, int(deficit[problem.snapshot.rindex[bound.binding]]))
+        free[bound.binding] = more
+        text += (f", or at least {_quantity(bound.binding, more)} more free {bound.binding} "
+                 "on its eligible nodes (a bound)")
     return Change("capacity", label, text, proven, add_nodes=added, free=free)
 
 

@@ -187,3 +187,28 @@ def test_every_change_is_in_the_message_and_the_short_form_is_clipped():
     assert found.message() == " | ".join(str(c) for c in found.changes)
     assert len(found.short()) <= 400
     assert fitting(with_nodes(snap, found.of("capacity").add_nodes), group)
+
+
+def test_capacity_counts_every_resource_the_whole_group_asks_for():
+    snap = Snapshot([gpu_node("a", rack="r0"), gpu_node("b", rack="r1")])
+    members = pods("big", 2, gpus=8) + pods("small", 8, gpus=1)  # 24 GPUs; a rack has 8
+    group = PodGroup("default", "mix", members, Policy.GANG, 10, RACK)
+
+    change = smallest_change(snap, group, OPTIONS).of("capacity")
+
+    assert change is not None and change.proven and len(change.add_nodes) == 2
+    assert fitting(with_nodes(snap, change.add_nodes), group)
+    assert not fitting(with_nodes(snap, change.add_nodes[:1]), group)
+
+
+def test_capacity_says_bound_when_fragmentation_needs_more_than_the_totals():
+    busy = pods("busy", 1, gpus=8, node="a")
+    snap = Snapshot([gpu_node("a", rack="r0")], bound=busy)  # the rack is full
+    members = pods("five", 3, gpus=5) + pods("four", 1, gpus=4, start=3)  # 19 GPUs; no 5 + 4 on a node
+    group = PodGroup("default", "frag", members, Policy.GANG, 4, RACK)
+
+    change = smallest_change(snap, group, OPTIONS).of("capacity")
+
+    assert change is not None and not change.proven
+    assert "(a bound: at least 3, at most 4 nodes)" in change.text
+    assert fitting(with_nodes(snap, change.add_nodes), group)
