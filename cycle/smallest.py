@@ -15,8 +15,7 @@ from typing import Mapping
 
 from cluster import names
 from cluster.cache import ClusterCache
-from solver import InvalidInput, PodGroup, Snapshot, SolveOptions
-from solver.smallest import SmallestChange, smallest_change
+from solver import InvalidInput, PodGroup, SmallestChange, Snapshot, SolveOptions, smallest_change
 
 from .status import StatusWriter
 
