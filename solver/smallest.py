@@ -353,7 +353,7 @@ def _constraint_change(problem: Problem, bound: DomainBound, chosen: list[tuple[
     k = len(chosen)
     rule = f"{bound.rule}; " if bound.rule else ""
     listed = "; ".join(f"{name} ({why})" for name, why in chosen)
-    text = (f"{label}: {rule}{k} more eligible node{'s' if k > 1 else ''} make it fit: uncordon/untaint {listed} "
+    text = (f"{label}: {rule}{k} more eligible node{'s make' if k > 1 else ' makes'} it fit: uncordon/untaint {listed} "
             f"({kept} kept out there by a cordon or taint; {_bound_words(proven, lo, k, 'nodes')})")
     return Change("constraint", label, text, proven, nodes=tuple(name for name, _ in chosen))
 

@@ -7,7 +7,7 @@ from cluster import names
 from extender import verbs
 
 from .k8s_objects import node, pod, podgroup
-from .test_cycle_service import all_nodes, bind_all, condition
+from .test_cycle_service import all_nodes, bind_all, condition, wait_until
 
 RACK = names.LABEL_RACK
 ADD = re.compile(r"capacity: \S+ \S+ lacks (\d+) nodes? like (\S+) \((\S+)=(\S+); ")
@@ -76,3 +76,46 @@ def test_a_gang_kept_out_by_a_cordon_and_a_taint_fits_once_the_stated_nodes_are_
 
     assert errors == []
     assert len(planned) == 3
+
+
+def test_a_gang_the_key_keeps_from_fitting_fits_once_the_key_is_relaxed(sim, cycle):
+    pods = gang(sim, "wide", 3, gpu=4, key=RACK)  # 12 GPUs; a rack has 8, two racks 16
+    message = refused(cycle, sim, pods, "wide")
+
+    assert f"topology: fits across racks r0+r1, but the key {RACK} requires one rack (the fewest)" in message
+
+    def relax(obj):
+        del obj["spec"]["schedulingConstraints"]
+
+    sim.update("PodGroup", "default/wide", relax)
+    wait_until(lambda: verbs.filter(cycle, pods[0], all_nodes(sim)).nodes)  # once its backoff ends
+    planned, errors = bind_all(cycle, sim, pods)
+
+    assert errors == []
+    assert {sim.get("Node", n)["metadata"]["labels"][RACK] for n in planned.values()} == {"r0", "r1"}
+
+
+def test_a_gang_that_may_not_preempt_fits_with_the_priority_stated(sim, cycle):
+    for i, n in enumerate(all_nodes(sim)):  # every GPU taken by pods of priority 5
+        sim.create(pod(f"busy-{i}", gpu=4, node=n, priority=5))
+    sim.create(podgroup("urgent", 2, priority=5))
+    pods = [sim.create(pod(f"urgent-{i}", "urgent", gpu=4)) for i in range(2)]
+    message = refused(cycle, sim, pods, "urgent")
+
+    found = re.search(r"preemption: with priority (\d+) or more \(now 5\) it would evict (\d+) pods", message)
+    assert found is not None and "(the least priority)" in message
+    priority, evicted = int(found.group(1)), int(found.group(2))
+    assert (priority, evicted) == (6, 2)
+
+    def raise_priority(obj):
+        obj["spec"]["priority"] = priority
+
+    sim.update("PodGroup", "default/urgent", raise_priority)
+    def busy():
+        return sum(1 for p in sim.list("Pod") if p["metadata"]["name"].startswith("busy-"))
+
+    # once its backoff ends the group's preemption starts: two of the four pods go
+    wait_until(lambda: verbs.filter(cycle, pods[0], all_nodes(sim)) and busy() == 2)
+    planned, errors = bind_all(cycle, sim, pods)
+
+    assert errors == [] and len(planned) == 2
