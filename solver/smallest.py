@@ -403,11 +403,12 @@ def _preemption(snapshot: Snapshot, group: PodGroup, context: PreemptionContext)
     more = f" and {len(plan.units) - MAX_NAMED} more" if len(plan.units) > MAX_NAMED else ""
     where = f" in {plan.domain}" if plan.domain else ""
     proven = plan.optimal and plan.pdb_violations == 0
-    if never and need <= group.priority:
-        text = f"preemptionPolicy Never: with PreemptLowerPriority it would evict {len(plan.victims)} pods{where}"
+    policy = "preemptionPolicy Never: with PreemptLowerPriority" if never else ""
+    if need <= group.priority:
+        text = f"{policy} it would evict {len(plan.victims)} pods{where}"
     else:
-        text = (f"with priority {need} or more (now {group.priority}) it would evict {len(plan.victims)} pods{where}"
-                f" ({'the least priority' if proven else 'a bound'}); {len(in_way)} units of priority "
-                f"{group.priority} or more are in the way")
+        text = (f"{policy + ' and' if never else 'with'} priority {need} or more (now {group.priority}) it would "
+                f"evict {len(plan.victims)} pods{where} ({'the least priority' if proven else 'a bound'}); "
+                f"{len(in_way)} units of priority {group.priority} or more are in the way")
     return Change("preemption", plan.domain or "cluster", f"{text}: {named}{more}", proven,
                   priority=need, victims=plan.victims)

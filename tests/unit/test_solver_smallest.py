@@ -212,3 +212,17 @@ def test_capacity_says_bound_when_fragmentation_needs_more_than_the_totals():
     assert change is not None and not change.proven
     assert "(a bound: at least 3, at most 4 nodes)" in change.text
     assert fitting(with_nodes(snap, change.add_nodes), group)
+
+
+def test_preemption_policy_never_below_the_running_pods_names_both_changes():
+    running = pods("web", 2, gpus=4, node="n-0-0", priority=5)
+    snap = Snapshot(cluster(racks=1, per_rack=1), bound=running)
+    group = gang("train", 1, gpus=8, priority=1, preemption_policy=PreemptionPolicy.NEVER)
+
+    change = smallest_change(snap, group, OPTIONS, PreemptionContext()).of("preemption")
+
+    assert change is not None and change.priority == 6
+    assert change.text.startswith("preemptionPolicy Never: with PreemptLowerPriority and priority 6 or more (now 1)")
+    assert "2 units of priority 1 or more are in the way" in change.text
+    raised = dataclasses.replace(group, priority=6, preemption_policy=PreemptionPolicy.PREEMPT_LOWER_PRIORITY)
+    assert plan_preemption(snap, raised, PreemptionContext()).helps
