@@ -125,6 +125,7 @@ EVENT_FAILED_SCHEDULING = "FailedScheduling"
 EVENT_PLACEMENT_ABANDONED = "PlacementAbandoned"  # a partly bound gang's record no longer fits
 EVENT_PREEMPTING = "Preempting"  # PodGroup: victims chosen, their eviction started
 EVENT_PREEMPTED = "Preempted"  # victim pod
+EVENT_SMALLEST_CHANGE = "SmallestChange"  # PodGroup: the smallest change that would make it fit
 METRIC_TIME_TO_PLACE = "phalanx_podgroup_time_to_place_seconds"  # plan made -> every member bound
 METRIC_PLAN_TRANSITIONS = "phalanx_plan_transitions_total"  # {to}: every plan state change
 METRIC_BARRIER_HELD = "phalanx_barrier_capacity_held"  # gang members planned and not yet bound

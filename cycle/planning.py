@@ -51,6 +51,7 @@ from .plans import HOLDING, Change, Plan, PlanBook, PlanState, Usage, total_usag
 from .preemption import GroupPreemption
 from .queue import PodGroupQueue
 from .records import RecordedHolds
+from .smallest import SmallestChanges
 from .status import StatusWriter
 from .tenants import Tenants
 from .verdicts import Verdicts
@@ -66,7 +67,7 @@ class Planner:
                  policies: QueuePolicies, preemption: GroupPreemption, verdicts: Verdicts,
                  recorded: RecordedHolds, parked: ParkedMembers, inbox: Inbox,
                  explanations: dict[str, str], domains: dict[str, tuple[str, str]],
-                 tenants: Tenants) -> None:
+                 tenants: Tenants, smallest: SmallestChanges) -> None:
         self.lock = lock
         self.book = book
         self.cache = cache
@@ -91,6 +92,7 @@ class Planner:
         # groups whose cycle is solving off the lock now -> whether it is planned ahead (plan_ahead)
         self.solving: dict[str, bool] = {}
         self.tenants = tenants  # per-namespace limits on this work (tenants.py)
+        self.smallest = smallest  # what would make a group that does not fit fit (smallest.py)
 
     # -- what a cycle sees -------------------------------------------------------------------
     def reservations(self, exclude_group: str = "") -> Usage:
@@ -286,9 +288,10 @@ class Planner:
             for key in self.tenants.cycles.due():
                 self.inbox.nudge(self.parked.take_group(key))
 
-    def _solve(self, group: PodGroup, fresh: str) -> tuple[Placement | InvalidInput, int, float] | None:
+    def _solve(self, group: PodGroup, fresh: str) -> tuple[Placement | InvalidInput, int, float, Snapshot] | None:
         """Solve off the lock until the generation held still; None when it never did. Returns the
-        answer, the capacity version it was made on and the seconds the last solve took."""
+        answer, the capacity version it was made on, the seconds the last solve took and the
+        snapshot it solved on before kube-scheduler's verdicts cut it."""
         key = group.key
         for _ in range(SOLVE_ATTEMPTS):
             started = time.perf_counter()
@@ -298,6 +301,7 @@ class Planner:
             allowed = self.verdicts.allowed(group, snapshot.index.keys(), fresh)
             reach = self.reach(group, allowed)
             snapshot, _ = self.policies.restrict(group, snapshot)  # holds read the whole cluster
+            unfiltered = snapshot  # kube-scheduler's filters drop cordoned and tainted nodes: a change may not
             if reach is not None:
                 snapshot = snapshot.only_nodes(reach)
             with self.lock.unlocked():
@@ -307,7 +311,7 @@ class Planner:
                     placement = err
             self.refresh_records()  # a record that came or went meanwhile counts as a change
             if self.book.generation == generation:
-                return placement, capacity_version, time.perf_counter() - started
+                return placement, capacity_version, time.perf_counter() - started, unfiltered
         return None
 
     def plan_ahead(self, group: PodGroup) -> bool:
@@ -320,7 +324,7 @@ class Planner:
             solved = self._solve(group, "")
             if solved is None:
                 return False
-            placement, _, elapsed = solved
+            placement, _, elapsed, _ = solved
             if isinstance(placement, InvalidInput) or not placement.assignments:
                 return False
             self.metrics.attempt_duration.observe(elapsed)
@@ -340,7 +344,7 @@ class Planner:
             if pod is not None:  # answered "no node" for a reason that is already gone: retry it
                 self.inbox.nudge([(pod.namespace, pod.name)])
             return Placement(key, {}, explanation=None)
-        placement, capacity_version, elapsed = solved
+        placement, capacity_version, elapsed, snapshot = solved
         if isinstance(placement, InvalidInput):
             self.metrics.attempts.labels(result="error").inc()
             self.status.set_status(key, False, names.REASON_SCHEDULER_ERROR, str(placement))
@@ -353,13 +357,15 @@ class Planner:
         message = placement.explanation.message() if placement.explanation else "no placement"
         with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too
             preempting = self.preemption.try_preempt(group)
+            found = None if preempting else self.smallest.find(group, snapshot)
         if preempting:
             self.book.bump()  # a nomination now holds room
             message = f"{message}; {preempting}"
         self.explanations[key] = message
         if not preempting:  # while victims terminate, the nomination makes the group wait
             self.queue.failed_attempt(key, capacity_version, message)
-        self.status.unschedulable(key, message)
+        change = self.smallest.record(key, found)
+        self.status.unschedulable(key, f"{message}; smallest change: {change}" if change else message)
         return placement
 
     def reach(self, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> set[str] | None:

@@ -257,6 +257,7 @@ class Requeue:
             self.parked.prune(live)
             planner.policies.prune(set(live))
             self.status.prune(live)
+            planner.smallest.prune(live)
             self.inbox.prune(live)
             self.recorded.prune(live)
             self.tenants.prune(live)
@@ -273,6 +274,7 @@ class Requeue:
                 self.book.transition(plan, PlanState.FORGOTTEN)
         for table in (self.planner.explanations, self.planner.domains, self.capacity.waiting, self.queue.failed):
             table.pop(key, None)
+        self.planner.smallest.forget(key)
         self.replans.forget(key)
         self.parked.forget_group(key)
 

@@ -65,6 +65,7 @@ from .queue import PodGroupQueue, QueuePolicy
 from .records import RecordedHolds
 from .replans import ReplanBudget
 from .requeue import Requeue
+from .smallest import SmallestChanges
 from .status import StatusWriter
 from .tenants import NamespaceLimits, Tenants
 from .verdicts import Verdicts
@@ -138,6 +139,7 @@ class WorkloadCycle:
         self.status = StatusWriter(cache, writer, self.dispatcher)
         self.inbox = Inbox()
         self.explanations: dict[str, str] = {}  # group -> the last reason it did not fit
+        self.smallest = SmallestChanges(cache, self.status)  # group -> what would make it fit
         self.domains: dict[str, tuple[str, str]] = {}  # group -> (topology key, domain) it keeps
         self.queue = PodGroupQueue(clock)
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
@@ -156,7 +158,7 @@ class WorkloadCycle:
         self.planner = Planner(self.lock, self.book, cache, self.status, self.metrics, clock, options, plan_ttl,
                                barrier_timeout, self.capacity, self.queue, self.queue_policies, self.preemption,
                                self.verdicts, self.recorded, self.parked, self.inbox, self.explanations,
-                               self.domains, self.tenants)
+                               self.domains, self.tenants, self.smallest)
         self.binding = Binding(self.lock, self.book, cache, writer, self.status, self.metrics, clock,
                                barrier_timeout, bind_workers)
         self.requeue = Requeue(self.lock, self.book, cache, self.status, self.planner, self.capacity,
@@ -194,6 +196,7 @@ class WorkloadCycle:
         self.metrics.transitions.labels(to=to.value).inc()
         if to is PlanState.PLANNED:
             self.explanations.pop(key, None)
+            self.smallest.forget(key)
             self.capacity.waiting.pop(key, None)
             self.status.event(key, names.EVENT_PLANNED, change.note)
             self.status.emit("planned", group=key, domain=plan.domain, assignments=dict(plan.assignments),

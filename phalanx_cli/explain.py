@@ -28,6 +28,9 @@ def render(reply: pb.ExplainGroupReply, plan: pb.Plan | None) -> str:
                      + (f" ({reply.owner_level})" if reply.owner_level else ""))
     if reply.explanation:
         lines.append(f"  why: {reply.explanation}")
+    if reply.smallest_change:
+        lines.append("  smallest change:")
+        lines += [f"    {part}" for part in reply.smallest_change.split(" | ")]
     if plan is not None:
         p = plan.placement
         how = p.path + (", optimal" if p.optimal else (f", gap {p.gap:.1%}" if p.HasField("gap") else ""))

@@ -120,7 +120,8 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         return pb.ExplainGroupReply(namespace=request.namespace, name=request.name, state=summary.state,
                                     explanation=summary.explanation, members_existing=summary.members_existing,
                                     members_bound=summary.members_bound, min_count=summary.min_count,
-                                    owner_kind=owner.kind, owner_name=owner.name, owner_level=owner.level)
+                                    owner_kind=owner.kind, owner_name=owner.name, owner_level=owner.level,
+                                    smallest_change=self.cycle.smallest.texts.get(key, ""))
 
     @answered
     def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsReply:

@@ -3,7 +3,7 @@
 No I/O, no Kubernetes objects, no web framework. Callers build a :class:`Snapshot` from
 :class:`Node` and :class:`Pod` records (``cluster/`` converts API objects into them) and ask
 :func:`place` or :func:`place_batch` where a :class:`PodGroup` goes, and :func:`plan_preemption`
-what to evict when it does not fit.
+what to evict when it does not fit, and :func:`smallest_change` what would make it fit.
 """
 
 from .errors import InvalidInput, PlacementInvalid, SolverError
@@ -51,6 +51,7 @@ from .preemption import (
     victim_units,
 )
 from .problem import evaluate
+from .smallest import SmallestChange, smallest_change
 from .snapshot import Snapshot
 from .validate import assert_placement_valid
 
@@ -63,5 +64,5 @@ __all__ = [
     "PreemptionPlan", "PreemptionPolicy", "Requirement", "SolveOptions", "SolverError", "Snapshot",
     "Taint", "TaintEffect", "Toleration", "VictimInfo", "VictimUnit", "assert_placement_valid",
     "effective_requests", "evaluate", "expand_victims_for_pod", "place", "place_batch",
-    "plan_preemption", "rank_candidates", "victim_cost", "victim_units",
+    "plan_preemption", "rank_candidates", "SmallestChange", "smallest_change", "victim_cost", "victim_units",
 ]

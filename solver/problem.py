@@ -211,7 +211,7 @@ class Problem:
         for s, shape in enumerate(self.shapes):
             per_shape = np.minimum(shape.count, np.bincount(ids[ok], self.caps[s][ok], count).astype(np.int64))
             if rule_text is not None:  # constrained
-                for key in self._self_anti_keys(s):
+                for key in self.self_anti_keys(s):
                     spots = self._distinct_domains(s, key)
                     short = (spots < max(self.needed, 1)) & (spots <= per_shape)
                     want = min(shape.count, max(self.needed, 1))
@@ -251,7 +251,7 @@ class Problem:
             ))
         return out
 
-    def _self_anti_keys(self, s: int) -> list[str]:
+    def self_anti_keys(self, s: int) -> list[str]:
         """Topology keys on which shape ``s`` may have at most one pod per domain."""
         if self.rules.empty:
             return []

@@ -205,6 +205,7 @@ def podgroup(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, k
     row.update(
         explanation=explanation,
         shortfalls=_shortfalls(explanation),
+        smallest_change=[part for part in cycle.smallest.texts.get(key, "").split(" | ") if part],
         placement=(facts.placement if facts else None),
         plan_state=plan.state if plan else "",
         victims=(facts.victims if facts else []),

@@ -129,6 +129,7 @@ def test_the_infeasible_gangs_page_shows_its_explanation(page, demo):
     text = page.inner_text("#group-explanation")
     assert "needs 160 nvidia.com/gpu, 128 free" in text
     assert "nearest miss" in text
+    assert "smallest change that makes it fit" in text and "capacity: " in page.inner_text("#smallest-change")
     assert "unschedulable" in page.inner_text("#group-title")
     assert page.locator("#group-timeline li").count() >= 1
     screenshot(page, "dashboard-infeasible-group")

@@ -51,3 +51,15 @@ def test_grpc_addr_flags():
     assert parser.parse_args(["serve", "--sim", "x.yaml"]).grpc_addr == "127.0.0.1:50051"
     assert parser.parse_args(["serve", "--sim", "x.yaml", "--grpc-addr", "off"]).grpc_addr == "off"
     assert parser.parse_args(["explain", "ns/g"]).grpc_addr == "127.0.0.1:50051"
+
+
+def test_explain_prints_the_whole_smallest_change(sim, cycle, addr, capsys):
+    sim.create(podgroup("wide", 3, key="topology.kubernetes.io/rack"))
+    for i in range(3):
+        sim.create(pod(f"wide-{i}", "wide", gpu=4))  # 12 GPUs; a rack has 8
+    cycle.place_group("default/wide")
+    assert main(["explain", "default/wide", "--grpc-addr", addr]) == 0
+    out = capsys.readouterr().out.splitlines()
+    at = out.index("  smallest change:")
+    assert out[at + 1].startswith("    capacity: rack r") and "lacks 1 node like" in out[at + 1]
+    assert out[at + 2].startswith("    topology: fits across racks r0+r1")

@@ -80,6 +80,8 @@ def test_an_infeasible_group_page_carries_the_solvers_explanation(sim, cycle, cl
     assert page["state"] == "unschedulable"
     assert "needs 12 nvidia.com/gpu, 8 free" in page["explanation"]
     assert any("rack" in s and "needs 12" in s for s in page["shortfalls"])
+    assert [c.split(":", 1)[0] for c in page["smallest_change"]] == ["capacity", "topology"]
+    assert "lacks 1 node like" in page["smallest_change"][0]
     assert page["timeline"][-1]["kind"] == "unschedulable"
     assert [p["node"] for p in page["pods"]] == ["", "", ""]
 

@@ -182,7 +182,9 @@ async function renderGroupPage(key) {
   ].map(([k, v]) => `<div><span>${esc(k)}</span>${esc(v)}</div>`).join("");
   $("group-explanation").innerHTML = g.explanation
     ? `<div class="explanation" id="explanation-text"><div>${esc(g.explanation)}</div>
-        <ol>${g.shortfalls.map((s, i) => `<li class="${i === 0 ? "near" : ""}">${esc(s)}${i === 0 ? " <span class='muted'>(nearest miss)</span>" : ""}</li>`).join("")}</ol></div>`
+        <ol>${g.shortfalls.map((s, i) => `<li class="${i === 0 ? "near" : ""}">${esc(s)}${i === 0 ? " <span class='muted'>(nearest miss)</span>" : ""}</li>`).join("")}</ol>
+        ${g.smallest_change.length ? `<div id="smallest-change"><b>smallest change that makes it fit</b>
+        <ul>${g.smallest_change.map((c) => `<li>${esc(c)}</li>`).join("")}</ul></div>` : ""}</div>`
     : `<div class="ok">${g.state === "scheduled" ? "placed whole" : "no reason recorded: " + esc(g.state)}</div>`;
   const p = g.placement;
   $("group-placement").innerHTML = p

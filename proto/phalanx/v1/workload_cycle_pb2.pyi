@@ -100,7 +100,7 @@ class ExplainGroupRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ExplainGroupReply(_message.Message):
-    __slots__ = ("namespace", "name", "state", "explanation", "members_existing", "members_bound", "min_count", "owner_kind", "owner_name", "owner_level")
+    __slots__ = ("namespace", "name", "state", "explanation", "members_existing", "members_bound", "min_count", "owner_kind", "owner_name", "owner_level", "smallest_change")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -111,6 +111,7 @@ class ExplainGroupReply(_message.Message):
     OWNER_KIND_FIELD_NUMBER: _ClassVar[int]
     OWNER_NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_LEVEL_FIELD_NUMBER: _ClassVar[int]
+    SMALLEST_CHANGE_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     state: str
@@ -121,7 +122,8 @@ class ExplainGroupReply(_message.Message):
     owner_kind: str
     owner_name: str
     owner_level: str
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., explanation: _Optional[str] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., min_count: _Optional[int] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., owner_level: _Optional[str] = ...) -> None: ...
+    smallest_change: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., explanation: _Optional[str] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., min_count: _Optional[int] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., owner_level: _Optional[str] = ..., smallest_change: _Optional[str] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ("namespace",)
