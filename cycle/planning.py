@@ -49,6 +49,7 @@ from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .plans import HOLDING, Change, Plan, PlanBook, PlanState, Usage, total_usage
 from .preemption import GroupPreemption
+from .provisioning import Provisioning
 from .queue import PodGroupQueue
 from .records import RecordedHolds
 from .status import StatusWriter
@@ -66,7 +67,7 @@ class Planner:
                  policies: QueuePolicies, preemption: GroupPreemption, verdicts: Verdicts,
                  recorded: RecordedHolds, parked: ParkedMembers, inbox: Inbox,
                  explanations: dict[str, str], domains: dict[str, tuple[str, str]],
-                 tenants: Tenants) -> None:
+                 tenants: Tenants, provisioning: Provisioning) -> None:
         self.lock = lock
         self.book = book
         self.cache = cache
@@ -91,6 +92,7 @@ class Planner:
         # groups whose cycle is solving off the lock now -> whether it is planned ahead (plan_ahead)
         self.solving: dict[str, bool] = {}
         self.tenants = tenants  # per-namespace limits on this work (tenants.py)
+        self.provisioning = provisioning  # a gang short of capacity asks for nodes (provisioning.py)
 
     # -- what a cycle sees -------------------------------------------------------------------
     def reservations(self, exclude_group: str = "") -> Usage:
@@ -356,6 +358,9 @@ class Planner:
         if preempting:
             self.book.bump()  # a nomination now holds room
             message = f"{message}; {preempting}"
+        else:  # no one to evict: more nodes may be asked for instead
+            asked = self.provisioning.consider(group, placement.explanation, message)
+            message = f"{message}; {asked}" if asked else message
         self.explanations[key] = message
         if not preempting:  # while victims terminate, the nomination makes the group wait
             self.queue.failed_attempt(key, capacity_version, message)
