@@ -49,7 +49,7 @@ from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .plans import HOLDING, Change, Plan, PlanBook, PlanState, Usage, total_usage
 from .preemption import GroupPreemption
-from .provisioning import Provisioning
+from .provisioning import Asked, Provisioning
 from .queue import PodGroupQueue
 from .records import RecordedHolds
 from .status import StatusWriter
@@ -358,13 +358,14 @@ class Planner:
         if preempting:
             self.book.bump()  # a nomination now holds room
             message = f"{message}; {preempting}"
+            asked = Asked()
         else:  # no one to evict: more nodes may be asked for instead
             asked = self.provisioning.consider(group, placement.explanation, message)
-            message = f"{message}; {asked}" if asked else message
+            message = f"{message}; {asked.words}" if asked.words else message
         self.explanations[key] = message
         if not preempting:  # while victims terminate, the nomination makes the group wait
             self.queue.failed_attempt(key, capacity_version, message)
-        self.status.unschedulable(key, message)
+        self.status.unschedulable(key, message, asked.reason)
         return placement
 
     def reach(self, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> set[str] | None:

@@ -29,7 +29,7 @@ nodes the request brings are room like any other: the cache's capacity change re
 from __future__ import annotations
 
 import threading
-from typing import Mapping
+from typing import Mapping, NamedTuple
 
 from cluster import names
 from cluster.backend import ClusterWriter
@@ -60,6 +60,20 @@ def describe(record: ProvisioningRecord | None, key: str) -> str:
             names.PROVISIONING_PROVISIONED: "is provisioned, the gang is placed once its nodes are seen",
             names.PROVISIONING_ACCEPTED: "is accepted, its nodes are being provisioned"}
     return f"ProvisioningRequest {key} {said[state.type]}{why}"
+
+
+def condition_reason(record: ProvisioningRecord | None) -> str:
+    """The reason of the group's ``PodGroupInitiallyScheduled=False`` while it has this request."""
+    state = record.state() if record else None
+    return names.REASON_PROVISIONING_FAILED if state and state.type in FINAL else names.REASON_PROVISIONING
+
+
+class Asked(NamedTuple):
+    """What :meth:`Provisioning.consider` adds to a group's condition: words after the solver's
+    reason ("" for none) and the condition's reason."""
+
+    words: str = ""
+    reason: str = names.REASON_UNSCHEDULABLE
 
 
 def _size(pod: Pod, largest: Mapping[str, int]) -> float:
@@ -118,25 +132,25 @@ class Provisioning:
         mode = record.annotations.get(names.ANNOTATION_PROVISIONING, self.default)
         return mode == names.PROVISIONING_ATOMIC
 
-    def consider(self, group: PodGroup, explanation: Explanation | None, reason: str) -> str:
-        """Ask for the room ``group`` lacks, once (see the module's docstring); the words to add to
-        its reason, "" when it does not take part."""
+    def consider(self, group: PodGroup, explanation: Explanation | None, reason: str) -> Asked:
+        """Ask for the room ``group`` lacks, once (see the module's docstring); what to add to its
+        condition (nothing when it does not take part)."""
         record = self.cache.podgroups.get(group.key)
         if record is None or not record.uid or group.policy is not Policy.GANG or not self.wanted(record):
-            return ""
+            return Asked()
         key = f"{group.namespace}/{request_name(record.uid)}"
         existing = self.cache.provisioning_requests.get(key)
         with self._lock:
             asked = self.asked.get(group.key)
             self.reasons[group.key] = reason
         if existing is not None or asked == key:
-            return describe(existing, key)
+            return Asked(describe(existing, key), condition_reason(existing))
         shortfall = capacity_shortfall(explanation)
         if isinstance(shortfall, str):
-            return f"no ProvisioningRequest: {shortfall}"
+            return Asked(f"no ProvisioningRequest: {shortfall}")
         sets = pod_sets(group.pending, shortfall.missing)
         if not sets:
-            return ""
+            return Asked()
         ask = ProvisioningAsk(group.namespace, group.name, record.uid, sets, group.topology_key, shortfall.value)
         with self._lock:
             self.asked[group.key] = key
@@ -144,7 +158,7 @@ class Provisioning:
         where = f" in {shortfall.domain}" if group.topology_key else ""
         note = f"ProvisioningRequest {key} asks for {ask.pods} pods{where}, all at once"
         self.status.event(group.key, names.EVENT_PROVISIONING_REQUESTED, note)
-        return note
+        return Asked(note, names.REASON_PROVISIONING)
 
     def _create(self, group: PodGroup, ask: ProvisioningAsk) -> None:
         """Queue the request's writes: the PodTemplates and the request, then the members'
@@ -204,12 +218,9 @@ class Provisioning:
             reason = self.reasons.get(group_key, "")
         words = describe(request, request.key)
         self.explanations[group_key] = f"{reason}; {words}" if reason else words
-        if state is not None and state.type in FINAL:
-            self.status.set_status(group_key, False, names.REASON_PROVISIONING_FAILED, self.explanations[group_key])
-            self.status.event(group_key, names.EVENT_PROVISIONING_CHANGED, words, "Warning")
-        else:
-            self.status.set_status(group_key, False, names.REASON_PROVISIONING, self.explanations[group_key])
-            self.status.event(group_key, names.EVENT_PROVISIONING_CHANGED, words)
+        self.status.set_status(group_key, False, condition_reason(request), self.explanations[group_key])
+        final = state is not None and state.type in FINAL
+        self.status.event(group_key, names.EVENT_PROVISIONING_CHANGED, words, "Warning" if final else "Normal")
 
     def _delete(self, group_key: str, request: ProvisioningRecord, why: str) -> None:
         with self._lock:

@@ -63,6 +63,7 @@ def test_a_gang_short_of_capacity_asks_once_for_its_missing_pods_in_the_nearest_
     annotations = [p["metadata"].get("annotations") or {} for p in sim.list("Pod")]
     assert all(a.get(names.ANNOTATION_CONSUME_PROVISIONING) == name for a in annotations)
     assert [e["reason"] for e in sim.events].count(names.EVENT_PROVISIONING_REQUESTED) == 1
+    assert condition(sim, "train")["reason"] == names.REASON_PROVISIONING
 
     for p in pods[1:]:  # every member asks again, and a restarted serve asks too: still one request
         verbs.filter(cycle, p, all_nodes(sim))
@@ -177,8 +178,8 @@ def test_provisioned_nodes_take_the_gang_and_the_request_is_deleted(sim, cycle):
     [request] = requests(sim)
     name = request["metadata"]["name"]
     set_condition(sim, name, names.PROVISIONING_PROVISIONED, "6 nodes")
-    wait_until(lambda: cycle.flush() and (condition(sim, "train") or {}).get("reason") == names.REASON_PROVISIONING)
-    assert "is provisioned" in condition(sim, "train")["message"]
+    wait_until(lambda: cycle.flush() and "is provisioned" in condition(sim, "train")["message"])
+    assert condition(sim, "train")["reason"] == names.REASON_PROVISIONING
     nodes = template(sim, request)["template"]["spec"]["nodeSelector"]
     for i in range(2, 8):  # what cluster-autoscaler would bring for 6 pods: 6 nodes of 4 GPUs in rack r0
         sim.create(node(f"n-0-{i}", rack=nodes[RACK], gpus=4))
