@@ -32,7 +32,7 @@ import threading
 from typing import Mapping, NamedTuple
 
 from cluster import names
-from cluster.backend import ClusterWriter
+from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import CacheEvent, ClusterCache
 from cluster.convert import PodGroupRecord
 from cluster.provisioning import FINAL, MAX_POD_SETS, PodSet, ProvisioningAsk, ProvisioningRecord, request_name
@@ -40,6 +40,7 @@ from solver import Explanation, PodGroup, Policy
 from solver.explain import CAPACITY, DomainShortfall
 from solver.model import Pod, by_shape
 
+from .dispatch import transient
 from .inbox import Inbox
 from .status import StatusWriter
 
@@ -165,7 +166,16 @@ class Provisioning:
         annotations naming it (cluster-autoscaler leaves pods that consume a request out of its
         ordinary scale-up)."""
         def create() -> None:
-            self.writer.create_provisioning_request(ask)
+            try:
+                self.writer.create_provisioning_request(ask)
+            except WriteError as err:
+                if transient(err):
+                    raise  # the dispatcher tries again until the API server takes it
+                # refused (the CRD not installed, forbidden, invalid): said, and a later cycle may ask
+                with self._lock:
+                    self.asked.pop(group.key, None)
+                self.status.event(group.key, names.EVENT_PROVISIONING_ERROR,
+                                  f"ProvisioningRequest {ask.namespace}/{ask.name} not created: {err}", "Warning")
         self.status.submit(group.key, "provisioning", create)
         consume = {names.ANNOTATION_CONSUME_PROVISIONING: ask.name, names.ANNOTATION_PROVISIONING_CLASS: ask.class_name}
         for pod in group.pending:

@@ -5,6 +5,7 @@ PodGroup, and it is deleted once the gang is bound (docs/autoscaling.md)."""
 import pytest
 
 from cluster import names
+from cluster.backend import WriteError
 from cluster.cache import ClusterCache
 from cluster.provisioning import provisioning_record, request_name
 from cluster.sim import SimCluster
@@ -199,3 +200,23 @@ def test_a_malformed_request_is_skipped_by_the_cache():
     with pytest.raises(InvalidInput, match=r"spec.podSets\[0\]"):
         provisioning_record(bad)
     assert cache.provisioning_requests == {}
+
+
+def test_a_refused_request_is_said_and_asked_again_by_a_later_cycle(sim, cycle, monkeypatch):
+    refusals = []
+
+    def refuse(ask):
+        refusals.append(ask.name)
+        raise WriteError("the server could not find the requested resource", 404, "NotFound")
+
+    monkeypatch.setattr(sim, "create_provisioning_request", refuse)
+    pods = gang(sim, "g", 8)
+    verbs.filter(cycle, pods[0], all_nodes(sim))
+    assert cycle.flush()
+    errors = [e for e in sim.events if e["reason"] == names.EVENT_PROVISIONING_ERROR]
+    assert [e["type"] for e in errors] == ["Warning"] and "not created" in errors[0]["note"]
+    assert "default/g" not in cycle.provisioning.asked
+    monkeypatch.undo()
+    sim.create(node("n-2-0", rack="r2", gpus=1))  # room may have appeared: the gang's cycle runs again
+    verbs.filter(cycle, pods[1], all_nodes(sim))
+    assert cycle.flush() and len(requests(sim)) == 1 and len(refusals) == 1
