@@ -125,8 +125,18 @@ class Provisioning:
         self.asked: dict[str, str] = {}  # group -> the request asked for (the cache may not show it yet)
         self.said: dict[str, str] = {}  # group -> the request's state last written on the group
         self.reasons: dict[str, str] = {}  # group -> the solver's reason the request was made for
-        self.dirty = False  # a request, or a member of a gang with one, changed since the last sync
+        # namespace/name of a request of phalanx's -> its group: those listed before this cycle
+        # subscribed (serve lists its caches first), then kept by the cache's events
+        self.requests: dict[str, str] = {}
         cache.subscribe(self._on_cache_event)
+        for record in list(cache.provisioning_requests.values()):
+            if record.podgroup:
+                self.requests[record.key] = f"{record.namespace}/{record.podgroup}"
+        # a request, or a member of a gang with one, changed since the last sync (at start: the
+        # requests listed may belong to gangs bound or deleted meanwhile)
+        self.dirty = bool(self.requests)
+        if self.dirty:
+            inbox.wake()
 
     # -- the decision (a workload cycle, lock held) ----------------------------------------------
     def wanted(self, record: PodGroupRecord) -> bool:
@@ -184,14 +194,18 @@ class Provisioning:
     # -- the cache's thread: note only ----------------------------------------------------------
     def _on_cache_event(self, event: CacheEvent) -> None:
         if event.kind == "ProvisioningRequest":
-            self.dirty = True
-        elif event.kind in ("Pod", "PodGroup") and self.asked:
+            with self._lock:  # the groups with a request, as the cache shows them (a restart asked none)
+                self.requests.pop(event.key, None)
+                if isinstance(event.record, ProvisioningRecord) and event.record.podgroup:
+                    self.requests[event.key] = f"{event.record.namespace}/{event.record.podgroup}"
+        elif event.kind in ("Pod", "PodGroup") and (self.asked or self.requests):
             with self._lock:
-                if not any(g in self.asked for g in event.groups):
-                    return
-            self.dirty = True
+                concerned = set(self.asked) | set(self.requests.values())
+            if not event.groups & concerned:
+                return
         else:
             return
+        self.dirty = True
         self.inbox.wake()
 
     # -- the requeue thread (lock held) ----------------------------------------------------------

@@ -220,3 +220,21 @@ def test_a_refused_request_is_said_and_asked_again_by_a_later_cycle(sim, cycle, 
     sim.create(node("n-2-0", rack="r2", gpus=1))  # room may have appeared: the gang's cycle runs again
     verbs.filter(cycle, pods[1], all_nodes(sim))
     assert cycle.flush() and len(requests(sim)) == 1 and len(refusals) == 1
+
+
+def test_a_restarted_serve_deletes_the_request_of_a_gang_bound_after_it_started(sim, cycle):
+    pods = gang(sim, "train", 8)
+    verbs.filter(cycle, pods[0], all_nodes(sim))
+    assert cycle.flush()
+    cycle.close()  # serve stops; a new one starts on the same cluster and asked for nothing itself
+    restarted = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        assert restarted.provisioning.asked == {}
+        for i in range(2, 8):
+            sim.create(node(f"n-0-{i}", rack="r0", gpus=4))
+        current = [sim.get("Pod", f"default/{p['metadata']['name']}") for p in pods]
+        _, errors = bind_all(restarted, sim, current)
+        assert errors == []
+        wait_until(lambda: restarted.flush() and not requests(sim) and not sim.list("PodTemplate"))
+    finally:
+        restarted.close()
