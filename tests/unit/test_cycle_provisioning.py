@@ -7,11 +7,18 @@ import pytest
 from cluster import names
 from cluster.backend import WriteError
 from cluster.cache import ClusterCache
-from cluster.provisioning import provisioning_record, request_name
+from cluster.provisioning import (
+    PodSet,
+    ProvisioningAsk,
+    pod_template_json,
+    provisioning_record,
+    provisioning_request_json,
+    request_name,
+)
 from cluster.sim import SimCluster
 from cycle import WorkloadCycle
 from extender import verbs
-from solver import InvalidInput
+from solver import InvalidInput, PodSpec, Toleration
 
 from .k8s_objects import node, pod, podgroup
 from .test_cycle_service import all_nodes, bind_all, condition, wait_until
@@ -238,3 +245,20 @@ def test_a_restarted_serve_deletes_the_request_of_a_gang_bound_after_it_started(
         wait_until(lambda: restarted.flush() and not requests(sim) and not sim.list("PodTemplate"))
     finally:
         restarted.close()
+
+
+def test_the_template_carries_the_shapes_tolerations_and_selector_and_no_domain_without_a_key():
+    spec = PodSpec(requests={"cpu": 500, "memory": 2 * 2**30}, node_selector={"pool": "gpu"},
+                   tolerations=(Toleration("dedicated", "Equal", "ml", "NoSchedule"), Toleration("spot", "Exists")))
+    ask = ProvisioningAsk("ns", "g", "u-1", (PodSet(spec, 3),))
+    body = pod_template_json(ask, 0, "scheduling.k8s.io/v1beta1")
+    assert body["metadata"]["name"] == "phalanx-u-1-0"
+    template = body["template"]["spec"]
+    assert template["nodeSelector"] == {"pool": "gpu"}  # no topology key: no domain label
+    assert template["tolerations"] == [{"key": "dedicated", "operator": "Equal", "value": "ml", "effect": "NoSchedule"},
+                                       {"key": "spot", "operator": "Exists"}]
+    assert template["containers"][0]["resources"] == {"requests": {"cpu": "500m", "memory": str(2 * 2**30)}}
+    request = provisioning_request_json(ask, "scheduling.k8s.io/v1beta1")
+    assert request["spec"]["podSets"] == [{"podTemplateRef": {"name": "phalanx-u-1-0"}, "count": 3}]
+    with pytest.raises(InvalidInput, match="1 to 32 pod sets"):
+        provisioning_request_json(ProvisioningAsk("ns", "g", "u-1", ()), "scheduling.k8s.io/v1beta1")
