@@ -44,8 +44,6 @@ from .dispatch import transient
 from .inbox import Inbox
 from .status import StatusWriter
 
-#: the modes of ``--provisioning`` and of the annotation
-MODES = (names.PROVISIONING_NONE, names.PROVISIONING_ATOMIC)
 #: what :attr:`Provisioning.said` holds for a group whose request is being deleted
 DELETING = "deleting"
 

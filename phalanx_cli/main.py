@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cluster import names
+
 
 def _bench(args: argparse.Namespace) -> int:
     import importlib
@@ -228,7 +230,8 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--plan-ahead-for", action="append", metavar="SCHEDULER",
                        help="plan a gang as soon as it is complete, before kube-scheduler asks, when its pods' "
                             "schedulerName is SCHEDULER (repeatable; the profile(s) running phalanx; default: none)")
-    serve.add_argument("--provisioning", choices=["none", "atomic"], default="none",
+    serve.add_argument("--provisioning", choices=[names.PROVISIONING_NONE, names.PROVISIONING_ATOMIC],
+                       default=names.PROVISIONING_NONE,
                        help="'atomic': a gang that lacks capacity gets a ProvisioningRequest "
                             "(best-effort-atomic-scale-up) for the missing pods in its nearest domain, unless its "
                             "PodGroup says scheduling.phalanx.dev/provisioning: none (default: none, only PodGroups "
