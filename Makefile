@@ -53,6 +53,7 @@ e2e: install
 	bash hack/build-lws.sh
 	bash hack/build-toxiproxy.sh
 	bash hack/build-kwok.sh
+	bash hack/fetch-provisioning-crd.sh >/dev/null
 	bash hack/build-plugin.sh
 	bash hack/build-scheduler-perf.sh >/dev/null
 	$(PY) -m pytest tests/e2e -q

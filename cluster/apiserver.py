@@ -25,6 +25,7 @@ from . import names
 from .backend import WriteError
 from .cache import ClusterCache
 from .kube import MERGE_PATCH, Kube, KubeError, api_path
+from .provisioning import ProvisioningAsk, pod_template_json, provisioning_request_json
 
 log = logging.getLogger("phalanx.apiserver")
 
@@ -32,6 +33,11 @@ log = logging.getLogger("phalanx.apiserver")
 BUILTIN, CRD = "builtin", "crd"
 FLAVOR_GROUPS = {BUILTIN: names.SCHEDULING_GROUP, CRD: names.CRD_GROUP}
 FLAVOR_RESOURCES = frozenset({"workloads", "podgroups"})
+
+
+#: kinds whose API may not be served (yet): a 404 counts as synced, with nothing to cache
+#: (ProvisioningRequests are served only where cluster-autoscaler's CRD is installed)
+OPTIONAL_KINDS = frozenset({"PodGroup", "Workload", "ProvisioningRequest"})
 
 
 class FlavorUnavailable(RuntimeError):
@@ -77,6 +83,7 @@ class ApiServerBackend:
             "StorageClass": ("storage.k8s.io/v1", "storageclasses"),
             "CSINode": ("storage.k8s.io/v1", "csinodes"),
             "Namespace": ("v1", "namespaces"),
+            "ProvisioningRequest": (names.PROVISIONING_API_VERSION, "provisioningrequests"),
         }
         self.synced: dict[str, bool] = {k: False for k in self.resources}
         self.fresh_at: dict[str, float] = {k: 0.0 for k in self.resources}
@@ -131,7 +138,7 @@ class ApiServerBackend:
                 if err.status == 410:
                     resource_version = ""  # too old: full re-list
                     continue
-                if err.status == 404 and kind in ("PodGroup", "Workload"):
+                if err.status == 404 and kind in OPTIONAL_KINDS:
                     self.synced[kind] = True  # not served (yet): nothing to cache
                     self.fresh_at[kind] = time.monotonic()
                 log.warning("watch %s: %s; retrying in %.1fs", kind, err, backoff)
@@ -207,6 +214,31 @@ class ApiServerBackend:
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self._write("PATCH", api_path("v1", "pods", namespace, name), {"metadata": {"annotations": dict(annotations)}},
                     MERGE_PATCH)
+
+    def create_provisioning_request(self, ask: ProvisioningAsk) -> None:
+        for i in range(len(ask.pod_sets)):
+            self._create_once(api_path("v1", "podtemplates", ask.namespace),
+                              pod_template_json(ask, i, self.scheduling_gv))
+        self._create_once(api_path(names.PROVISIONING_API_VERSION, "provisioningrequests", ask.namespace),
+                          provisioning_request_json(ask, self.scheduling_gv))
+
+    def _create_once(self, path: str, body: Mapping[str, Any]) -> None:
+        """Create ``body``; one of that name that exists already is kept (409 AlreadyExists)."""
+        try:
+            self._write("POST", path, body)
+        except WriteError as err:
+            if err.status != 409:
+                raise
+
+    def delete_provisioning_request(self, namespace: str, name: str, templates: tuple[str, ...]) -> None:
+        paths = [api_path(names.PROVISIONING_API_VERSION, "provisioningrequests", namespace, name)]
+        paths += [api_path("v1", "podtemplates", namespace, t) for t in templates]
+        for path in paths:
+            try:
+                self._write("DELETE", path, None)
+            except WriteError as err:
+                if err.status != 404:
+                    raise
 
     def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
         namespace = regarding.get("namespace") or "default"

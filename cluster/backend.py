@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Protocol
 
+from .provisioning import ProvisioningAsk
+
 
 class WriteError(RuntimeError):
     """A write the cluster refused (conflict, not found, forbidden, PDB-blocked eviction...)."""
@@ -37,3 +39,10 @@ class ClusterWriter(Protocol):
 
     def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
         """Record an events.k8s.io/v1 Event about ``regarding`` (kind, namespace, name, uid)."""
+
+    def create_provisioning_request(self, ask: ProvisioningAsk) -> None:
+        """Create the PodTemplates and then the ProvisioningRequest of ``ask``; one that exists
+        already (an earlier attempt, a restart) is kept as it is. Raises WriteError."""
+
+    def delete_provisioning_request(self, namespace: str, name: str, templates: tuple[str, ...]) -> None:
+        """Delete the ProvisioningRequest and its PodTemplates; ones already gone are no error."""

@@ -55,6 +55,7 @@ from .convert import (
     storage_class_from_json,
     volume_from_json,
 )
+from .provisioning import ProvisioningRecord, provisioning_record
 from .volumes import resolve_claims, volume_inventory
 
 log = logging.getLogger("phalanx.cache")
@@ -67,7 +68,8 @@ STORAGE_KINDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "CSINode": csinode_limits,
     "Namespace": namespace_labels,
 }
-KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget", *STORAGE_KINDS)
+KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget", "ProvisioningRequest",
+         *STORAGE_KINDS)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -187,6 +189,7 @@ class ClusterCache:
         self.workloads: dict[str, kinds.Workload] = {}
         self.priority_classes: dict[str, int] = {}
         self.pdbs: dict[str, PdbRecord] = {}
+        self.provisioning_requests: dict[str, ProvisioningRecord] = {}  # by namespace/name
         self.claims: dict[str, ClaimInfo] = {}  # by namespace/name
         self.persistent_volumes: dict[str, VolumeInfo] = {}  # by name
         self.storage_classes: dict[str, ClassInfo] = {}  # by name
@@ -261,6 +264,7 @@ class ClusterCache:
         stores: dict[str, dict[str, Any]] = {
             "Node": self.nodes, "PodGroup": self.podgroups, "Workload": self.workloads,
             "PriorityClass": self.priority_classes, "PodDisruptionBudget": self.pdbs,
+            "ProvisioningRequest": self.provisioning_requests,
             "PersistentVolumeClaim": self.claims, "PersistentVolume": self.persistent_volumes,
             "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}
         return stores[kind]
@@ -557,6 +561,7 @@ RECORDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "PriorityClass": priority_value,
     "Workload": kinds.workload,
     "PodDisruptionBudget": pdb_record,
+    "ProvisioningRequest": provisioning_record,
 }
 
 

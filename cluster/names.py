@@ -89,6 +89,35 @@ REASON_MIN_COUNT_TOO_LARGE = "MinCountTooLarge"
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
+# -- gang-aware autoscaling through ProvisioningRequests ---------------------------------------------
+# (k8s.io/autoscaler/cluster-autoscaler/apis, provisioningrequest/autoscaling.x-k8s.io/v1 types.go)
+PROVISIONING_API_VERSION = "autoscaling.x-k8s.io/v1"
+PROVISIONING_CLASS_ATOMIC = "best-effort-atomic-scale-up.autoscaling.x-k8s.io"
+#: PodGroup, StatefulSet or LeaderWorkerSet (copied onto the PodGroups phalanx creates): "atomic"
+#: asks for a ProvisioningRequest when the gang lacks capacity, "none" never (over serve's default)
+ANNOTATION_PROVISIONING = "scheduling.phalanx.dev/provisioning"
+PROVISIONING_ATOMIC = "atomic"
+PROVISIONING_NONE = "none"
+#: ProvisioningRequest and its PodTemplates: the name of the PodGroup they were made for
+LABEL_PROVISIONING_PODGROUP = "scheduling.phalanx.dev/provisioning-podgroup"
+#: pod annotations cluster-autoscaler reads: the pod consumes that request's capacity (and is left
+#: out of its ordinary scale-up), of that class
+ANNOTATION_CONSUME_PROVISIONING = "autoscaling.x-k8s.io/consume-provisioning-request"
+ANNOTATION_PROVISIONING_CLASS = "autoscaling.x-k8s.io/provisioning-class-name"
+#: the request's conditions, as cluster-autoscaler sets them
+PROVISIONING_ACCEPTED = "Accepted"
+PROVISIONING_PROVISIONED = "Provisioned"
+PROVISIONING_FAILED = "Failed"
+PROVISIONING_CAPACITY_REVOKED = "CapacityRevoked"
+PROVISIONING_BOOKING_EXPIRED = "BookingExpired"
+#: PodGroupInitiallyScheduled=False while its ProvisioningRequest is outstanding, and once it failed
+REASON_PROVISIONING = "WaitingForProvisioning"
+REASON_PROVISIONING_FAILED = "ProvisioningFailed"
+EVENT_PROVISIONING_REQUESTED = "ProvisioningRequested"  # PodGroup: a request created for its shortfall
+EVENT_PROVISIONING_CHANGED = "ProvisioningChanged"  # PodGroup: its request's condition changed
+EVENT_PROVISIONING_DELETED = "ProvisioningDeleted"  # PodGroup: bound (or gone), its request deleted
+EVENT_PROVISIONING_ERROR = "ProvisioningError"  # PodGroup: the request could not be created
+
 # -- metrics ----------------------------------------------------------------------------------------
 METRIC_PODGROUP_ATTEMPTS = "scheduler_podgroup_schedule_attempts_total"
 METRIC_PODGROUP_ATTEMPT_DURATION = "scheduler_podgroup_scheduling_attempt_duration_seconds"

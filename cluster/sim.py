@@ -23,9 +23,10 @@ from . import names
 from .backend import WriteError
 from .cache import KINDS as CACHED_KINDS
 from .cache import ClusterCache
+from .provisioning import ProvisioningAsk, pod_template_json, provisioning_request_json
 
 SIM_DURATION = "sim.phalanx.dev/duration-seconds"
-KINDS = (*CACHED_KINDS, "StatefulSet")
+KINDS = (*CACHED_KINDS, "StatefulSet", "PodTemplate")
 CLUSTER_SCOPED = ("Node", "PriorityClass", "PersistentVolume", "StorageClass", "CSINode", "Namespace")
 
 #: A stored object: raw JSON the simulation owns and mutates in place.
@@ -228,6 +229,24 @@ class SimCluster:
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self.update("Pod", f"{namespace}/{name}", lambda obj: _annotate(obj, annotations))
+
+    def create_provisioning_request(self, ask: ProvisioningAsk) -> None:
+        api_version = f"{names.SCHEDULING_GROUP}/{names.SCHEDULING_VERSION}"
+        bodies = [pod_template_json(ask, i, api_version) for i in range(len(ask.pod_sets))]
+        for body in [*bodies, provisioning_request_json(ask, api_version)]:
+            try:
+                self.create(body)
+            except WriteError as err:
+                if err.status != 409:
+                    raise
+
+    def delete_provisioning_request(self, namespace: str, name: str, templates: tuple[str, ...]) -> None:
+        for kind, obj in [("ProvisioningRequest", name), *(("PodTemplate", t) for t in templates)]:
+            try:
+                self.delete(kind, f"{namespace}/{obj}")
+            except WriteError as err:
+                if err.status != 404:
+                    raise
 
     def event(self, regarding: Mapping[str, str], reason: str, note: str, type_: str = "Normal") -> None:
         with self._lock:

@@ -132,9 +132,12 @@ def compile_podgroup(sts: Owner | Mapping[str, Any], workload: kinds.Workload | 
         owners.append(kinds.owner_ref_json(wl.meta, flavor.api_version, "Workload", controller=False))
     spec = kinds.podgroup_spec_json(template.fields, wl.meta.name, template.name, overrides.min_count,
                                     overrides.priority_class, parent_composite)
+    # the owner's ProvisioningRequest opt-in (or opt-out) is the group's (docs/autoscaling.md)
+    inherited = {k: v for k, v in owner_meta.annotations.items() if k == names.ANNOTATION_PROVISIONING}
     metadata = managed_metadata(
         overrides.name or naming.podgroup_name(wl.meta.name, template.name, wl.meta.uid, owner_meta.uid),
-        wl.meta.namespace or owner_meta.namespace, owners, overrides.labels, overrides.annotations,
+        wl.meta.namespace or owner_meta.namespace, owners, overrides.labels,
+        {**inherited, **(overrides.annotations or {})},
         (names.FINALIZER_PODGROUP_PROTECTION,))
     return kinds.object_json(flavor.api_version, "PodGroup", metadata, spec)
 

@@ -49,6 +49,7 @@ from .metrics import CycleMetrics
 from .parked import ParkedMembers
 from .plans import HOLDING, Change, Plan, PlanBook, PlanState, Usage, total_usage
 from .preemption import GroupPreemption
+from .provisioning import Asked, Provisioning
 from .queue import PodGroupQueue
 from .records import RecordedHolds
 from .smallest import SmallestChanges
@@ -67,7 +68,7 @@ class Planner:
                  policies: QueuePolicies, preemption: GroupPreemption, verdicts: Verdicts,
                  recorded: RecordedHolds, parked: ParkedMembers, inbox: Inbox,
                  explanations: dict[str, str], domains: dict[str, tuple[str, str]],
-                 tenants: Tenants, smallest: SmallestChanges) -> None:
+                 tenants: Tenants, smallest: SmallestChanges, provisioning: Provisioning) -> None:
         self.lock = lock
         self.book = book
         self.cache = cache
@@ -93,6 +94,7 @@ class Planner:
         self.solving: dict[str, bool] = {}
         self.tenants = tenants  # per-namespace limits on this work (tenants.py)
         self.smallest = smallest  # what would make a group that does not fit fit (smallest.py)
+        self.provisioning = provisioning  # a gang short of capacity asks for nodes (provisioning.py)
 
     # -- what a cycle sees -------------------------------------------------------------------
     def reservations(self, exclude_group: str = "") -> Usage:
@@ -361,11 +363,15 @@ class Planner:
         if preempting:
             self.book.bump()  # a nomination now holds room
             message = f"{message}; {preempting}"
+            asked = Asked()
+        else:  # no one to evict: more nodes may be asked for instead
+            asked = self.provisioning.consider(group, placement.explanation, message)
+            message = f"{message}; {asked.words}" if asked.words else message
         self.explanations[key] = message
         if not preempting:  # while victims terminate, the nomination makes the group wait
             self.queue.failed_attempt(key, capacity_version, message)
         change = self.smallest.record(key, found)
-        self.status.unschedulable(key, f"{message}; smallest change: {change}" if change else message)
+        self.status.unschedulable(key, f"{message}; smallest change: {change}" if change else message, asked.reason)
         return placement
 
     def reach(self, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> set[str] | None:

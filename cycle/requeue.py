@@ -113,6 +113,8 @@ class Requeue:
 
     def pass_once(self) -> None:
         """One pass over the inbox (what the thread does when woken)."""
+        with self.lock:
+            self.planner.provisioning.sync()
         self.members_arrived()
         self.victims_cleared()
         self.touch_parked()
@@ -261,6 +263,7 @@ class Requeue:
             self.inbox.prune(live)
             self.recorded.prune(live)
             self.tenants.prune(live)
+            planner.provisioning.prune(live)
             planner.release_throttled()
             planner.refresh_records()
 

@@ -61,6 +61,7 @@ from .parked import ParkedMembers
 from .planning import Planner
 from .plans import Change, Plan, PlanBook, PlanState, interchangeable
 from .preemption import GroupPreemption
+from .provisioning import Provisioning
 from .queue import PodGroupQueue, QueuePolicy
 from .records import RecordedHolds
 from .replans import ReplanBudget
@@ -127,6 +128,7 @@ class WorkloadCycle:
         queue_policy: QueuePolicy = QueuePolicy(),
         plan_ahead: frozenset[str] = frozenset(),
         namespace_limits: NamespaceLimits = NamespaceLimits(),
+        provisioning: str = names.PROVISIONING_NONE,
     ) -> None:
         self.cache = cache
         self.writer = writer
@@ -155,10 +157,12 @@ class WorkloadCycle:
         self.preemption = GroupPreemption(cache, writer, clock, self.metrics, self.status, self.inbox,
                                           reservations=lambda exclude: self.planner.reservations(exclude),
                                           victim_contexts=self.queue_policies.victim_contexts)
+        # gangs short of capacity ask cluster-autoscaler for nodes (by default, or by annotation)
+        self.provisioning = Provisioning(cache, writer, self.status, self.explanations, self.inbox, provisioning)
         self.planner = Planner(self.lock, self.book, cache, self.status, self.metrics, clock, options, plan_ttl,
                                barrier_timeout, self.capacity, self.queue, self.queue_policies, self.preemption,
                                self.verdicts, self.recorded, self.parked, self.inbox, self.explanations,
-                               self.domains, self.tenants, self.smallest)
+                               self.domains, self.tenants, self.smallest, self.provisioning)
         self.binding = Binding(self.lock, self.book, cache, writer, self.status, self.metrics, clock,
                                barrier_timeout, bind_workers)
         self.requeue = Requeue(self.lock, self.book, cache, self.status, self.planner, self.capacity,

@@ -118,6 +118,15 @@ class StatusWriter:
                 log.info("could not nudge %s/%s: %s", namespace, name, err)
         self.dispatcher.submit(Write(f"Pod/{namespace}/{name}", "nudge", touch, f"nudge:{namespace}/{name}"))
 
+    def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+        """Queue a merge of ``annotations`` into a pod's; a pod gone or changed is let be."""
+        def annotate() -> None:
+            try:
+                self.writer.annotate_pod(namespace, name, annotations)
+            except WriteError as err:
+                log.info("could not annotate %s/%s: %s", namespace, name, err)
+        self.dispatcher.submit(Write(f"Pod/{namespace}/{name}", "annotate", annotate))
+
     def prune(self, live: Mapping[str, Any]) -> None:
         for key in [k for k in self.conditions if k not in live]:
             del self.conditions[key]

@@ -30,6 +30,7 @@ from typing import Callable
 
 from cheroot import wsgi
 
+from cluster import names
 from cluster.access import AccessReviewer
 from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
@@ -64,6 +65,7 @@ class ServeOptions:
     grpc_client_ca: str | None = None  # and the CA that signs its clients' certificates
     insecure_loopback_no_auth: bool = False  # loopback listeners serve the dashboard, metrics, explain without a token
     namespace_limits: NamespaceLimits = NamespaceLimits()  # per-namespace limits on phalanx's work (tenants)
+    provisioning: str = names.PROVISIONING_NONE  # "atomic": gangs short of capacity get a ProvisioningRequest
 
     @property
     def grpc_tls(self) -> GrpcTls | None:
@@ -168,7 +170,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
                               queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
-                              namespace_limits=options.namespace_limits)
+                              namespace_limits=options.namespace_limits, provisioning=options.provisioning)
         def ready() -> tuple[bool, str]:
             return (True, "ok (simulated cluster)")
         def stop_backend() -> None:
@@ -185,7 +187,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
                               queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
-                              namespace_limits=options.namespace_limits)
+                              namespace_limits=options.namespace_limits, provisioning=options.provisioning)
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed

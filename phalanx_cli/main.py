@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import sys
 
+from cluster import names
+
 
 def _bench(args: argparse.Namespace) -> int:
     import importlib
@@ -63,7 +65,8 @@ def _serve(args: argparse.Namespace) -> int:
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
                            health_addr=args.health_addr, queue_policy=_queue_policy(args),
-                           plan_ahead=tuple(args.plan_ahead_for or ()), namespace_limits=_namespace_limits(args))
+                           plan_ahead=tuple(args.plan_ahead_for or ()), namespace_limits=_namespace_limits(args),
+                           provisioning=args.provisioning)
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     from cluster.apiserver import FlavorUnavailable
@@ -227,6 +230,12 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--plan-ahead-for", action="append", metavar="SCHEDULER",
                        help="plan a gang as soon as it is complete, before kube-scheduler asks, when its pods' "
                             "schedulerName is SCHEDULER (repeatable; the profile(s) running phalanx; default: none)")
+    serve.add_argument("--provisioning", choices=[names.PROVISIONING_NONE, names.PROVISIONING_ATOMIC],
+                       default=names.PROVISIONING_NONE,
+                       help="'atomic': a gang that lacks capacity gets a ProvisioningRequest "
+                            "(best-effort-atomic-scale-up) for the missing pods in its nearest domain, unless its "
+                            "PodGroup says scheduling.phalanx.dev/provisioning: none (default: none, only PodGroups "
+                            "annotated atomic)")
     serve.add_argument("--grpc-addr", default="127.0.0.1:50051",
                        help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
     _add_serve_access(serve)

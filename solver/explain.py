@@ -16,12 +16,25 @@ from .problem import DomainBound, Problem
 MAX_DOMAINS_LISTED = 5
 
 
+#: what limits a domain: room that more nodes of its kind would add, or anything else (no eligible
+#: node: taints, selectors, cordons; the pods' own rules) that new nodes need not cure
+CAPACITY, ELIGIBILITY, RULE = "capacity", "eligibility", "rule"
+
+
 @dataclass(frozen=True)
 class DomainShortfall:
     domain: str
     fits: int  # pods that fit at most
     needed: int
     detail: str  # why, without the domain's name
+    value: str = ""  # the domain's topology value ("" without a topology key)
+    kind: str = CAPACITY  # CAPACITY, ELIGIBILITY or RULE
+
+    @property
+    def missing(self) -> int:
+        """Pods of the group that do not fit in the domain (by ``fits``: a bound, not a proof,
+        when the totals alone ruled the domain out)."""
+        return max(self.needed - self.fits, 0)
 
     def __str__(self) -> str:
         return f"{self.domain}: {self.detail}"
@@ -71,17 +84,20 @@ def _shortfall(problem: Problem, bound: DomainBound, greedy_fits: int | None) ->
     label = _domain_label(problem, bound.domain)
     needed = max(problem.needed, 1)
     fits = bound.placed_ub if greedy_fits is None else greedy_fits
+    kind = CAPACITY
     if len(bound.nodes) == 0:
-        detail = _no_host(problem, bound.domain)
+        detail, kind = _no_host(problem, bound.domain)
     elif bound.rule:
-        detail = bound.rule
+        detail, kind = bound.rule, RULE
     elif problem.constrained and greedy_fits is not None:
+        kind = RULE
         detail = f"the pods' own rules ({_rule_names(problem)}) leave room for at most {fits} of {needed} pods"
     elif bound.binding:
         detail = f"needs {bound.need} {bound.binding}, {bound.have} free"
     else:
         detail = f"capacity is fragmented, at most {fits} of {needed} pods fit on its nodes"
-    return DomainShortfall(label, fits, needed, detail)
+    value = problem.domain_values[bound.domain] if problem.group.topology_key else ""
+    return DomainShortfall(label, fits, needed, detail, value, kind)
 
 
 def _rule_names(problem: Problem) -> str:
@@ -100,14 +116,15 @@ def _rule_names(problem: Problem) -> str:
     return ", ".join(dict.fromkeys(kinds)) or "placement rules"
 
 
-def _no_host(problem: Problem, d: int) -> str:
-    """Why not one node of the domain can take a single member: the most lacking resource."""
+def _no_host(problem: Problem, d: int) -> tuple[str, str]:
+    """Why not one node of the domain can take a single member: the most lacking resource (a
+    capacity shortfall), or no eligible node at all (not one)."""
 
     in_domain = problem.domain_ids == d
     for shape in problem.shapes:
         eligible = in_domain & shape.eligibility.mask
         if not eligible.any():
-            return "no eligible node"
+            return "no eligible node", ELIGIBILITY
         free = problem.snapshot.free[eligible]
         worst = None
         for j in np.nonzero(shape.vec)[0]:
@@ -116,8 +133,9 @@ def _no_host(problem: Problem, d: int) -> str:
                 worst = (most / shape.vec[j], problem.snapshot.resources[j], int(shape.vec[j]), most)
         if worst is not None:
             _, resource, need, most = worst
-            return f"no node can host a member: a pod needs {need} {resource}, at most {most} free on one node"
-    return "no node can host a member"
+            lacking = f"a pod needs {need} {resource}, at most {most} free on one node"
+            return f"no node can host a member: {lacking}", CAPACITY
+    return "no node can host a member", CAPACITY
 
 
 def explain(problem: Problem, bounds: list[DomainBound], greedy_fits: dict[int, int]) -> Explanation:

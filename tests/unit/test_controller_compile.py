@@ -212,3 +212,15 @@ def test_crd_flavor_uses_the_phalanx_group_with_the_same_schema():
     assert crd_w["apiVersion"] == "scheduling.phalanx.dev/v1beta1"
     assert crd_w["spec"] == builtin_w["spec"] and crd_pg["spec"] == builtin_pg["spec"]
     assert crd_pg["metadata"]["ownerReferences"][1]["apiVersion"] == "scheduling.phalanx.dev/v1beta1"
+
+
+def test_the_provisioning_opt_in_of_the_statefulset_is_its_podgroups():
+    sts = statefulset(scheduling={"schedulingPolicy": {"gang": {}}})
+    _, podgroup = _compiled(sts)
+    assert names.ANNOTATION_PROVISIONING not in podgroup["metadata"]["annotations"]
+    sts["metadata"]["annotations"][names.ANNOTATION_PROVISIONING] = names.PROVISIONING_ATOMIC
+    sts["metadata"]["annotations"]["unrelated.example.com/x"] = "y"
+    _, podgroup = _compiled(sts)
+    annotations = podgroup["metadata"]["annotations"]
+    assert annotations[names.ANNOTATION_PROVISIONING] == names.PROVISIONING_ATOMIC
+    assert "unrelated.example.com/x" not in annotations

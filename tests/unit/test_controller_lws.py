@@ -370,3 +370,13 @@ def test_pods_of_a_new_podgroup_are_released_by_the_next_reconcile():
     assert alive and again and len(c.podgroups()) == 1 and gated(c.live("llm-0"))
     assert c.reconciler.reconcile_lws(NS, "llm") == (True, False)
     assert not gated(c.live("llm-0")) and not gated(c.live("llm-0-1"))
+
+
+def test_the_provisioning_opt_in_of_the_lws_is_its_podgroups():
+    c = Cluster(make_lws(scheduling={}, size=3, replicas=1,
+                         annotations={names.ANNOTATION_PROVISIONING: names.PROVISIONING_ATOMIC}))
+    c.sync()
+    c.replica(0)
+    c.sync()
+    [group] = c.podgroups().values()
+    assert group["metadata"]["annotations"][names.ANNOTATION_PROVISIONING] == names.PROVISIONING_ATOMIC

@@ -1,0 +1,265 @@
+"""Gang-aware autoscaling: a ProvisioningRequest for exactly what a gang lacks, in one domain.
+
+A gang that does not fit for lack of capacity, and may not preempt its way in, asks
+cluster-autoscaler for the missing part, all at once or not at all (the
+``best-effort-atomic-scale-up.autoscaling.x-k8s.io`` class), when its PodGroup opts in
+(annotation ``scheduling.phalanx.dev/provisioning: atomic``, copied from its StatefulSet or
+LeaderWorkerSet) or ``phalanx serve --provisioning atomic`` makes it the default (``none`` on the
+PodGroup opts out). The decision, :meth:`Provisioning.consider`, runs in the workload cycle that
+found the gang infeasible (lock held, no I/O):
+
+- **which domain, how many pods**: the solver's explanation lists the domains nearest miss first;
+  the nearest whose shortfall is capacity (not "no eligible node": taints, selectors, cordons; not
+  the pods' own rules — more nodes cure neither) is chosen, and the pods that do not fit there
+  (``needed - fits``; a bound when the totals alone ruled the domain out) are asked for, the
+  largest of the gang's pod shapes first, each as its requests, node selector and tolerations
+  plus the domain's topology label as a node selector;
+- **once per gang**: the request is named from the PodGroup's uid, so another cycle or a restarted
+  ``phalanx serve`` finds it (in the cache, or in :attr:`Provisioning.asked` before the cache
+  shows it) and never asks twice; a request that failed stays, and says so.
+
+The writes (the PodTemplates, the request, the members' consume annotations) go through the
+dispatcher. :meth:`Provisioning.sync` runs on the requeue thread whenever a request or a member
+of a gang with one changed: the request's state (Accepted, Provisioned, Failed, CapacityRevoked,
+BookingExpired) reaches the PodGroup's condition message, an event and ``phalanx explain``; once
+the gang is bound (or its PodGroup is gone) the request and its PodTemplates are deleted. The
+nodes the request brings are room like any other: the cache's capacity change retries the gang.
+"""
+
+from __future__ import annotations
+
+import threading
+from typing import Mapping, NamedTuple
+
+from cluster import names
+from cluster.backend import ClusterWriter, WriteError
+from cluster.cache import CacheEvent, ClusterCache
+from cluster.convert import PodGroupRecord
+from cluster.provisioning import FINAL, MAX_POD_SETS, PodSet, ProvisioningAsk, ProvisioningRecord, request_name
+from solver import Explanation, PodGroup, Policy
+from solver.explain import CAPACITY, DomainShortfall
+from solver.model import Pod, by_shape
+
+from .dispatch import transient
+from .inbox import Inbox
+from .status import StatusWriter
+
+#: what :attr:`Provisioning.said` holds for a group whose request is being deleted
+DELETING = "deleting"
+
+
+def describe(record: ProvisioningRecord | None, key: str) -> str:
+    """What the request ``key`` (namespace/name) says now, for a condition message."""
+    state = record.state() if record else None
+    if state is None:
+        return f"ProvisioningRequest {key} is waiting for cluster-autoscaler"
+    why = f" ({state.reason}: {state.message})" if state.message else (f" ({state.reason})" if state.reason else "")
+    said = {names.PROVISIONING_FAILED: "failed", names.PROVISIONING_CAPACITY_REVOKED: "lost its capacity",
+            names.PROVISIONING_BOOKING_EXPIRED: "expired before the gang was placed",
+            names.PROVISIONING_PROVISIONED: "is provisioned, the gang is placed once its nodes are seen",
+            names.PROVISIONING_ACCEPTED: "is accepted, its nodes are being provisioned"}
+    return f"ProvisioningRequest {key} {said[state.type]}{why}"
+
+
+def condition_reason(record: ProvisioningRecord | None) -> str:
+    """The reason of the group's ``PodGroupInitiallyScheduled=False`` while it has this request."""
+    state = record.state() if record else None
+    return names.REASON_PROVISIONING_FAILED if state and state.type in FINAL else names.REASON_PROVISIONING
+
+
+class Asked(NamedTuple):
+    """What :meth:`Provisioning.consider` adds to a group's condition: words after the solver's
+    reason ("" for none) and the condition's reason."""
+
+    words: str = ""
+    reason: str = names.REASON_UNSCHEDULABLE
+
+
+def _size(pod: Pod, largest: Mapping[str, int]) -> float:
+    """A pod's requests as a share of the largest of each resource in its gang (to order shapes)."""
+    return sum(v / largest[r] for r, v in pod.spec.requests.items() if largest.get(r))
+
+
+def pod_sets(pending: tuple[Pod, ...], missing: int) -> tuple[PodSet, ...]:
+    """``missing`` of the gang's pending pods by shape, the largest shapes first (they are the ones
+    the nodes that exist could not take)."""
+    shapes = [pods for pods in by_shape(pending).values()]
+    largest: dict[str, int] = {}
+    for pod in pending:
+        for r, v in pod.spec.requests.items():
+            largest[r] = max(largest.get(r, 0), v)
+    shapes.sort(key=lambda pods: -_size(pods[0], largest))
+    sets: list[PodSet] = []
+    for pods in shapes[:MAX_POD_SETS]:
+        take = min(len(pods), missing - sum(s.count for s in sets))
+        if take <= 0:
+            break
+        sets.append(PodSet(pods[0].spec, take))
+    return tuple(sets)
+
+
+def capacity_shortfall(explanation: Explanation | None) -> DomainShortfall | str:
+    """The nearest domain whose shortfall more nodes would cure, or why there is none."""
+    if explanation is None:
+        return "no explanation of the shortfall"
+    if explanation.summary:
+        return explanation.summary  # a resource no node offers, a topology label no node has
+    for shortfall in explanation.domains:
+        if shortfall.kind == CAPACITY and shortfall.missing:
+            return shortfall
+    return "no domain lacks capacity only"
+
+
+class Provisioning:
+    def __init__(self, cache: ClusterCache, writer: ClusterWriter, status: StatusWriter,
+                 explanations: dict[str, str], inbox: Inbox, default: str = names.PROVISIONING_NONE) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.status = status
+        self.explanations = explanations  # group -> the last reason it did not fit (shared)
+        self.inbox = inbox  # wakes the requeue thread, which runs sync
+        self.default = default
+        self._lock = threading.Lock()  # over the maps below: the cache's thread notes, the cycle reads
+        self.asked: dict[str, str] = {}  # group -> the request asked for (the cache may not show it yet)
+        self.said: dict[str, str] = {}  # group -> the request's state last written on the group
+        self.reasons: dict[str, str] = {}  # group -> the solver's reason the request was made for
+        # namespace/name of a request of phalanx's -> its group: those listed before this cycle
+        # subscribed (serve lists its caches first), then kept by the cache's events
+        self.requests: dict[str, str] = {}
+        cache.subscribe(self._on_cache_event)
+        for record in list(cache.provisioning_requests.values()):
+            if record.podgroup:
+                self.requests[record.key] = f"{record.namespace}/{record.podgroup}"
+        # a request, or a member of a gang with one, changed since the last sync (at start: the
+        # requests listed may belong to gangs bound or deleted meanwhile)
+        self.dirty = bool(self.requests)
+        if self.dirty:
+            inbox.wake()
+
+    # -- the decision (a workload cycle, lock held) ----------------------------------------------
+    def wanted(self, record: PodGroupRecord) -> bool:
+        mode = record.annotations.get(names.ANNOTATION_PROVISIONING, self.default)
+        return mode == names.PROVISIONING_ATOMIC
+
+    def consider(self, group: PodGroup, explanation: Explanation | None, reason: str) -> Asked:
+        """Ask for the room ``group`` lacks, once (see the module's docstring); what to add to its
+        condition (nothing when it does not take part)."""
+        record = self.cache.podgroups.get(group.key)
+        if record is None or not record.uid or group.policy is not Policy.GANG or not self.wanted(record):
+            return Asked()
+        key = f"{group.namespace}/{request_name(record.uid)}"
+        existing = self.cache.provisioning_requests.get(key)
+        with self._lock:
+            asked = self.asked.get(group.key)
+            self.reasons[group.key] = reason
+        if existing is not None or asked == key:
+            return Asked(describe(existing, key), condition_reason(existing))
+        shortfall = capacity_shortfall(explanation)
+        if isinstance(shortfall, str):
+            return Asked(f"no ProvisioningRequest: {shortfall}")
+        sets = pod_sets(group.pending, shortfall.missing)
+        if not sets:
+            return Asked()
+        ask = ProvisioningAsk(group.namespace, group.name, record.uid, sets, group.topology_key, shortfall.value)
+        with self._lock:
+            self.asked[group.key] = key
+        self._create(group, ask)
+        where = f" in {shortfall.domain}" if group.topology_key else ""
+        note = f"ProvisioningRequest {key} asks for {ask.pods} pods{where}, all at once"
+        self.status.event(group.key, names.EVENT_PROVISIONING_REQUESTED, note)
+        return Asked(note, names.REASON_PROVISIONING)
+
+    def _create(self, group: PodGroup, ask: ProvisioningAsk) -> None:
+        """Queue the request's writes: the PodTemplates and the request, then the members'
+        annotations naming it (cluster-autoscaler leaves pods that consume a request out of its
+        ordinary scale-up)."""
+        def create() -> None:
+            try:
+                self.writer.create_provisioning_request(ask)
+            except WriteError as err:
+                if transient(err):
+                    raise  # the dispatcher tries again until the API server takes it
+                # refused (the CRD not installed, forbidden, invalid): said, and a later cycle may ask
+                with self._lock:
+                    self.asked.pop(group.key, None)
+                self.status.event(group.key, names.EVENT_PROVISIONING_ERROR,
+                                  f"ProvisioningRequest {ask.namespace}/{ask.name} not created: {err}", "Warning")
+        self.status.submit(group.key, "provisioning", create)
+        consume = {names.ANNOTATION_CONSUME_PROVISIONING: ask.name, names.ANNOTATION_PROVISIONING_CLASS: ask.class_name}
+        for pod in group.pending:
+            self.status.annotate_pod(pod.namespace, pod.name, consume)
+
+    # -- the cache's thread: note only ----------------------------------------------------------
+    def _on_cache_event(self, event: CacheEvent) -> None:
+        if event.kind == "ProvisioningRequest":
+            with self._lock:  # the groups with a request, as the cache shows them (a restart asked none)
+                self.requests.pop(event.key, None)
+                if isinstance(event.record, ProvisioningRecord) and event.record.podgroup:
+                    self.requests[event.key] = f"{event.record.namespace}/{event.record.podgroup}"
+        elif event.kind in ("Pod", "PodGroup") and (self.asked or self.requests):
+            with self._lock:
+                concerned = set(self.asked) | set(self.requests.values())
+            if not event.groups & concerned:
+                return
+        else:
+            return
+        self.dirty = True
+        self.inbox.wake()
+
+    # -- the requeue thread (lock held) ----------------------------------------------------------
+    def sync(self) -> None:
+        """Bring the groups up to date with their requests (see the module's docstring)."""
+        if not self.dirty:
+            return
+        self.dirty = False
+        ours = {f"{r.namespace}/{r.podgroup}": r for r in list(self.cache.provisioning_requests.values()) if r.podgroup}
+        with self._lock:
+            groups = set(self.asked) | set(ours)
+        for group_key in groups:
+            self._sync_group(group_key, ours.get(group_key))
+
+    def _sync_group(self, group_key: str, request: ProvisioningRecord | None) -> None:
+        record = self.cache.podgroups.get(group_key)
+        if request is not None and (record is None or request.name != request_name(record.uid)):
+            self._delete(group_key, request, "its PodGroup is gone")  # (owner references collect it too)
+            return
+        if record is None:
+            return
+        group = self.cache.podgroup(group_key)
+        if request is not None and group is not None and group.bound and not group.pending:
+            self._delete(group_key, request, f"the gang is bound ({len(group.bound)} pods)")
+            return
+        if request is None:
+            return  # asked, not seen yet (or deleted once bound)
+        state = request.state()
+        said = state.type if state else ""
+        with self._lock:
+            if self.said.get(group_key, "") == said:
+                return  # nothing new (a request no one answered yet says what consider said)
+            self.said[group_key] = said
+            reason = self.reasons.get(group_key, "")
+        words = describe(request, request.key)
+        self.explanations[group_key] = f"{reason}; {words}" if reason else words
+        self.status.set_status(group_key, False, condition_reason(request), self.explanations[group_key])
+        final = state is not None and state.type in FINAL
+        self.status.event(group_key, names.EVENT_PROVISIONING_CHANGED, words, "Warning" if final else "Normal")
+
+    def _delete(self, group_key: str, request: ProvisioningRecord, why: str) -> None:
+        with self._lock:
+            if self.said.get(group_key) == DELETING:
+                return  # queued already; the cache shows it until the deletion lands
+            self.said[group_key] = DELETING
+            self.reasons.pop(group_key, None)
+        def delete() -> None:
+            self.writer.delete_provisioning_request(request.namespace, request.name, request.templates)
+        self.status.submit(group_key, "provisioning", delete, coalesce=f"provisioning-delete:{request.key}")
+        if self.cache.podgroups.get(group_key) is not None:
+            self.status.event(group_key, names.EVENT_PROVISIONING_DELETED,
+                              f"ProvisioningRequest {request.key} deleted: {why}")
+
+    def prune(self, live: Mapping[str, object]) -> None:
+        """Forget the groups not in ``live`` (deleted): a gang is asked for once per PodGroup uid."""
+        with self._lock:
+            for table in (self.asked, self.said, self.reasons):
+                for key in [k for k in table if k not in live]:
+                    del table[key]

@@ -1,0 +1,106 @@
+"""Gang-aware autoscaling against the real control plane, phalanx in extender mode, with
+cluster-autoscaler's own ProvisioningRequest CRD installed and requests answered by a STAND-IN
+for cluster-autoscaler's atomic class (harness/provisioner.py: it creates the requested nodes in
+one rack all at once as KWOK nodes, or fails a request past its node group's maximum).
+
+- a rack gang of 8 one-CPU pods, with room for 2 in either rack: exactly one ProvisioningRequest,
+  for the 6 missing pods in one rack; the stand-in's nodes arrive in that rack; the gang is bound
+  whole there; the request and its PodTemplates are deleted;
+- a gang needing more nodes than the node group's maximum: the request fails, and the PodGroup's
+  condition says so.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from harness import RACK, create, placement, pod, podgroup, podgroup_conditions, pods, wait_all_bound, wait_for
+from harness.controlplane import ControlPlane, Scheduler
+from harness.provisioner import API, StandInProvisioner, install_crd
+
+from cluster import names
+from cluster.kube import Kube
+
+from .conftest import NodePool, start_phalanx_scheduler
+
+MAX_NODES = 8  # the stand-in's node group maximum, per rack
+CPU1 = {"cpu": "1"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def provisioning_crd(control_plane: ControlPlane) -> None:
+    """Installed before this module's phalanx starts, so its watch finds the requests served."""
+    install_crd(control_plane.rest)
+
+
+@pytest.fixture(scope="module")
+def extender(control_plane: ControlPlane, phalanx: Any) -> Iterator[Scheduler]:
+    scheduler = start_phalanx_scheduler(control_plane, "extender", phalanx)
+    yield scheduler
+    scheduler.stop()
+
+
+@pytest.fixture
+def stand_in(rest: Kube) -> Iterator[StandInProvisioner]:
+    provisioner = StandInProvisioner(rest, max_nodes=MAX_NODES, node_cpu=1).start()
+    yield provisioner
+    provisioner.stop()
+
+
+def racks(nodes: NodePool, per_rack: int) -> None:
+    for rack in ("ra", "rb"):
+        for i in range(per_rack):
+            nodes.add(f"{rack}-{i}", cpu="1", rack=rack)
+
+
+def atomic_gang(rest: Kube, namespace: str, name: str, size: int) -> None:
+    """A PodGroup of ``size`` (one rack required) opted in to ProvisioningRequests, and its pods."""
+    group = podgroup(name, min_count=size, topology_key=RACK)
+    group["metadata"]["annotations"] = {names.ANNOTATION_PROVISIONING: names.PROVISIONING_ATOMIC}
+    create(rest, group, namespace)
+    for i in range(size):
+        create(rest, pod(f"{name}-{i}", name, requests=CPU1), namespace)
+
+
+def requests_in(rest: Kube, namespace: str) -> list[dict]:
+    return rest.list_items(f"{API}/namespaces/{namespace}/provisioningrequests")
+
+
+def test_stand_in_atomic_scale_up_brings_one_rack_and_the_gang_binds_whole_there(
+        rest: Kube, namespace: str, nodes: NodePool, extender: Scheduler, stand_in: StandInProvisioner) -> None:
+    racks(nodes, per_rack=2)  # room for 2 of the gang's 8 in either rack
+    atomic_gang(rest, namespace, "train", 8)
+    bound = wait_all_bound(rest, namespace, 8, timeout=120, podgroup="train")
+    assert stand_in.errors == []
+    assert list(stand_in.seen.values()) == ["Provisioned"], stand_in.seen  # exactly one request, answered
+    [(rack, made)] = [(r, n) for r, n in stand_in.created.items() if n]
+    assert len(made) == 6  # the missing part: 8 pods, 2 fit on the nodes that exist
+    node_racks = {node: node.split("-")[1] if node.startswith("prov-") else node.split("-")[0]
+                  for node in bound.values()}
+    assert set(node_racks.values()) == {rack}, bound  # the gang, whole, in the provisioned rack
+    assert set(made) <= set(bound.values())
+    wait_for(lambda: not requests_in(rest, namespace), 60, "the request deleted once the gang is bound")
+    wait_for(lambda: not rest.list_items(f"/api/v1/namespaces/{namespace}/podtemplates"), 60,
+             "the request's PodTemplates deleted")
+    member = pods(rest, namespace, podgroup="train")[0]
+    assert member["metadata"]["annotations"][names.ANNOTATION_CONSUME_PROVISIONING].startswith("phalanx-")
+    assert placement(pods(rest, namespace, podgroup="train")) == bound
+
+
+def test_stand_in_fails_a_request_past_the_node_group_maximum_and_the_podgroup_says_so(
+        rest: Kube, namespace: str, nodes: NodePool, extender: Scheduler, stand_in: StandInProvisioner) -> None:
+    racks(nodes, per_rack=2)
+    atomic_gang(rest, namespace, "huge", 2 + MAX_NODES + 1)  # 9 pods missing in the nearest rack, 8 allowed
+
+    def failed() -> dict | None:
+        condition = podgroup_conditions(rest, namespace, "huge").get(names.CONDITION_INITIALLY_SCHEDULED)
+        return condition if condition and condition["reason"] == names.REASON_PROVISIONING_FAILED else None
+
+    condition = wait_for(failed, 90, "the PodGroup says its ProvisioningRequest failed")
+    assert "failed (NodeGroupMaxSize: 9 more nodes in rack" in condition["message"]
+    assert condition["status"] == "False"
+    assert list(stand_in.seen.values()) == ["Failed"] and not any(stand_in.created.values())
+    [request] = requests_in(rest, namespace)  # kept, saying why; never asked again
+    assert [s["count"] for s in request["spec"]["podSets"]] == [MAX_NODES + 1]
+    assert not [p for p in pods(rest, namespace, podgroup="huge") if p["spec"].get("nodeName")]
