@@ -17,8 +17,6 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
-from cluster.convert import InvalidInput, pod_group_name
-
 from . import output
 from .kubeconfig import KubeconfigError, KubeContext, load
 from .transport import (
@@ -178,7 +176,11 @@ def _target(words: Sequence[str]) -> tuple[str, str]:
 
 
 def group_of_pod(api: client.ApiClient | None, namespace: str, pod: str) -> str:
-    """The PodGroup pod ``namespace/pod`` belongs to, read from the API server."""
+    """The PodGroup pod ``namespace/pod`` belongs to, read from the API server (with phalanx's own
+    reading of a pod; imported here, since it brings the solver's libraries, seconds of start-up
+    that every other command does without)."""
+    from cluster.convert import InvalidInput, pod_group_name
+
     if api is None:
         raise CommandError("explain pod/NAME needs the API server")
     try:
