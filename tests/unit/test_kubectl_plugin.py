@@ -388,3 +388,84 @@ def test_table_and_age_follow_kubectl():
     assert table(["name", "domain"], [["db", ""], ["web-long", "r1"]]) == (
         "NAME       DOMAIN\ndb         <none>\nweb-long   r1")
     assert [age(s) for s in (5, 130, 700, 4000, 90000)] == ["5s", "2m10s", "11m", "1h6m", "1d1h"]
+
+
+# -- HTTP over the forwarded stream ----------------------------------------------------------------
+class FakePortForward:
+    """A stand-in for the client library's port-forward: ``socket(port)`` is one end of a socket
+    pair whose other end ``answer`` serves (one request), ``error(port)`` what the kubelet said."""
+
+    def __init__(self, answer, error=None) -> None:
+        import socket
+
+        self.mine, theirs = socket.socketpair()
+        self.error_text, self.closed, self.request = error, False, b""
+        threading.Thread(target=self._serve, args=(theirs, answer), daemon=True).start()
+
+    def _serve(self, sock, answer) -> None:
+        with sock:
+            data = b""
+            while b"\r\n\r\n" not in data:
+                chunk = sock.recv(4096)
+                if not chunk:
+                    break
+                data += chunk
+            head, _, body = data.partition(b"\r\n\r\n")
+            length = next((int(line.split(b":")[1]) for line in head.split(b"\r\n")
+                           if line.lower().startswith(b"content-length:")), 0)
+            while len(body) < length:
+                body += sock.recv(4096)
+            self.request = head + b"\r\n\r\n" + body
+            if answer is not None:
+                sock.sendall(answer)
+
+    def socket(self, port):
+        return self.mine
+
+    def error(self, port):
+        return self.error_text
+
+    def close(self) -> None:
+        self.closed = True
+        self.mine.close()
+
+
+def forwarded(monkeypatch, fake: FakePortForward, token: str | None = "tok"):
+    from phalanx_cli.kubectl import transport
+
+    asked = []
+
+    def portforward(connect, name, namespace, ports):
+        asked.append((name, namespace, ports))
+        return fake
+
+    monkeypatch.setattr(transport, "portforward", portforward)
+    return transport.PortForwardTransport(None, "kube-system", "phalanx-scheduler-0", 8888, token, timeout=5), asked
+
+
+def test_a_request_goes_over_the_forwarded_stream_with_the_token(monkeypatch):
+    body = b'{"plans": []}'
+    fake = FakePortForward(b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: "
+                           + str(len(body)).encode() + b"\r\nConnection: close\r\n\r\n" + body)
+    serve, asked = forwarded(monkeypatch, fake)
+    reply = serve.request("POST", "/phalanx/api/whatif", b'{"objects": []}')
+    assert (reply.status, reply.json()) == (200, {"plans": []})
+    assert asked == [("phalanx-scheduler-0", "kube-system", "8888")] and fake.closed
+    head = fake.request.decode()
+    assert head.startswith("POST /phalanx/api/whatif HTTP/1.1\r\n")
+    assert "Authorization: Bearer tok\r\n" in head and head.endswith('{"objects": []}')
+
+
+def test_a_stream_the_kubelet_closes_is_reported_with_its_error(monkeypatch):
+    fake = FakePortForward(None, error="error forwarding port 8888: connection refused")
+    serve, _ = forwarded(monkeypatch, fake, token=None)
+    with pytest.raises(ServeUnreachable, match="GET /api/v1/plans through the port-forward to pod "
+                                               "kube-system/phalanx-scheduler-0 port 8888: error forwarding port "
+                                               "8888: connection refused"):
+        serve.request("GET", "/api/v1/plans")
+    assert "Authorization" not in fake.request.decode() and fake.closed
+
+
+def test_a_reply_that_is_not_json_is_said_so():
+    with pytest.raises(ServeUnreachable, match="answered HTTP 502 with no JSON: '<html>bad gateway'"):
+        Reply(502, b"<html>bad gateway").json()
