@@ -103,7 +103,7 @@ def serve_pod(control_plane, served, tmp_path_factory):
 @pytest.fixture(scope="module")
 def user(control_plane, serve_pod, tmp_path_factory):
     """A token kubeconfig of a ServiceAccount holding what the plugin needs: the shipped
-    phalanx-viewer role, and (docs/kubectl-plugin.md) pods get/list and pods/portforward create in
+    phalanx-viewer role, and (docs/kubectl-plugin.md) pods get/list and pods/portforward get/create in
     serve's namespace, pods get where it explains pods."""
     rest = control_plane.rest
     suffix = uuid.uuid4().hex[:5]
@@ -117,7 +117,7 @@ def user(control_plane, serve_pod, tmp_path_factory):
     roles = {f"phalanx-viewer-{suffix}": viewer["rules"],
              f"kubectl-phalanx-{suffix}": [
                  {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
-                 {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["create"]},
+                 {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"]},
                  {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["list"]}]}
     for name, rules in roles.items():
         rest.create(f"{rbac}/clusterroles", {"apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
@@ -199,7 +199,7 @@ def test_top_explain_and_plans_of_a_placed_gang(kubectl, control_plane, served, 
     # a gang of a profile no kube-scheduler runs: planned ahead, its plan held
     create(rest, podgroup("held", min_count=2, topology_key=RACK), namespace)
     for i in range(2):
-        create(rest, pod(f"held-{i}", "held", {"cpu": "1", GPU: 1}, schedulerName=UNSERVED), namespace)
+        create(rest, pod(f"held-{i}", "held", {"cpu": "1", GPU: 1}, scheduler_name=UNSERVED), namespace)
     key = f"{namespace}/held"
     wait_for(lambda: served.cycle.plan_of(key) is not None, 30, "phalanx plans the held gang ahead")
     plan = served.cycle.plan_of(key)
