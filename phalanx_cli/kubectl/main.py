@@ -284,8 +284,8 @@ def _group_name(group: dict) -> str:
 
 
 def render_whatif(doc: dict, wide: bool) -> str:
-    """Each group's name, verdict, domain, nodes and message; fields it does not know are left to
-    ``-o json|yaml``."""
+    """Each group's name, verdict, domain, nodes and message (or explanation), with ``-o wide`` the
+    number of victims; fields it does not know are left to ``-o json|yaml``."""
     groups = doc.get("groups") if isinstance(doc, dict) else None
     if not groups:
         return "No groups."
@@ -295,8 +295,13 @@ def render_whatif(doc: dict, wide: bool) -> str:
         if isinstance(nodes, dict):  # pod -> node
             nodes = sorted(set(nodes.values()))
         shown = ",".join(map(str, nodes)) if wide or len(nodes) <= 3 else f"{len(nodes)} nodes"
-        table.append([_group_name(g), g.get("verdict"), g.get("domain"), shown, g.get("message")])
-    return output.table(["podgroup", "verdict", "domain", "nodes", "message"], table)
+        row = [_group_name(g), g.get("verdict"), g.get("domain"), shown, g.get("message") or g.get("explanation")]
+        if wide:
+            victims = g.get("victims")
+            row.insert(4, len(victims) if isinstance(victims, list) else "")
+        table.append(row)
+    headers = ["podgroup", "verdict", "domain", "nodes", "message"]
+    return output.table(headers[:4] + ["victims"] * wide + headers[4:], table)
 
 
 COMMANDS: dict[str, Callable[[Call], None]] = {"top": top, "plans": plans, "explain": explain, "whatif": whatif}

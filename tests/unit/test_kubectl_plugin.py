@@ -342,6 +342,23 @@ def test_whatif_posts_the_objects_with_the_namespace_and_renders_groups(tmp_path
     assert json.loads(run(["whatif", "-f", path, "-o", "json"], serve))["groups"][0]["new_field"] == {"x": 1}
 
 
+def test_whatif_renders_serves_reply_shape(tmp_path):
+    """serve's reply as the what-if endpoint writes it: nodes pod -> node, the message in
+    ``explanation``, victims of a preemption."""
+    reply = {"groups": [
+        {"namespace": "default", "name": "train", "verdict": "fits after preemption", "domain": "r1",
+         "nodes": {"train-0": "n-1-0", "train-1": "n-1-1", "train-2": "n-1-0", "train-3": "n-1-2", "train-4": "n-1-3"},
+         "victims": [{"pod": "default/low-0", "priority": 1, "unit": "default/low"}], "explanation": ""},
+        {"namespace": "default", "name": "huge", "verdict": "does not fit", "nodes": {},
+         "explanation": "rack r1: needs 12 nvidia.com/gpu, 8 free"}]}
+    lines = run(["whatif", "-f", manifest(tmp_path, STS), "-o", "wide"], CannedServe(200, reply)).splitlines()
+    assert lines[0].split() == ["PODGROUP", "VERDICT", "DOMAIN", "NODES", "VICTIMS", "MESSAGE"]
+    assert "n-1-0,n-1-1,n-1-2,n-1-3" in lines[1] and lines[1].split()[-2:] == ["1", "<none>"]
+    assert lines[2].endswith("rack r1: needs 12 nvidia.com/gpu, 8 free")
+    narrow = run(["whatif", "-f", manifest(tmp_path, STS)], CannedServe(200, reply)).splitlines()
+    assert "4 nodes" in narrow[1]
+
+
 def test_whatif_against_a_serve_without_the_endpoint_says_so(tmp_path):
     serve = CannedServe(404, "phalanx: The requested URL was not found on the server.\n")
     with pytest.raises(plugin.CommandError, match=r"does not offer what-if \(POST /phalanx/api/whatif answered HTTP 404"):
