@@ -114,7 +114,10 @@ def user(control_plane, serve_pod, tmp_path_factory):
     subject = [{"kind": "ServiceAccount", "name": "me", "namespace": home}]
     (viewer,) = [d for d in yaml.safe_load_all(RBAC.read_text())
                  if d and d["kind"] == "ClusterRole" and d["metadata"]["name"] == "phalanx-viewer"]
-    roles = {f"phalanx-viewer-{suffix}": viewer["rules"],
+    # what-if is a POST, which serve authorizes as "create" on its path (what the what-if endpoint's
+    # phalanx-viewer grants; given here too while the shipped role predates it)
+    whatif = {"nonResourceURLs": ["/phalanx/phalanx/api/whatif"], "verbs": ["create"]}
+    roles = {f"phalanx-viewer-{suffix}": [*viewer["rules"], whatif],
              f"kubectl-phalanx-{suffix}": [
                  {"apiGroups": [""], "resources": ["pods"], "verbs": ["get", "list"]},
                  {"apiGroups": [""], "resources": ["pods/portforward"], "verbs": ["get", "create"]},
@@ -226,13 +229,16 @@ def test_errors_are_clear_and_exit_1(kubectl, serve_pod, tmp_path):
 
 
 def test_whatif_posts_through_the_same_stream(kubectl, serve_pod, tmp_path):
-    """What-if's endpoint belongs to serve; until serve has it, the plugin says so (HTTP 404)."""
-    manifest = tmp_path / "sts.yaml"
-    manifest.write_text(yaml.safe_dump({"apiVersion": "apps/v1", "kind": "StatefulSet", "metadata": {"name": "db"},
-                                        "spec": {"replicas": 2}}))
-    done = kubectl("phalanx", "whatif", "-f", str(manifest), *where(serve_pod), check=False)
+    """What-if over the same stream: serve's answer as a table, or, from a serve without the
+    endpoint, the plugin says so (HTTP 404)."""
+    manifest = tmp_path / "gang.yaml"
+    manifest.write_text(yaml.safe_dump_all([podgroup("wi", min_count=2),
+                                            *(pod(f"wi-{i}", "wi", {"cpu": "1"}) for i in range(2))]))
+    done = kubectl("phalanx", "whatif", "-f", str(manifest), "-n", "default", *where(serve_pod), check=False)
     if done.returncode == 0:
-        assert done.stdout.splitlines()[0].split()[:3] == ["PODGROUP", "VERDICT", "DOMAIN"]
+        lines = done.stdout.splitlines()
+        assert lines[0].split()[:3] == ["PODGROUP", "VERDICT", "DOMAIN"]
+        assert any(line.startswith("default/wi ") for line in lines[1:]), done.stdout
     else:
+        assert done.returncode == 1, done.stderr
         assert "does not offer what-if (POST /phalanx/api/whatif answered HTTP 404" in done.stderr
-
