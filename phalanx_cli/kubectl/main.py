@@ -271,9 +271,11 @@ def read_manifests(files: Sequence[str], namespace: str, stdin: TextIO) -> list[
 def whatif(call: Call) -> None:
     objects = read_manifests(call.args.filename, call.namespace or "default", sys.stdin)
     reply = call.serve.request("POST", WHATIF_PATH, json.dumps({"objects": objects}).encode())
-    if reply.status in (404, 405):
+    if reply.status in (404, 405, 501):  # 501: a serve with the endpoint, started without what-if
+        said = refusal(reply, "") if reply.status == 501 else ""
         raise CommandError(f"whatif: this phalanx serve does not offer what-if (POST {WHATIF_PATH} answered "
-                           f"HTTP {reply.status}): it needs a serve with the what-if endpoint")
+                           f"HTTP {reply.status}{said.removeprefix(': HTTP 501')}): it needs a serve with "
+                           "the what-if endpoint")
     call.show(call.answer(reply, "whatif"), render_whatif)
 
 

@@ -13,6 +13,7 @@ kubeconfig gives it the rules docs/kubectl-plugin.md lists, and the shipped phal
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import subprocess
 import sys
@@ -41,12 +42,23 @@ UNSERVED = "kubectl-e2e-unserved"  # a schedulerName no kube-scheduler runs: pha
 PLUGIN = Path(sys.executable).parent / "kubectl-phalanx"
 
 
+def what_if() -> dict:
+    """serve's what-if compiler, as ``phalanx serve`` composes it, once serve has one (the option
+    ``compile_manifest``); nothing before (the plugin then meets a serve without what-if)."""
+    if "compile_manifest" not in {f.name for f in dataclasses.fields(ServeOptions)}:
+        return {}
+    from controller.whatif import compile_objects
+
+    return {"compile_manifest": compile_objects}
+
+
 @pytest.fixture(scope="module")
 def served(control_plane):
     """serve (token reviews on) and kube-scheduler calling it; gangs of ``UNSERVED`` are planned
     ahead and their plans held (nothing asks to bind them)."""
     service = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="off", http_threads=64,
-                                 barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=600.0, plan_ahead=(UNSERVED,)),
+                                 barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=600.0, plan_ahead=(UNSERVED,),
+                                 **what_if()),
                     kubeconfig=str(control_plane.admin_kubeconfig)).start()
     scheduler = start_phalanx_scheduler(control_plane, "extender", service)
     yield service
@@ -240,5 +252,5 @@ def test_whatif_posts_through_the_same_stream(kubectl, serve_pod, tmp_path):
         assert lines[0].split()[:3] == ["PODGROUP", "VERDICT", "DOMAIN"]
         assert any(line.startswith("default/wi ") for line in lines[1:]), done.stdout
     else:
-        assert done.returncode == 1, done.stderr
+        assert done.returncode == 1 and what_if() == {}, done.stderr
         assert "does not offer what-if (POST /phalanx/api/whatif answered HTTP 404" in done.stderr

@@ -365,6 +365,13 @@ def test_whatif_against_a_serve_without_the_endpoint_says_so(tmp_path):
         run(["whatif", "-f", manifest(tmp_path, STS)], serve)
 
 
+def test_whatif_against_a_serve_started_without_it_says_so_with_serves_words(tmp_path):
+    serve = CannedServe(501, {"error": "phalanx: this serve was started without what-if"})
+    with pytest.raises(plugin.CommandError, match=r"does not offer what-if \(POST /phalanx/api/whatif answered "
+                                                  r"HTTP 501: phalanx: this serve was started without what-if\)"):
+        run(["whatif", "-f", manifest(tmp_path, STS)], serve)
+
+
 def test_whatif_passes_serves_field_messages_through(tmp_path):
     serve = CannedServe(400, {"error": "spec.scheduling: Forbidden: field is immutable"})
     with pytest.raises(plugin.CommandError, match="HTTP 400: spec.scheduling: Forbidden: field is immutable"):
