@@ -493,3 +493,8 @@ def test_a_stream_the_kubelet_closes_is_reported_with_its_error(monkeypatch):
 def test_a_reply_that_is_not_json_is_said_so():
     with pytest.raises(ServeUnreachable, match="answered HTTP 502 with no JSON: '<html>bad gateway'"):
         Reply(502, b"<html>bad gateway").json()
+
+
+def test_token_and_manifest_cannot_both_come_from_standard_input(capsys):
+    assert plugin.main(["whatif", "-f", "-", "--token-file", "-"]) == 2
+    assert "cannot both read standard input" in capsys.readouterr().err
