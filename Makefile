@@ -4,7 +4,7 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed
 
-.PHONY: install lint test e2e demo bench clean browser-deps plugin-test
+.PHONY: install lint test e2e demo bench clean browser-deps plugin-test krew-archive
 
 install: $(STAMP)
 
@@ -69,6 +69,10 @@ bench: install
 	for suite in $(BENCH_QUICK); do \
 	  $(VENV)/bin/phalanx bench $$suite --quick --json bench/results/$$suite-quick.json || exit 1; \
 	done
+
+# the archive krew installs `kubectl phalanx` from (plugins/krew/phalanx.yaml), reproducible
+krew-archive: install
+	$(PY) hack/krew_archive.py dist/kubectl-phalanx.tar.gz
 
 clean:
 	rm -rf $(VENV) build *.egg-info

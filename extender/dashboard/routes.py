@@ -4,6 +4,7 @@
 - ``GET /api/v1/topology`` — zones -> racks -> nodes (aggregated per rack above the detail limit);
 - ``GET /api/v1/topology/<zone>/<rack>`` — one rack's nodes, always in detail (the drill-down);
 - ``GET /api/v1/podgroups`` and ``/api/v1/podgroups/<ns>/<name>`` — the table and a group's page;
+- ``GET /api/v1/plans?namespace=NS`` — the plans the cycle holds, pod by pod (``kubectl phalanx plans``);
 - ``GET /api/v1/metrics`` — placement latency, solver paths and gaps, barrier, preemption, verbs;
 - ``GET /api/v1/events?since=SEQ`` — the cycle's events after SEQ (the page polls it: live updates
   without a connection held open per browser tab).
@@ -61,6 +62,10 @@ def dashboard_blueprint(cycle: WorkloadCycle, detail_limit: int = views.DETAIL_L
     def podgroup(namespace: str, name: str) -> Response:
         view = views.podgroup(cache, cycle, history, f"{namespace}/{name}")
         return jsonify(view) if view else not_found(f"podgroup {namespace}/{name}")
+
+    @bp.get("/api/v1/plans")
+    def plans() -> Response:
+        return jsonify(views.plans(cache, cycle, request.args.get("namespace", "")))
 
     @bp.get("/api/v1/metrics")
     def metrics() -> Response:

@@ -224,6 +224,32 @@ def _shortfalls(explanation: str) -> list[str]:
     return [part.strip() for part in body.split("; ") if part.strip()]
 
 
+# -- plans -------------------------------------------------------------------------------------
+def plans(cache: ClusterCache, cycle: WorkloadCycle, namespace: str = "") -> dict:
+    """Every plan the cycle holds (planned, binding, bound), with its pods' nodes, for
+    ``kubectl phalanx plans``; only ``namespace``'s when given. Read without the cycle's lock."""
+    now = cycle.clock()
+    rows = []
+    for key, plan in sorted(dict(cycle.plans).items()):
+        group_namespace, _, name = key.partition("/")
+        if namespace and group_namespace != namespace:
+            continue
+        pods = cache.pods
+        assignments = {}
+        for uid, node in list(plan.assignments.items()):
+            record = pods.get(uid)
+            assignments[record.pod.name if record else uid] = node
+        solved = plan.placement
+        rows.append({"namespace": group_namespace, "name": name, "state": plan.state.value if plan.state else "planned",
+                     "domain": plan.domain, "path": solved.path if solved else "",
+                     "optimal": bool(solved and solved.optimal), "gap": solved.gap if solved else None,
+                     "pods": len(assignments), "nodes": sorted(set(assignments.values()), key=natural),
+                     "assignments": dict(sorted(assignments.items(), key=lambda item: natural(item[0]))),
+                     "members_at_barrier": len(plan.arrived),
+                     "expires_in_s": round(max(0.0, plan.deadline - now), 1)})
+    return {"plans": rows}
+
+
 # -- solver and extender -----------------------------------------------------------------------
 def _samples(registry: CollectorRegistry) -> list[tuple[str, dict, float]]:
     return [(s.name, dict(s.labels), s.value) for family in registry.collect() for s in family.samples]

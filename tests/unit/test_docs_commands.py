@@ -9,6 +9,7 @@ anchors.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import io
 import pathlib
@@ -20,6 +21,7 @@ from functools import cache
 
 import pytest
 
+from phalanx_cli.kubectl import main as kubectl_plugin
 from phalanx_cli.main import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -173,10 +175,12 @@ def test_every_relative_link_resolves(page: pathlib.Path):
     assert broken_links(page, page.read_text()) == []
 
 
-def cli_sections(text: str) -> dict[str, str]:
-    """docs/cli.md's sections by subcommand: the body under each ``## phalanx SUB`` heading."""
-    parts = re.split(r"^## phalanx (\S+)\n", text, flags=re.M)
-    return dict(zip(parts[1::2], parts[2::2], strict=True))
+def cli_sections(text: str, program: str = "phalanx") -> dict[str, str]:
+    """docs/cli.md's sections by subcommand: the body under each ``## phalanx SUB`` heading (up to
+    the next ``## `` heading, whatever it names)."""
+    parts = re.split(r"^## (.+)\n", text, flags=re.M)
+    return {heading.removeprefix(f"{program} "): body for heading, body in zip(parts[1::2], parts[2::2], strict=True)
+            if heading.startswith(f"{program} ")}
 
 
 def flags_in_help(text: str) -> set[str]:
@@ -193,6 +197,47 @@ def test_the_cli_page_documents_every_subcommand_and_flag_and_no_other():
     for sub, body in sections.items():
         shown = {flag for line in code_of(body) for flag in flags_of(tuple(line.split()))}
         assert shown == flags_in_help(subcommand_help(sub) or ""), sub
+
+
+def kubectl_plugin_flags() -> set[str]:
+    """Every long flag of every ``kubectl phalanx`` command, from the plugin's own parser."""
+    parser = kubectl_plugin.build_parser()
+    (commands,) = [a for a in parser._actions if isinstance(a, argparse._SubParsersAction)]
+    return {flag for sub in commands.choices.values() for action in sub._actions for flag in action.option_strings
+            if flag.startswith("--")} - {"--help"}
+
+
+def kubectl_commands_in(text: str) -> list[tuple[str, ...]]:
+    """The words after every ``kubectl phalanx`` in the code of a page."""
+    shown = []
+    for line in code_of(text):
+        for match in re.finditer(r"kubectl phalanx\s+([^;&|)`]*)", line):
+            try:
+                shown.append(tuple(shlex.split(match.group(1))))
+            except ValueError:
+                shown.append(tuple(match.group(1).split()))
+    return shown
+
+
+def test_the_kubectl_plugin_sections_document_every_flag_and_no_other():
+    """docs/cli.md's ``## kubectl phalanx`` and docs/kubectl-plugin.md's flag table name exactly the
+    plugin's flags; every ``kubectl phalanx`` command shown anywhere uses a command and flags it has."""
+    flags = kubectl_plugin_flags()
+    cli = cli_sections((ROOT / "docs" / "cli.md").read_text(), "kubectl")
+    page = (ROOT / "docs" / "kubectl-plugin.md").read_text()
+    for body in (cli["phalanx"], page.split("## Flags", 1)[1].split("\n## ", 1)[0]):
+        assert {flag for line in code_of(body) for flag in flags_of(tuple(line.split()))} == flags
+    commands = {"top", "plans", "explain", "whatif"}
+    for page_path in PAGES:
+        for words in kubectl_commands_in(page_path.read_text()):
+            if words and words[0] != "..." and not PLACEHOLDER.match(words[0]):
+                assert set(words[0].split("|")) <= commands, (page_path.name, words)
+            assert set(flags_of(words)) <= flags, (page_path.name, words)
+
+
+def test_a_planted_kubectl_plugin_flag_is_caught():
+    (words,) = kubectl_commands_in("Run `kubectl phalanx top -A --watch` to see it.")
+    assert words[0] == "top" and set(flags_of(words)) - kubectl_plugin_flags() == {"--watch"}
 
 
 def test_a_cli_section_with_a_flag_the_command_lacks_is_caught():
