@@ -1,0 +1,163 @@
+"""What-if placement on the simulated cluster: a manifest compiled by the controller's code, planned
+by the cycle on what it sees now, and nothing written."""
+
+import copy
+import json
+
+import pytest
+
+from cluster import names
+from controller.whatif import compile_objects
+from cycle import DOES_NOT_FIT, FITS, FITS_AFTER_PREEMPTION
+
+from .k8s_objects import pod, podgroup
+
+RACK = names.LABEL_RACK
+GPU = "nvidia.com/gpu"
+
+
+def statefulset(name, replicas, gpu=1, scheduling=None, namespace="default", priority_class=None, policy="Parallel"):
+    """A StatefulSet with phalanx's scheduling annotation (a rack-gang unless ``scheduling`` says)."""
+    spec = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", GPU: str(gpu)}}}]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if scheduling is None:
+        scheduling = {"schedulingPolicy": {"gang": {}}, "schedulingConstraints": {"topology": [{"key": RACK}]}}
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {names.ANNOTATION_SCHEDULING: json.dumps(scheduling)}},
+            "spec": {"replicas": replicas, "podManagementPolicy": policy, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def what_if(cycle, *objects, namespace="default"):
+    drafts = compile_objects(list(objects), namespace)
+    assert not drafts.errors, drafts.errors
+    return cycle.what_if(drafts.groups)
+
+
+def rack_of(sim, node_name):
+    return sim.get("Node", node_name)["metadata"]["labels"][RACK]
+
+
+def stored(sim):
+    """Every object of the simulated cluster as stored (what a write would change)."""
+    return copy.deepcopy(sim.objects)
+
+
+def test_a_rack_gang_that_fits_gets_its_rack_and_nodes_exact_and_optimal_and_nothing_changes(sim, cycle):
+    before, generation = stored(sim), cycle.plans.generation
+    [answer] = what_if(cycle, statefulset("db", 4, gpu=2))
+    assert answer.verdict == FITS and answer.source == "StatefulSet default/db"
+    assert sorted(answer.nodes) == [f"db-{i}" for i in range(4)]
+    assert {rack_of(sim, n) for n in answer.nodes.values()} == {answer.domain}
+    assert answer.path == "exact" and answer.optimal and answer.min_count == 4 and answer.topology_key == RACK
+    assert stored(sim) == before and cycle.plans.generation == generation and not list(cycle.plans.values())
+    assert not sim.events
+
+
+def test_the_prediction_is_where_the_applied_manifest_lands(sim, cycle):
+    [answer] = what_if(cycle, podgroup("t", 3, RACK), *[pod(f"t-{i}", "t", gpu=2) for i in range(3)])
+    assert answer.verdict == FITS
+    sim.create(podgroup("t", 3, RACK))
+    for i in range(3):
+        sim.create(pod(f"t-{i}", "t", gpu=2))
+    placed = cycle.place_group("default/t")
+    assert not isinstance(placed, str)
+    assert {cycle.cache.pods[u].pod.name: n for u, n in placed.assignments.items()} == dict(answer.nodes)
+
+
+def test_a_gang_too_large_for_any_rack_does_not_fit_and_says_why(sim, cycle):
+    [answer] = what_if(cycle, statefulset("big", 3, gpu=4))  # a rack holds 2 x 4 GPUs
+    assert answer.verdict == DOES_NOT_FIT and not answer.nodes
+    assert "nvidia.com/gpu" in answer.explanation
+
+
+def test_current_plans_are_reserved_for_the_what_if(sim, cycle):
+    sim.create(podgroup("held", 2, RACK))
+    for i in range(2):
+        sim.create(pod(f"held-{i}", "held", gpu=4))
+    placed = cycle.place_group("default/held")  # a plan holds a whole rack now (not bound)
+    assert not isinstance(placed, str) and placed.assignments
+    [answer] = what_if(cycle, statefulset("db", 2, gpu=4))
+    assert answer.verdict == FITS and answer.domain != placed.domain
+
+
+def test_several_manifests_are_planned_side_by_side(sim, cycle):
+    first, second, third = what_if(cycle, statefulset("a", 2, gpu=4), statefulset("b", 2, gpu=4),
+                                   statefulset("c", 2, gpu=4))
+    assert (first.verdict, second.verdict) == (FITS, FITS) and first.domain != second.domain
+    assert third.verdict == DOES_NOT_FIT  # both racks are taken by the first two
+
+
+def test_a_higher_priority_gang_fits_after_preempting_and_names_its_victims(sim, cycle):
+    sim.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"},
+                "value": 1000})
+    for r in range(2):
+        for i in range(2):
+            sim.create(pod(f"low-{r}-{i}", gpu=3, node=f"n-{r}-{i}", priority=1))
+    before = stored(sim)
+    [answer] = what_if(cycle, statefulset("urgent", 2, gpu=4, priority_class="high"))
+    assert answer.verdict == FITS_AFTER_PREEMPTION
+    rack = answer.domain
+    assert {v.pod for v in answer.victims} == {f"default/low-{rack[1]}-{i}" for i in range(2)}
+    assert {v.priority for v in answer.victims} == {1}
+    assert {rack_of(sim, n) for n in answer.nodes.values()} == {rack}
+    assert "does not fit now" in answer.explanation
+    assert stored(sim) == before and not cycle.preemption.nominations
+
+
+def test_a_gang_that_may_not_preempt_does_not_fit(sim, cycle):
+    for r in range(2):
+        for i in range(2):
+            sim.create(pod(f"low-{r}-{i}", gpu=3, node=f"n-{r}-{i}", priority=1))
+    [answer] = what_if(cycle, statefulset("same", 2, gpu=4))  # priority 0: nobody below it
+    assert answer.verdict == DOES_NOT_FIT and not answer.victims
+
+
+def test_a_job_and_its_podgroup_are_planned_as_the_job_controller_runs_it(sim, cycle):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+           "spec": {"parallelism": 3, "completions": 3, "completionMode": "Indexed",
+                    "template": {"spec": {**pod("x", "train", gpu=2)["spec"], "restartPolicy": "Never"}}}}
+    [answer] = what_if(cycle, podgroup("train", 3, RACK), job)
+    assert answer.verdict == FITS and sorted(answer.nodes) == ["train-0", "train-1", "train-2"]
+    assert len({rack_of(sim, n) for n in answer.nodes.values()}) == 1
+
+
+def test_a_leaderworkerset_gets_a_podgroup_per_replica(sim, cycle):
+    template = {"spec": {"containers": [{"name": "c", "image": "x",
+                                         "resources": {"requests": {"cpu": "1", GPU: "2"}}}]}}
+    lws = {"apiVersion": names.LWS_API_VERSION, "kind": "LeaderWorkerSet",
+           "metadata": {"name": "llm", "annotations": {names.ANNOTATION_SCHEDULING: json.dumps(
+               {"replica": {"schedulingConstraints": {"topology": [{"key": RACK}]}}})}},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": template}}}
+    answers = what_if(cycle, lws)
+    assert [a.verdict for a in answers] == [FITS, FITS] and {a.min_count for a in answers} == {4}
+    assert sorted(answers[0].nodes) == ["llm-0", "llm-0-1", "llm-0-2", "llm-0-3"]
+    assert answers[0].domain != answers[1].domain  # each replica takes a whole rack of 8 GPUs
+
+
+@pytest.mark.parametrize(("obj", "message"), [
+    (statefulset("ord", 2, policy="OrderedReady"),
+     "spec.scheduling.schedulingPolicy.gang: Forbidden: gang scheduling requires podManagementPolicy: Parallel"),
+    (statefulset("mc", 2, scheduling={"schedulingPolicy": {"gang": {"minCount": 2}}}),
+     "spec.scheduling.schedulingPolicy.gang.minCount: Forbidden: may not be set"),
+    (statefulset("none", 2, scheduling={}) | {"metadata": {"name": "none"}},
+     "Required value: phalanx creates no PodGroup for a StatefulSet without a scheduling configuration"),
+    ({"apiVersion": "apps/v1", "metadata": {"name": "x"}}, "kind: Required value"),
+    ([1, 2], "Invalid value: must be an object"),
+    (pod("lonely", "nowhere"), "spec.schedulingGroup.podGroupName: Not found: nowhere"),
+])
+def test_invalid_objects_get_the_webhooks_messages_and_nothing_is_planned(obj, message):
+    drafts = compile_objects([statefulset("fine", 1), obj])
+    assert not drafts.groups
+    assert any(message in m for e in drafts.errors for m in e.messages) or any(
+        message in e.describe() for e in drafts.errors), drafts.errors
+
+
+def test_every_webhook_message_is_given_field_by_field():
+    bad = statefulset("bad", 2, policy="OrderedReady",
+                      scheduling={"schedulingPolicy": {"gang": {"minCount": 2}}, "extra": 1})
+    [errors] = compile_objects([bad]).errors
+    assert errors.source == "StatefulSet default/bad" and len(errors.messages) == 3
