@@ -128,7 +128,6 @@ def _stamped(pod: Mapping[str, Any], podgroup: dict[str, Any] | kinds.Meta, flav
 
 
 def _statefulset(obj: ManifestObject, flavor: Flavor) -> DraftGroup:
-    # the rule's one home (docs/design.md: what-if/the-controller-compiles)
     errors, _warnings = validate_statefulset(obj.raw)
     if errors:
         raise Refused(errors)

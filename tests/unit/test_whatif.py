@@ -2,13 +2,21 @@
 by the cycle on what it sees now, and nothing written."""
 
 import copy
+import io
 import json
 
+import grpc
 import pytest
+import yaml
 
 from cluster import names
 from controller.whatif import compile_objects
-from cycle import DOES_NOT_FIT, FITS, FITS_AFTER_PREEMPTION
+from cycle import DOES_NOT_FIT, FITS, FITS_AFTER_PREEMPTION, WorkloadCycle
+from extender.http import create_app
+from phalanx_cli.whatif import whatif
+from proto.phalanx.v1 import workload_cycle_pb2 as pb
+from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
+from rpc import start_grpc_server
 
 from .k8s_objects import pod, podgroup
 
@@ -161,3 +169,97 @@ def test_every_webhook_message_is_given_field_by_field():
                       scheduling={"schedulingPolicy": {"gang": {"minCount": 2}}, "extra": 1})
     [errors] = compile_objects([bad]).errors
     assert errors.source == "StatefulSet default/bad" and len(errors.messages) == 3
+
+
+# -- the entry points: gRPC WhatIf, POST /api/v1/whatif, `phalanx whatif` -----------------------------
+
+@pytest.fixture
+def grpc_server(cycle):
+    running = start_grpc_server(cycle, "127.0.0.1:0", compile_manifest=compile_objects)
+    yield running
+    running.stop(grace=0)
+
+
+@pytest.fixture
+def stub(grpc_server):
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_server.port}") as channel:
+        yield pb_grpc.WorkloadCycleStub(channel)
+
+
+def test_the_grpc_call_answers_each_group_and_refuses_bad_manifests_field_by_field(sim, stub):
+    reply = stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(statefulset("db", 2, gpu=4)),
+                                                       json.dumps(statefulset("big", 3, gpu=4))]))
+    fits, too_big = reply.groups
+    assert (fits.verdict, fits.source, fits.policy, fits.min_count) == (FITS, "StatefulSet default/db", "gang", 2)
+    assert sorted(fits.nodes) == ["db-0", "db-1"] and fits.path == "exact" and fits.optimal
+    assert too_big.verdict == DOES_NOT_FIT and too_big.explanation and not too_big.nodes
+    with pytest.raises(grpc.RpcError) as err:
+        stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(statefulset("o", 2, policy="OrderedReady"))]))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "StatefulSet default/o: spec.scheduling.schedulingPolicy.gang: Forbidden" in err.value.details()
+    for request in (pb.WhatIfRequest(objects_json=["{not json"]), pb.WhatIfRequest(),
+                    pb.WhatIfRequest(objects_json=["{}"], namespace="Not_A_Label")):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.WhatIf(request)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_without_a_compiler_the_grpc_call_is_unimplemented(cycle):
+    running = start_grpc_server(cycle, "127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            with pytest.raises(grpc.RpcError) as err:
+                pb_grpc.WorkloadCycleStub(channel).WhatIf(pb.WhatIfRequest(objects_json=["{}"]))
+        assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        running.stop(grace=0)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/whatif", "/phalanx/api/whatif"])
+def test_the_http_endpoint_answers_the_same_groups_and_refuses_bad_bodies(sim, cycle, path):
+    client = create_app(cycle, compile_manifest=compile_objects).test_client()
+    reply = client.post(path, json={"objects": [statefulset("db", 2, gpu=4)], "namespace": "default"})
+    assert reply.status_code == 200
+    [group] = reply.get_json()["groups"]
+    assert (group["verdict"], group["minCount"], group["topologyKey"]) == (FITS, 2, RACK)
+    assert sorted(group["nodes"]) == ["db-0", "db-1"] and group["optimal"] is True
+    refused = client.post(path, json={"objects": [statefulset("o", 2, policy="OrderedReady")]})
+    assert refused.status_code == 422
+    assert refused.get_json()["errors"][0]["object"] == "StatefulSet default/o"
+    assert any("Parallel" in m for m in refused.get_json()["errors"][0]["messages"])
+    for body in (b"{nope", b"[]", b'{"objects": []}', b'{"objects": [{}], "namespace": 3}'):
+        assert client.post(path, data=body, content_type="application/json").status_code == 400
+    bare = WorkloadCycle(sim.cache, sim)  # a serve composed without the compiler
+    try:
+        assert create_app(bare).test_client().post(path, json={"objects": [{}]}).status_code == 501
+    finally:
+        bare.close()
+
+
+def test_the_command_reads_multi_document_files_and_prints_a_table_json_or_yaml(sim, grpc_server, tmp_path, capsys):
+    manifest = tmp_path / "gangs.yaml"
+    manifest.write_text(yaml.safe_dump_all([statefulset("a", 2, gpu=4), {"apiVersion": "v1", "kind": "Service",
+                                                                          "metadata": {"name": "a"}}]))
+    second = tmp_path / "more.json"
+    second.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [statefulset("b", 2, gpu=4)]}))
+    addr = f"127.0.0.1:{grpc_server.port}"
+    out = io.StringIO()
+    assert whatif([str(manifest), str(second)], addr, out) == 0
+    table = out.getvalue()
+    assert table.splitlines()[0].split() == ["PODGROUP", "SOURCE", "VERDICT", "DOMAIN", "PODS", "SOLVER"]
+    assert "StatefulSet default/a" in table and "StatefulSet default/b" in table and "a-0" in table
+    out = io.StringIO()
+    assert whatif([str(manifest), str(second)], addr, out, output="json") == 0
+    groups = json.loads(out.getvalue())["groups"]
+    assert [g["verdict"] for g in groups] == [FITS, FITS] and groups[0]["domain"] != groups[1]["domain"]
+    out = io.StringIO()
+    assert whatif([str(manifest)], addr, out, output="yaml") == 0
+    assert yaml.safe_load(out.getvalue())["groups"][0]["source"] == "StatefulSet default/a"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(statefulset("o", 2, policy="OrderedReady")))
+    assert whatif([str(bad)], addr, io.StringIO()) == 1
+    assert "would be refused" in capsys.readouterr().err
+    (tmp_path / "broken.yaml").write_text("a: [")
+    assert whatif([str(tmp_path / "broken.yaml")], addr, io.StringIO()) == 1
+    assert whatif([str(tmp_path / "missing.yaml")], addr, io.StringIO()) == 1
+    assert "missing.yaml" in capsys.readouterr().err
