@@ -8,6 +8,7 @@ them together on the live cluster, reserving and writing nothing.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 from typing import Any, Sequence, TextIO
@@ -16,6 +17,7 @@ import grpc
 import yaml
 from google.protobuf import json_format
 
+from extender.dashboard.whatif import manifest_objects
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
@@ -33,18 +35,12 @@ def read_objects(paths: Sequence[str], stdin: TextIO = sys.stdin) -> list[Any]:
     objects: list[Any] = []
     for path in paths:
         try:
-            text = stdin.read() if path == "-" else open(path, encoding="utf-8").read()
-            documents = list(yaml.safe_load_all(text))
+            with (contextlib.nullcontext(stdin) if path == "-" else open(path, encoding="utf-8")) as f:
+                objects += manifest_objects(f.read())
         except OSError as err:
             raise ManifestError(f"{path}: {err.strerror or err}") from None
         except yaml.YAMLError as err:
             raise ManifestError(f"{path}: not YAML: {err}") from None
-        for document in documents:
-            items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else None
-            if isinstance(items, list):
-                objects += items
-            elif document is not None:
-                objects.append(document)
     if not objects:
         raise ManifestError(f"no object in {', '.join(paths)}")
     return objects

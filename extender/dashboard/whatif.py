@@ -1,16 +1,20 @@
 """What-if over HTTP: a manifest in, where its PodGroups would go out (the JSON of the gRPC
 ``WhatIf`` reply, field for field, in the proto's JSON names).
 
-Request ``{"objects": [<Kubernetes objects>], "namespace": "<for objects naming none>"}``; reply
-``{"groups": [...]}``. A body that is not such an object is 400 with ``error``; a manifest the
-admission webhooks would refuse is 422 with ``error`` and ``errors`` (per object, the webhooks'
-messages field by field), and nothing is planned. Never a 5xx for what a client sent.
+Request ``{"objects": [<Kubernetes objects>], "namespace": "<for objects naming none>"}`` — or, as
+the dashboard's form sends it, ``{"manifest": "<YAML or JSON text, several documents>"}`` instead
+of ``objects`` (``kind: List`` unpacked); reply ``{"groups": [...]}``. A body that is not such an
+object is 400 with ``error``; a manifest the admission webhooks would refuse is 422 with ``error``
+and ``errors`` (per object, the webhooks' messages field by field), and nothing is planned. Never
+a 5xx for what a client sent.
 """
 
 from __future__ import annotations
 
 import json
 from typing import Any
+
+import yaml
 
 from cluster.whatif import Compile
 from cycle import WhatIfAnswer, WorkloadCycle
@@ -41,8 +45,14 @@ def answer(cycle: WorkloadCycle, compile_manifest: Compile | None, body: bytes) 
         data = json.loads(body or b"null")
     except ValueError as err:
         return 400, {"error": f"phalanx: the body is not JSON: {err}"}
+    if isinstance(data, dict) and isinstance(data.get("manifest"), str) and "objects" not in data:
+        try:
+            data["objects"] = manifest_objects(data["manifest"])
+        except yaml.YAMLError as err:
+            return 400, {"error": f"phalanx: the manifest is not YAML: {err}"}
     if not isinstance(data, dict) or not isinstance(data.get("objects"), list) or not data["objects"]:
-        return 400, {"error": 'phalanx: the body must be {"objects": [<Kubernetes objects>, ...]} with at least one'}
+        return 400, {"error": 'phalanx: the body must be {"objects": [<Kubernetes objects>, ...]} (or {"manifest": '
+                              '"<YAML>"}) with at least one'}
     namespace = data.get("namespace") or "default"
     if not isinstance(namespace, str):
         return 400, {"error": "phalanx: namespace must be a string"}
@@ -51,3 +61,15 @@ def answer(cycle: WorkloadCycle, compile_manifest: Compile | None, body: bytes) 
         return UNPROCESSABLE, {"error": "phalanx: the manifest would be refused",
                                "errors": [{"object": e.source, "messages": list(e.messages)} for e in drafts.errors]}
     return 200, {"groups": [group_json(a) for a in cycle.what_if(drafts.groups)]}
+
+
+def manifest_objects(text: str) -> list[Any]:
+    """The documents of a YAML (or JSON) text, ``kind: List`` items unpacked, empty ones left out."""
+    objects: list[Any] = []
+    for document in yaml.safe_load_all(text):
+        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else None
+        if isinstance(items, list):
+            objects += items
+        elif document is not None:
+            objects.append(document)
+    return objects

@@ -263,3 +263,25 @@ def test_the_command_reads_multi_document_files_and_prints_a_table_json_or_yaml(
     assert whatif([str(tmp_path / "broken.yaml")], addr, io.StringIO()) == 1
     assert whatif([str(tmp_path / "missing.yaml")], addr, io.StringIO()) == 1
     assert "missing.yaml" in capsys.readouterr().err
+
+
+# -- the benchmark, tiny ---------------------------------------------------------------------------------
+
+def test_the_benchmark_reports_checked_answers_for_every_case():
+    from bench import SUITES, whatif_bench
+
+    assert SUITES["whatif"] == "bench.whatif_bench"
+    rows = whatif_bench.run(nodes=160, calls=2)  # 5 racks of 32 nodes, half their GPUs used
+    assert [r["verdict"] for r in rows] == [FITS, FITS, DOES_NOT_FIT]
+    assert all(r["calls"] == 2 and 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in rows)
+    assert "| 64-pod gang, one rack | 160 | 2 | fits (exact, optimal) |" in whatif_bench.markdown(rows)
+
+
+def test_the_http_endpoint_reads_a_yaml_manifest_as_the_dashboards_form_sends_it(sim, cycle):
+    client = create_app(cycle, compile_manifest=compile_objects).test_client()
+    text = yaml.safe_dump_all([statefulset("a", 2, gpu=4), None, {"kind": "List", "items": [statefulset("b", 2, gpu=4)]}])
+    reply = client.post("/api/v1/whatif", json={"manifest": text})
+    assert reply.status_code == 200
+    assert [g["source"] for g in reply.get_json()["groups"]] == ["StatefulSet default/a", "StatefulSet default/b"]
+    assert client.post("/api/v1/whatif", json={"manifest": "a: ["}).status_code == 400
+    assert client.post("/api/v1/whatif", json={"manifest": ""}).status_code == 400
