@@ -502,13 +502,21 @@ class PatchTestFailed(ValueError):
 
 def apply_patch(obj: JSON, ops: list[dict[str, Any]]) -> dict[str, Any]:
     """``obj`` with the JSON patch ``ops`` (RFC 6902 add, replace, remove, test) applied, as the API
-    server applies a webhook's or a client's patch; ``obj`` itself is left unchanged."""
-    out: dict[str, Any] = copy.deepcopy(dict(obj))
+    server applies a webhook's or a client's patch. ``obj`` itself is left unchanged: the objects
+    and lists on the patched paths are copied, the rest is shared with ``obj`` (read the result,
+    or patch it again; deep-copy it before changing it in place)."""
+    out: dict[str, Any] = dict(obj)
+    private = {id(out)}  # containers of ``out`` that are its own, not ``obj``'s
     for op in ops:
         keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
         parent: Any = out
         for k in keys[:-1]:
-            parent = parent[int(k)] if isinstance(parent, list) else parent[k]
+            child = parent[int(k)] if isinstance(parent, list) else parent[k]
+            if id(child) not in private:
+                child = list(child) if isinstance(child, list) else dict(child)
+                private.add(id(child))
+                parent[int(k) if isinstance(parent, list) else k] = child
+            parent = child
         last = keys[-1]
         if op["op"] == "test":
             current = parent[int(last)] if isinstance(parent, list) else parent.get(last)

@@ -123,8 +123,8 @@ def _join(manifest: _Manifest, source: str, pod: dict[str, Any]) -> None:
 def _stamped(pod: Mapping[str, Any], podgroup: dict[str, Any] | kinds.Meta, flavor: Flavor,
              shared: tuple[objects.SharedClaim, ...] = (), owned: bool = True) -> dict[str, Any]:
     """The pod as the pod webhook admits it, its ``podgroup-sync`` gate lifted by the reconciler."""
-    admitted = kinds.apply_patch(pod, objects.pod_patch(pod, podgroup, flavor, shared, owned))
-    return kinds.apply_patch(admitted, objects.ungate_patch(admitted))
+    admitted = kinds.apply_patch(pod, objects.pod_patch(kinds.pod(pod), podgroup, flavor, shared, owned))
+    return kinds.apply_patch(admitted, objects.ungate_patch(kinds.pod(admitted)))
 
 
 def _statefulset(obj: ManifestObject, flavor: Flavor) -> DraftGroup:

@@ -178,7 +178,6 @@ spec:
 
 
 def test_the_whatif_form_draws_the_would_be_placement_on_the_racks(page, demo):
-    before = api(demo, "/api/v1/podgroups")["podgroups"]
     page.fill("#whatif-manifest", WHATIF_MANIFEST)
     page.click("#whatif-run")
     page.wait_for_selector("#whatif-groups tbody tr")
@@ -193,7 +192,7 @@ def test_the_whatif_form_draws_the_would_be_placement_on_the_racks(page, demo):
         "#rack-detail .would", "els => els.map(e => e.textContent)")) == 3
     page.locator("#whatif-panel").scroll_into_view_if_needed()
     screenshot(page, "dashboard-whatif")
-    assert {g["key"] for g in api(demo, "/api/v1/podgroups")["podgroups"]} >= {g["key"] for g in before}
+    # nothing was created: the cluster has no PodGroup of the what-if's StatefulSet
     assert not any(g["key"].startswith("demo/whatif-db") for g in api(demo, "/api/v1/podgroups")["podgroups"])
 
 

@@ -26,7 +26,7 @@ def _split(path: str) -> tuple[str, str | None, str | None]:
 
 def apply_json_patch(obj: dict, ops: list[dict]) -> dict:
     try:
-        return kinds.apply_patch(obj, ops)
+        return kinds.apply_patch(copy.deepcopy(obj), ops)
     except kinds.PatchTestFailed as err:
         raise KubeError("PATCH", str(err).split(":")[0], 422, json.dumps({"message": str(err)})) from None
 

@@ -285,3 +285,21 @@ def test_the_http_endpoint_reads_a_yaml_manifest_as_the_dashboards_form_sends_it
     assert [g["source"] for g in reply.get_json()["groups"]] == ["StatefulSet default/a", "StatefulSet default/b"]
     assert client.post("/api/v1/whatif", json={"manifest": "a: ["}).status_code == 400
     assert client.post("/api/v1/whatif", json={"manifest": ""}).status_code == 400
+
+
+def test_a_patch_leaves_the_object_it_was_applied_to_unchanged():
+    from cluster import kinds
+
+    original = {"metadata": {"labels": {"a": "1"}, "name": "p"}, "spec": {"gates": [{"name": "g"}], "x": {"y": 1}}}
+    before = copy.deepcopy(original)
+    patched = kinds.apply_patch(original, [
+        {"op": "add", "path": "/metadata/labels/b", "value": "2"},
+        {"op": "add", "path": "/spec/gates/-", "value": {"name": "h"}},
+        {"op": "test", "path": "/spec/gates/0", "value": {"name": "g"}},
+        {"op": "replace", "path": "/spec/gates/0", "value": {"name": "z"}},
+        {"op": "remove", "path": "/metadata/name"}])
+    assert original == before
+    assert patched == {"metadata": {"labels": {"a": "1", "b": "2"}},
+                       "spec": {"gates": [{"name": "z"}, {"name": "h"}], "x": {"y": 1}}}
+    with pytest.raises(kinds.PatchTestFailed):
+        kinds.apply_patch(original, [{"op": "test", "path": "/spec/x", "value": 2}])
