@@ -517,26 +517,30 @@ def apply_patch(obj: JSON, ops: list[dict[str, Any]]) -> dict[str, Any]:
                 private.add(id(child))
                 parent[int(k) if isinstance(parent, list) else k] = child
             parent = child
-        last = keys[-1]
-        if op["op"] == "test":
-            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
-            if current != op["value"]:
-                raise PatchTestFailed(f"{op['path']}: test failed")
-        elif op["op"] == "remove":
-            if isinstance(parent, list):
-                del parent[int(last)]
-            elif last in parent:
-                del parent[last]
-            else:
-                raise PatchTestFailed(f"{op['path']}: remove of a missing member")
-        elif isinstance(parent, list):
-            if last == "-":
-                parent.append(copy.deepcopy(op["value"]))
-            else:
-                parent[int(last)] = copy.deepcopy(op["value"])
-        else:
-            parent[last] = copy.deepcopy(op["value"])
+        _apply_op(parent, keys[-1], op)
     return out
+
+
+def _apply_op(parent: Any, last: str, op: dict[str, Any]) -> None:
+    """One op of :func:`apply_patch` on ``parent`` (an object or list of the result), key ``last``."""
+    if op["op"] == "test":
+        current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+        if current != op["value"]:
+            raise PatchTestFailed(f"{op['path']}: test failed")
+    elif op["op"] == "remove":
+        if isinstance(parent, list):
+            del parent[int(last)]
+        elif last in parent:
+            del parent[last]
+        else:
+            raise PatchTestFailed(f"{op['path']}: remove of a missing member")
+    elif isinstance(parent, list):
+        if last == "-":
+            parent.append(copy.deepcopy(op["value"]))
+        else:
+            parent[int(last)] = copy.deepcopy(op["value"])
+    else:
+        parent[last] = copy.deepcopy(op["value"])
 
 
 def owner_ref_json(owner: Meta, api_version: str, kind: str, controller: bool) -> dict[str, Any]:

@@ -273,7 +273,8 @@ def test_the_benchmark_reports_checked_answers_for_every_case():
     assert SUITES["whatif"] == "bench.whatif_bench"
     rows = whatif_bench.run(nodes=160, calls=2)  # 5 racks of 32 nodes, half their GPUs used
     assert [r["verdict"] for r in rows] == [FITS, FITS, DOES_NOT_FIT]
-    assert all(r["calls"] == 2 and 0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in rows)
+    assert [r["calls"] for r in rows] == [2, 2, 10]  # the slow does-not-fit answer: a fifth, at least 10
+    assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in rows)
     assert "| 64-pod gang, one rack | 160 | 2 | fits (exact, optimal) |" in whatif_bench.markdown(rows)
 
 
