@@ -6,8 +6,8 @@ it), phalanx's controller and webhooks run as in ``test_controller.py``, and kub
 phalanx as its extender (extender mode only: what-if is the same call in both modes). Each case:
 
 1. ``WhatIf`` over gRPC, with the resourceVersions of every kind phalanx writes or what-if could
-   touch (pods, PodGroups, Workloads, StatefulSets, Jobs, events, PDBs, the case's nodes) listed
-   before and after: they must be identical;
+   touch (pods, PodGroups, Workloads, StatefulSets, Jobs, PDBs and events of the case's namespace,
+   the case's nodes) listed before and after: they must be identical;
 2. the manifest applied; then the same domain, and for an exact (proven optimal) plan the same
    nodes (as a multiset: which of two identical pods takes which node is the pods' UIDs' order);
    a preemption removes the predicted victims; a gang that cannot fit stays unbound.
@@ -79,19 +79,21 @@ def stub(serve) -> Iterator[pb_grpc.WorkloadCycleStub]:
 
 # -- what-if writes nothing ----------------------------------------------------------------------------
 
-COLLECTIONS = ("/api/v1/pods", "/apis/scheduling.k8s.io/v1beta1/podgroups", "/apis/scheduling.k8s.io/v1beta1/workloads",
-               "/apis/apps/v1/statefulsets", "/apis/batch/v1/jobs", "/apis/policy/v1/poddisruptionbudgets")
+#: what phalanx writes or evicts (pods, bindings, PodGroup status, Workloads), what the manifests
+#: would create (StatefulSets, Jobs), and what preemption reads (PDBs); per namespace (the cases' own:
+#: the teardown of other tests' namespaces goes on meanwhile) plus events and the case's nodes
+COLLECTIONS = ("/api/v1/namespaces/{ns}/pods", "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/podgroups",
+               "/apis/scheduling.k8s.io/v1beta1/namespaces/{ns}/workloads", "/apis/apps/v1/namespaces/{ns}/statefulsets",
+               "/apis/batch/v1/namespaces/{ns}/jobs", "/apis/policy/v1/namespaces/{ns}/poddisruptionbudgets",
+               "/apis/events.k8s.io/v1/namespaces/{ns}/events")
 
 
 def versions(rest, namespace: str, node_names: list[str]) -> dict[str, str]:
-    """kind/namespace/name -> resourceVersion of everything what-if could have written."""
+    """kind/name -> resourceVersion of everything what-if could have written."""
     out = {}
     for collection in COLLECTIONS:
-        for item in rest.list_items(collection):
-            meta = item["metadata"]
-            out[f"{collection}/{meta.get('namespace')}/{meta['name']}"] = meta["resourceVersion"]
-    for event in rest.list_items(f"/apis/events.k8s.io/v1/namespaces/{namespace}/events"):
-        out[f"event/{event['metadata']['name']}"] = event["metadata"]["resourceVersion"]
+        for item in rest.list_items(collection.format(ns=namespace)):
+            out[f"{collection}/{item['metadata']['name']}"] = item["metadata"]["resourceVersion"]
     for name in node_names:
         out[f"node/{name}"] = rest.get(f"/api/v1/nodes/{name}")["metadata"]["resourceVersion"]
     return out
