@@ -72,6 +72,17 @@ def draft_group(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], 
 
 # -- reading a manifest ----------------------------------------------------------------------------
 
+#: the most pods one object of a manifest may draft: a what-if of ``replicas: 1000000`` is refused
+#: with the field named, not compiled pod by pod
+MAX_DRAFTED_PODS = 20_000
+
+
+def _drafted(count: int, field_path: str) -> None:
+    if count > MAX_DRAFTED_PODS:
+        raise MalformedObject(f"{field_path}: Too many: {count}: what-if drafts at most {MAX_DRAFTED_PODS} pods "
+                              "per object")
+
+
 @dataclass(frozen=True)
 class ManifestObject:
     """One object of a manifest: its API group, kind, name and namespace (the request's when it
@@ -157,12 +168,14 @@ def job_pods(job: ManifestObject) -> list[dict[str, Any]]:
     parallelism = 1 if counts[0] is None else counts[0]
     running = parallelism if counts[1] is None else min(parallelism, counts[1])
     template = _template(job, "template")
+    _drafted(running, "spec.parallelism")
     return [owned_pod_json(template, f"{job.name}-{i}", job.namespace, _owner(job)) for i in range(running)]
 
 
 def statefulset_pods(sts: ManifestObject, replicas: int) -> list[dict[str, Any]]:
     """The pods the StatefulSet controller creates: ``<name>-<ordinal>`` from its template."""
     template = _template(sts, "template")
+    _drafted(replicas, "spec.replicas")
     return [owned_pod_json(template, f"{sts.name}-{i}", sts.namespace, _owner(sts)) for i in range(replicas)]
 
 
@@ -171,6 +184,7 @@ def leaderworkerset_pods(lws: ManifestObject, replicas: int, size: int,
     """The pods LWS creates: per replica ``i`` the leader ``<lws>-<i>`` (leader template, else the
     worker template) and workers ``<lws>-<i>-<j>``, labelled and annotated as LWS does, each with
     the incarnation label ``incarnations[i]`` (phalanx's pod webhook gives it)."""
+    _drafted(replicas * size, "spec.replicas")
     worker = _template(lws, "leaderWorkerTemplate", "workerTemplate")
     lwt = _template(lws, "leaderWorkerTemplate")
     leader = _template(lws, "leaderWorkerTemplate", "leaderTemplate") if lwt.get("leaderTemplate") else worker

@@ -156,6 +156,7 @@ def test_a_leaderworkerset_gets_a_podgroup_per_replica(sim, cycle):
     ({"apiVersion": "apps/v1", "metadata": {"name": "x"}}, "kind: Required value"),
     ([1, 2], "Invalid value: must be an object"),
     (pod("lonely", "nowhere"), "spec.schedulingGroup.podGroupName: Not found: nowhere"),
+    (statefulset("huge", 1_000_000), "spec.replicas: Too many: 1000000: what-if drafts at most 20000 pods"),
 ])
 def test_invalid_objects_get_the_webhooks_messages_and_nothing_is_planned(obj, message):
     drafts = compile_objects([statefulset("fine", 1), obj])
