@@ -305,3 +305,39 @@ def test_a_patch_leaves_the_object_it_was_applied_to_unchanged():
                        "spec": {"gates": [{"name": "z"}, {"name": "h"}], "x": {"y": 1}}}
     with pytest.raises(kinds.PatchTestFailed):
         kinds.apply_patch(original, [{"op": "test", "path": "/spec/x", "value": 2}])
+
+
+def test_the_http_endpoint_is_behind_the_dashboards_token_gate_as_a_create(sim, cycle):
+    asked = []
+
+    def gate(token, path, verb):
+        asked.append((path, verb))
+        return (200, "ok") if token == "planner" else (401, "who are you?") if token is None else (403, "no")
+
+    client = create_app(cycle, gate=gate, compile_manifest=compile_objects).test_client()
+    body = {"objects": [statefulset("db", 2, gpu=4)]}
+    assert client.post("/api/v1/whatif", json=body).status_code == 401
+    assert client.post("/api/v1/whatif", json=body, headers={"Authorization": "Bearer other"}).status_code == 403
+    assert client.post("/api/v1/whatif", json=body, headers={"Authorization": "Bearer planner"}).status_code == 200
+    assert asked[-1] == ("/api/v1/whatif", "create")
+
+
+def test_the_grpc_call_is_a_read_behind_the_same_token_gate_as_explain(sim, cycle):
+    asked = []
+
+    def gate(token, path, verb):
+        asked.append((path, verb))
+        return (200, "ok") if token == "viewer" else (401, "who are you?")
+
+    running = start_grpc_server(cycle, "127.0.0.1:0", gate=gate, compile_manifest=compile_objects)
+    request = pb.WhatIfRequest(objects_json=[json.dumps(statefulset("db", 2, gpu=4))])
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            call = pb_grpc.WorkloadCycleStub(channel).WhatIf
+            with pytest.raises(grpc.RpcError) as err:
+                call(request)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert call(request, metadata=[("authorization", "Bearer viewer")]).groups[0].verdict == FITS
+        assert asked[-1] == ("/phalanx.v1.WorkloadCycle/WhatIf", "get")
+    finally:
+        running.stop(grace=0)
