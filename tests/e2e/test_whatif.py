@@ -20,6 +20,7 @@ lower-priority pods (a PodGroup and its Pods), one that cannot fit (a PodGroup a
 from __future__ import annotations
 
 import json
+import time
 from collections import Counter
 from typing import Any, Iterator
 
@@ -99,6 +100,18 @@ def versions(rest, namespace: str, node_names: list[str]) -> dict[str, str]:
     return out
 
 
+def settle(rest, cache, node_names: list[str]) -> None:
+    """The case's nodes as phalanx will plan on them: in serve's cache, and no longer changing
+    (KWOK and the node lifecycle controller may still touch a node just created)."""
+    def still() -> bool:
+        if not all(n in cache.nodes for n in node_names):
+            return False
+        first = [rest.get(f"/api/v1/nodes/{n}")["metadata"]["resourceVersion"] for n in node_names]
+        time.sleep(1.0)
+        return first == [rest.get(f"/api/v1/nodes/{n}")["metadata"]["resourceVersion"] for n in node_names]
+    wait_for(still, 30, "the case's nodes in phalanx's cache and settled")
+
+
 def what_if(stub, rest, namespace: str, node_names: list[str], *objects: dict) -> list[pb.WhatIfGroup]:
     """The WhatIf answer for ``objects``; fails if the API server saw any write meanwhile."""
     before = versions(rest, namespace, node_names)
@@ -137,12 +150,13 @@ def came_true(rest, group: pb.WhatIfGroup, placed: dict[str, str]) -> None:
 # -- the cases ---------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", CORPUS)
-def test_corpus_workloads_land_where_what_if_said(rest, namespace, nodes, scheduler, controller, stub, name):
+def test_corpus_workloads_land_where_what_if_said(rest, namespace, nodes, serve, scheduler, controller, stub, name):
     case = next(c for c in CASES if c.name == name)
     names = case.node_names("wi")
     for node_name, (_, kwargs) in zip(names, case.nodes, strict=True):
         nodes.add(node_name, **kwargs)
     sts = case.statefulset(namespace, "default-scheduler", None, None)
+    settle(rest, serve.cycle.cache, names)
     [group] = what_if(stub, rest, namespace, names, sts)
     assert group.verdict == "fits" and group.source == f"StatefulSet {namespace}/{case.name}"
     assert group.members == case.replicas and sorted(group.nodes) == [f"{case.name}-{i}" for i in range(case.replicas)]
@@ -150,18 +164,19 @@ def test_corpus_workloads_land_where_what_if_said(rest, namespace, nodes, schedu
     came_true(rest, group, wait_bound(rest, namespace, f"{case.name}-", case.replicas))
 
 
-def test_a_rack_gang_that_fits_lands_in_the_predicted_rack_on_the_predicted_nodes(rest, namespace, nodes, scheduler,
-                                                                                  controller, stub):
+def test_a_rack_gang_that_fits_lands_in_the_predicted_rack_on_the_predicted_nodes(rest, namespace, nodes, serve,
+                                                                                  scheduler, controller, stub):
     names = [nodes.add(f"wf-{rack}-{i}", gpu=gpus, rack=rack)["metadata"]["name"]
              for rack, gpus in (("wfa", 2), ("wfb", 4)) for i in range(2)]
     sts = statefulset("fit", 3, requests={"cpu": "1", GPU: 2}, scheduling=GANG_IN_A_RACK)
+    settle(rest, serve.cycle.cache, names)
     [group] = what_if(stub, rest, namespace, names, sts)
     assert (group.verdict, group.domain, group.path, group.optimal) == ("fits", "wfb", "exact", True)
     create(rest, sts, namespace)
     came_true(rest, group, wait_bound(rest, namespace, "fit-", 3))
 
 
-def test_a_gang_that_fits_by_preemption_evicts_the_predicted_victims(rest, namespace, nodes, scheduler, stub):
+def test_a_gang_that_fits_by_preemption_evicts_the_predicted_victims(rest, namespace, nodes, serve, scheduler, stub):
     for name, value in ((HIGH, 100000), (LOW, 10)):
         if rest.get_or_none(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is None:
             create(rest, priority_class(name, value))
@@ -171,8 +186,12 @@ def test_a_gang_that_fits_by_preemption_evicts_the_predicted_victims(rest, names
     for i in range(4):
         create(rest, pod(f"low-{i}", "low", {"cpu": "1", GPU: 2}, priority_class_name=LOW), namespace)
     wait_bound(rest, namespace, "low-", 4)
+    cache = serve.cycle.cache
+    wait_for(lambda: sum(1 for r in list(cache.pods.values()) if r.pod.namespace == namespace
+                         and r.pod.name.startswith("low-") and r.pod.node) == 4, 30, "phalanx saw the low gang bound")
     manifest = [podgroup("high", min_count=2, topology_key=RACK, priority_class_name=HIGH)] + [
         pod(f"high-{i}", "high", {"cpu": "1", GPU: 2}, priority_class_name=HIGH) for i in range(2)]
+    settle(rest, serve.cycle.cache, names)
     [group] = what_if(stub, rest, namespace, names, *manifest)
     assert group.verdict == "fits-after-preemption" and group.domain in ("wpa", "wpb")
     victims = {v.pod.split("/", 1)[1] for v in group.victims}
@@ -185,10 +204,11 @@ def test_a_gang_that_fits_by_preemption_evicts_the_predicted_victims(rest, names
     assert len(bound_pods(rest, namespace, "low-")) == 2  # only those
 
 
-def test_a_gang_that_cannot_fit_stays_pending_as_predicted(rest, namespace, nodes, scheduler, stub):
+def test_a_gang_that_cannot_fit_stays_pending_as_predicted(rest, namespace, nodes, serve, scheduler, stub):
     names = [nodes.add(f"wn-{rack}-{i}", gpu=1, rack=rack)["metadata"]["name"] for rack in ("wna", "wnb")
              for i in range(3)]
     manifest = [podgroup("train", min_count=4, topology_key=RACK), job("train", 4, "train", {"cpu": "1", GPU: 1})]
+    settle(rest, serve.cycle.cache, names)
     [group] = what_if(stub, rest, namespace, names, *manifest)
     assert group.verdict == "does-not-fit" and not group.nodes and "nvidia.com/gpu" in group.explanation
     assert group.source == f"PodGroup {namespace}/train" and group.members == 4
