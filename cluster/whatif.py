@@ -75,6 +75,7 @@ def draft_group(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], 
 #: the most pods one object of a manifest may draft: a what-if of ``replicas: 1000000`` is refused
 #: with the field named, not compiled pod by pod
 MAX_DRAFTED_PODS = 20_000
+MSG_DUPLICATE = "metadata.name: Duplicate value: the manifest gives this object twice"
 
 
 def _drafted(count: int, field_path: str) -> None:
@@ -100,7 +101,9 @@ class ManifestObject:
 def read_manifest(objects: Sequence[Any], namespace: str) -> tuple[list[ManifestObject], list[ObjectErrors]]:
     """The objects of a manifest, and those without the basics of the schema (an object with an
     ``apiVersion``, a ``kind`` and a ``metadata.name``), refused field by field."""
-    read, refused = [], []
+    read: list[ManifestObject] = []
+    refused: list[ObjectErrors] = []
+    seen: set[tuple[str, str, str, str]] = set()
     for index, raw in enumerate(objects):
         source = _source(raw, index, namespace)
         if not isinstance(raw, Mapping):
@@ -121,6 +124,10 @@ def read_manifest(objects: Sequence[Any], namespace: str) -> tuple[list[Manifest
         obj["metadata"]["namespace"] = ns
         obj["metadata"].setdefault("uid", f"whatif-{ns}-{name}")
         group = str(obj["apiVersion"]).rpartition("/")[0]
+        if (group, obj["kind"], ns, name) in seen:
+            refused.append(ObjectErrors(source, (MSG_DUPLICATE,)))
+            continue
+        seen.add((group, obj["kind"], ns, name))
         read.append(ManifestObject(group, obj["kind"], name, ns, source, obj))
     return read, refused
 

@@ -157,6 +157,7 @@ def test_a_leaderworkerset_gets_a_podgroup_per_replica(sim, cycle):
     ([1, 2], "Invalid value: must be an object"),
     (pod("lonely", "nowhere"), "spec.schedulingGroup.podGroupName: Not found: nowhere"),
     (statefulset("huge", 1_000_000), "spec.replicas: Too many: 1000000: what-if drafts at most 20000 pods"),
+    (statefulset("fine", 2), "metadata.name: Duplicate value: the manifest gives this object twice"),
 ])
 def test_invalid_objects_get_the_webhooks_messages_and_nothing_is_planned(obj, message):
     drafts = compile_objects([statefulset("fine", 1), obj])
