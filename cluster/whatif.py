@@ -13,6 +13,8 @@ import copy
 from dataclasses import dataclass, field
 from typing import Any, Callable, Mapping, Sequence
 
+import yaml
+
 from solver import InvalidInput, Pod
 
 from . import names
@@ -130,6 +132,19 @@ def read_manifest(objects: Sequence[Any], namespace: str) -> tuple[list[Manifest
         seen.add((group, obj["kind"], ns, name))
         read.append(ManifestObject(group, obj["kind"], name, ns, source, obj))
     return read, refused
+
+
+def manifest_objects(text: str) -> list[Any]:
+    """The documents of a YAML (or JSON) text, ``kind: List`` items unpacked, empty ones left out;
+    raises yaml.YAMLError for text that is not YAML."""
+    objects: list[Any] = []
+    for document in yaml.safe_load_all(text):
+        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else None
+        if isinstance(items, list):
+            objects += items
+        elif document is not None:
+            objects.append(document)
+    return objects
 
 
 def _source(raw: Any, index: int, namespace: str) -> str:

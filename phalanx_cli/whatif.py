@@ -17,7 +17,7 @@ import grpc
 import yaml
 from google.protobuf import json_format
 
-from extender.dashboard.whatif import manifest_objects
+from cluster.whatif import manifest_objects
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 

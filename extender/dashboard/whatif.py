@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from cluster.whatif import Compile
+from cluster.whatif import Compile, manifest_objects
 from cycle import WhatIfAnswer, WorkloadCycle
 
 UNPROCESSABLE = 422
@@ -62,14 +62,3 @@ def answer(cycle: WorkloadCycle, compile_manifest: Compile | None, body: bytes) 
                                "errors": [{"object": e.source, "messages": list(e.messages)} for e in drafts.errors]}
     return 200, {"groups": [group_json(a) for a in cycle.what_if(drafts.groups)]}
 
-
-def manifest_objects(text: str) -> list[Any]:
-    """The documents of a YAML (or JSON) text, ``kind: List`` items unpacked, empty ones left out."""
-    objects: list[Any] = []
-    for document in yaml.safe_load_all(text):
-        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else None
-        if isinstance(items, list):
-            objects += items
-        elif document is not None:
-            objects.append(document)
-    return objects
