@@ -342,3 +342,18 @@ def test_the_grpc_call_is_a_read_behind_the_same_token_gate_as_explain(sim, cycl
         assert asked[-1] == ("/phalanx.v1.WorkloadCycle/WhatIf", "get")
     finally:
         running.stop(grace=0)
+
+
+@pytest.mark.parametrize(("scheduling", "counts"), [
+    ({"schedulingPolicy": {"gang": {}}}, [8]),  # the whole LWS: one PodGroup of replicas x size
+    ({"replica": {"leader": {}, "worker": {}}}, [1, 3, 1, 3]),  # per replica a leader and a worker group
+])
+def test_a_leaderworkerset_at_the_whole_and_role_levels(sim, cycle, scheduling, counts):
+    template = {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", GPU: "1"}}}]}}
+    lws = {"apiVersion": names.LWS_API_VERSION, "kind": "LeaderWorkerSet",
+           "metadata": {"name": "llm", "annotations": {names.ANNOTATION_SCHEDULING: json.dumps(scheduling)}},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": template}}}
+    answers = what_if(cycle, lws)
+    assert [a.min_count for a in answers] == counts and {a.verdict for a in answers} == {FITS}
+    assert sorted(p for a in answers for p in a.nodes) == sorted(
+        [f"llm-{i}" for i in range(2)] + [f"llm-{i}-{j}" for i in range(2) for j in range(1, 4)])
