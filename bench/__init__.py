@@ -21,6 +21,7 @@ SUITES = {
     "scheduler-perf": "bench.scheduler_perf_bench",
     "tenants": "bench.tenants_bench",
     "soak": "bench.soak_bench",
+    "whatif": "bench.whatif_bench",
 }
 
 

@@ -14,6 +14,7 @@ controller creates or patches; what goes into them is the controller's decision,
 from __future__ import annotations
 
 import base64
+import copy
 import json
 from dataclasses import dataclass, field
 from typing import Any, Mapping
@@ -484,6 +485,62 @@ def watch_event(event: JSON) -> WatchEvent:
 def json_pointer(*parts: str | int) -> str:
     """A JSON-patch path from its parts, ``~`` and ``/`` escaped."""
     return "".join("/" + str(p).replace("~", "~0").replace("/", "~1") for p in parts)
+
+
+def owned_pod_json(template: JSON, name: str, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
+    """The pod a workload controller (StatefulSet, Job) creates from its pod ``template``: the
+    template's metadata and spec, named ``name``, controlled by ``owner`` (an ownerReference)."""
+    meta = copy.deepcopy(dict(template.get("metadata") or {}))
+    meta.update(name=name, namespace=namespace, ownerReferences=[{**owner, "controller": True}])
+    return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
+            "spec": copy.deepcopy(dict(template.get("spec") or {"containers": []}))}
+
+
+class PatchTestFailed(ValueError):
+    """A JSON patch's ``test`` op found another value (the API server answers 422)."""
+
+
+def apply_patch(obj: JSON, ops: list[dict[str, Any]]) -> dict[str, Any]:
+    """``obj`` with the JSON patch ``ops`` (RFC 6902 add, replace, remove, test) applied, as the API
+    server applies a webhook's or a client's patch. ``obj`` itself is left unchanged: the objects
+    and lists on the patched paths are copied, the rest is shared with ``obj`` (read the result,
+    or patch it again; deep-copy it before changing it in place)."""
+    out: dict[str, Any] = dict(obj)
+    private = {id(out)}  # containers of ``out`` that are its own, not ``obj``'s
+    for op in ops:
+        keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
+        parent: Any = out
+        for k in keys[:-1]:
+            child = parent[int(k)] if isinstance(parent, list) else parent[k]
+            if id(child) not in private:
+                child = list(child) if isinstance(child, list) else dict(child)
+                private.add(id(child))
+                parent[int(k) if isinstance(parent, list) else k] = child
+            parent = child
+        _apply_op(parent, keys[-1], op)
+    return out
+
+
+def _apply_op(parent: Any, last: str, op: dict[str, Any]) -> None:
+    """One op of :func:`apply_patch` on ``parent`` (an object or list of the result), key ``last``."""
+    if op["op"] == "test":
+        current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
+        if current != op["value"]:
+            raise PatchTestFailed(f"{op['path']}: test failed")
+    elif op["op"] == "remove":
+        if isinstance(parent, list):
+            del parent[int(last)]
+        elif last in parent:
+            del parent[last]
+        else:
+            raise PatchTestFailed(f"{op['path']}: remove of a missing member")
+    elif isinstance(parent, list):
+        if last == "-":
+            parent.append(copy.deepcopy(op["value"]))
+        else:
+            parent[int(last)] = copy.deepcopy(op["value"])
+    else:
+        parent[last] = copy.deepcopy(op["value"])
 
 
 def owner_ref_json(owner: Meta, api_version: str, kind: str, controller: bool) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from typing import Any, Callable, Mapping
 
 import yaml
 
-from . import names
+from . import kinds, names
 from .backend import WriteError
 from .cache import KINDS as CACHED_KINDS
 from .cache import ClusterCache
@@ -297,13 +297,10 @@ class SimCluster:
 
     @staticmethod
     def _sts_pod(sts: Mapping[str, Any], template: Mapping[str, Any], ordinal: int) -> Object:
-        meta = copy.deepcopy(template.get("metadata") or {})
-        meta.update(name=f"{sts['metadata']['name']}-{ordinal}", namespace=sts["metadata"]["namespace"],
-                    ownerReferences=[{"apiVersion": "apps/v1", "kind": "StatefulSet",
-                                      "name": sts["metadata"]["name"], "uid": sts["metadata"]["uid"],
-                                      "controller": True}])
-        return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-                "spec": copy.deepcopy(template.get("spec") or {"containers": []})}
+        meta = sts["metadata"]
+        return kinds.owned_pod_json(template, f"{meta['name']}-{ordinal}", meta["namespace"],
+                                    {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": meta["name"],
+                                     "uid": meta["uid"]})
 
 
 def _annotate(obj: Object, annotations: Mapping[str, str | None]) -> None:

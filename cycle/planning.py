@@ -97,11 +97,13 @@ class Planner:
         self.provisioning = provisioning  # a gang short of capacity asks for nodes (provisioning.py)
 
     # -- what a cycle sees -------------------------------------------------------------------
-    def reservations(self, exclude_group: str = "") -> Usage:
+    def reservations(self, exclude_group: str = "", refresh: bool = True) -> Usage:
         """Capacity held by plans (other than ``exclude_group``), per node, minus bound members;
-        by partly bound gangs' records; by preemption nominations."""
+        by partly bound gangs' records; by preemption nominations. ``refresh`` False reads the
+        records' holds as they stand (a what-if changes nothing, not even the plan generation)."""
         with self.lock:  # also called by group preemption, off the lock
-            self.refresh_records()
+            if refresh:
+                self.refresh_records()
             held = [plan.reservations({uid for uid in plan.assignments if self.cache.bound_node(uid)})
                     for plan in self.book.holding(exclude=exclude_group)]
             held += self.recorded.usage(lambda key: key == exclude_group or (
@@ -114,11 +116,12 @@ class Planner:
         if self.recorded.refresh():
             self.book.bump()
 
-    def snapshot_for(self, key: str) -> Snapshot:
-        """What a cycle for ``key`` sees (see the module's docstring)."""
+    def snapshot_for(self, key: str, refresh: bool = True) -> Snapshot:
+        """What a cycle for ``key`` sees (see the module's docstring); ``refresh``: see
+        :meth:`reservations`."""
         assumed = {uid: node for plan in self.book.holding(exclude=key)
                    for uid, node in plan.assignments.items()}  # the cache leaves the bound ones out
-        return self.cache.snapshot(self.reservations(exclude_group=key), assumed=assumed)
+        return self.cache.snapshot(self.reservations(exclude_group=key, refresh=refresh), assumed=assumed)
 
     def group_view(self, key: str, pod: Pod) -> PodGroup | str:
         """The group with its members as the cache knows them plus this pod (the cache may lag

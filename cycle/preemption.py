@@ -39,7 +39,15 @@ from typing import Callable, Iterator, Mapping
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import CacheEvent, ClusterCache, PodRecord
-from solver import DisruptionMode, InvalidInput, PodGroup, PreemptionContext, PreemptionPlan, plan_preemption
+from solver import (
+    DisruptionMode,
+    InvalidInput,
+    PodGroup,
+    PreemptionContext,
+    PreemptionPlan,
+    Snapshot,
+    plan_preemption,
+)
 from solver.model import PreemptionPolicy, placement_usage
 
 from .inbox import Inbox
@@ -172,25 +180,14 @@ class GroupPreemption:
         metrics = self.metrics
         if group.preemption_policy is PreemptionPolicy.NEVER:
             return ""
-        cache = self.cache
-        snapshot = cache.snapshot(self._reservations(group.key), with_bound=True)
-        plan = None
+        snapshot = self.cache.snapshot(self._reservations(group.key), with_bound=True)
         try:
-            # victims offered cheapest lost work first, in growing prefixes, within the lost-work
-            # budget (see holds.py): none affordable, no preemption
-            # a prefix's plan that violates a PodDisruptionBudget does not stop the search: a larger
-            # prefix may respect every budget (the solver's first criterion); the last plan stands
-            for context in self._victim_contexts(group, cache.preemption_context()):
-                tried = plan_preemption(snapshot, group, context)
-                if tried.helps and tried.victims:
-                    plan = tried
-                    if tried.pdb_violations == 0:
-                        break
+            plan = self.plan(group, snapshot)
         except InvalidInput as err:
             metrics.preemption_attempts.labels(result="error").inc()
             log.warning("preemption planning for %s failed: %s", group.key, err)
             return ""
-        if plan is None or not plan.helps or not plan.victims:
+        if plan is None:
             metrics.preemption_attempts.labels(result="unschedulable").inc()
             return ""
         metrics.preemption_attempts.labels(result="scheduled").inc()
@@ -212,6 +209,23 @@ class GroupPreemption:
         threading.Thread(target=self._evict, args=(group.key, list(plan.victims), respect_pdb),
                          name="phalanx-preempt", daemon=True).start()
         return note
+
+    def plan(self, group: PodGroup, snapshot: Snapshot) -> PreemptionPlan | None:
+        """The victims whose eviction would let ``group`` fit on ``snapshot``, or None when
+        preemption cannot help. Reads only: nothing is evicted, nominated or counted (a what-if
+        asks this too). Raises InvalidInput for a group that cannot be planned."""
+        plan = None
+        # victims offered cheapest lost work first, in growing prefixes, within the lost-work
+        # budget (see holds.py): none affordable, no preemption
+        # a prefix's plan that violates a PodDisruptionBudget does not stop the search: a larger
+        # prefix may respect every budget (the solver's first criterion); the last plan stands
+        for context in self._victim_contexts(group, self.cache.preemption_context()):
+            tried = plan_preemption(snapshot, group, context)
+            if tried.helps and tried.victims:
+                plan = tried
+                if tried.pdb_violations == 0:
+                    break
+        return plan
 
     def nominate(self, nomination: Nomination) -> None:
         """Hold ``nomination``'s placement for its group (replacing an earlier one)."""

@@ -44,6 +44,7 @@ from cluster import names
 from cluster.backend import ClusterWriter
 from cluster.cache import ClusterCache
 from cluster.sizes import collection_sizes
+from cluster.whatif import DraftGroup
 from solver import InvalidInput, Placement, Pod, SolveOptions, rank_candidates
 from solver.model import PODS
 
@@ -70,6 +71,7 @@ from .smallest import SmallestChanges
 from .status import StatusWriter
 from .tenants import NamespaceLimits, Tenants
 from .verdicts import Verdicts
+from .whatif import WhatIf, WhatIfAnswer
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -170,6 +172,7 @@ class WorkloadCycle:
                                self.replans, self.inbox, self.heap, clock, self.tenants)
         # gangs of these profiles planned before they ask
         self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead)
+        self.whatif = WhatIf(self.lock, cache, self.planner, self.preemption, options)  # read only
         self.metrics.track_sizes(self.sizes)
 
     def sizes(self) -> dict[str, int]:
@@ -526,6 +529,11 @@ class WorkloadCycle:
         return {g.key: self.place_group(g.key) for g in order}
 
     # -- introspection -----------------------------------------------------------------------
+    def what_if(self, drafts: tuple[DraftGroup, ...]) -> list[WhatIfAnswer]:
+        """Where ``drafts`` (a manifest's PodGroups, not created) would go now; changes nothing
+        (:mod:`.whatif`)."""
+        return self.whatif.plan(drafts)
+
     def plan_of(self, key: str) -> Plan | None:
         with self.lock:
             return self.book.get(key)

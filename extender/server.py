@@ -36,6 +36,7 @@ from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
 from cluster.kube import Kube
 from cluster.sim import SimCluster
+from cluster.whatif import Compile
 from cycle import NamespaceLimits, WorkloadCycle, barrier_capacity
 from cycle.queue import QueuePolicy
 from extender.http import create_app, health_app
@@ -66,6 +67,9 @@ class ServeOptions:
     insecure_loopback_no_auth: bool = False  # loopback listeners serve the dashboard, metrics, explain without a token
     namespace_limits: NamespaceLimits = NamespaceLimits()  # per-namespace limits on phalanx's work (tenants)
     provisioning: str = names.PROVISIONING_NONE  # "atomic": gangs short of capacity get a ProvisioningRequest
+    # how a what-if manifest becomes PodGroups: the controller's compiler, handed in by the command
+    # (serve's entry points never import the controller); None: what-if is not served
+    compile_manifest: Compile | None = None
 
     @property
     def grpc_tls(self) -> GrpcTls | None:
@@ -116,8 +120,10 @@ class Phalanx:
 
     def __init__(self, cycle: WorkloadCycle, server: wsgi.Server, ready: Callable[[], tuple[bool, str]],
                  stop_backend: Callable[[], None] = lambda: None, grpc_addr: str = "",
-                 grpc_tls: GrpcTls | None = None, gate: Gate | None = None) -> None:
+                 grpc_tls: GrpcTls | None = None, gate: Gate | None = None,
+                 compile_manifest: Compile | None = None) -> None:
         self.cycle, self.server, self.ready = cycle, server, ready
+        self.compile_manifest = compile_manifest
         self._stop_backend = stop_backend
         self._http = Listener(server, "phalanx-http")
         self.grpc_addr = "" if grpc_addr == "off" else grpc_addr
@@ -147,7 +153,8 @@ class Phalanx:
 
     def start(self) -> "Phalanx":
         if self.grpc_addr:  # first: an address that cannot be bound fails before anything serves
-            self.grpc = start_grpc_server(self.cycle, self.grpc_addr, tls=self.grpc_tls, gate=self.gate)
+            self.grpc = start_grpc_server(self.cycle, self.grpc_addr, tls=self.grpc_tls, gate=self.gate,
+                                          compile_manifest=self.compile_manifest)
         self._http.start()
         return self
 
@@ -191,9 +198,9 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed
-    app = create_app(cycle, ready, gate=gate)
+    app = create_app(cycle, ready, gate=gate, compile_manifest=options.compile_manifest)
     return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr,
-                   grpc_tls=grpc_tls, gate=gate)
+                   grpc_tls=grpc_tls, gate=gate, compile_manifest=options.compile_manifest)
 
 
 def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | None = None) -> int:

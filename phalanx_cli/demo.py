@@ -23,6 +23,7 @@ from bench.scheduler_sim import SimulatedScheduler
 from bench.traces import DataMissing, acme_jobs, data_dir
 from cluster import names
 from cluster.sim import SimCluster
+from controller.whatif import compile_objects
 from extender.server import Phalanx, ServeOptions, build
 
 from . import demo_workloads as w
@@ -56,7 +57,8 @@ class Demo:
         self.sim = demo_cluster()
         # the dashboard on loopback for whoever runs the demo: no API server to review a token with
         options = ServeOptions(insecure_loopback_no_auth=True, http_addr=f"127.0.0.1:{port}", grpc_addr="off",
-                               http_threads=400, barrier_timeout=20.0, plan_ttl=60.0)
+                               http_threads=400, barrier_timeout=20.0, plan_ttl=60.0,
+                               compile_manifest=compile_objects)  # the dashboard's what-if form
         self.phalanx: Phalanx = build(options, sim=self.sim)
         self.cycle = self.phalanx.cycle
         self.plans: dict[str, dict] = {}  # group -> the last 'planned' event

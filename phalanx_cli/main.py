@@ -57,6 +57,7 @@ def _demo(args: argparse.Namespace) -> int:
 
 
 def _serve(args: argparse.Namespace) -> int:
+    from controller.whatif import compile_objects
     from extender.server import ServeOptions, serve
 
     if bool(args.kubeconfig) == bool(args.sim):
@@ -69,6 +70,7 @@ def _serve(args: argparse.Namespace) -> int:
                            provisioning=args.provisioning)
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
+    options.compile_manifest = compile_objects  # what-if compiles with the controller's own code
     from cluster.apiserver import FlavorUnavailable
 
     try:
@@ -98,15 +100,28 @@ def _namespace_limits(args: argparse.Namespace):
                            cycles_per_second=args.namespace_cycles_per_second)
 
 
-def _explain(args: argparse.Namespace) -> int:
-    from .explain import Credentials, explain
+def _credentials(args: argparse.Namespace, command: str):
+    """The token and TLS files of a gRPC client command (explain, whatif), read."""
+    from .explain import Credentials
 
     try:
-        credentials = Credentials.from_files(args.token_file, args.grpc_ca, args.grpc_cert, args.grpc_key,
-                                             args.grpc_server_name)
+        return Credentials.from_files(args.token_file, args.grpc_ca, args.grpc_cert, args.grpc_key,
+                                      args.grpc_server_name)
     except (OSError, ValueError) as err:
-        raise SystemExit(f"phalanx explain: {err}") from None
-    return explain(args.group, args.grpc_addr, sys.stdout, credentials)
+        raise SystemExit(f"phalanx {command}: {err}") from None
+
+
+def _explain(args: argparse.Namespace) -> int:
+    from .explain import explain
+
+    return explain(args.group, args.grpc_addr, sys.stdout, _credentials(args, "explain"))
+
+
+def _whatif(args: argparse.Namespace) -> int:
+    from .whatif import whatif
+
+    return whatif(args.filename, args.grpc_addr, sys.stdout, _credentials(args, "whatif"), args.output,
+                  args.namespace)
 
 
 def _controller(args: argparse.Namespace) -> int:
@@ -136,18 +151,38 @@ def _add_serve_access(serve: argparse.ArgumentParser) -> None:
                             "listeners only; default: a bearer token the API server authenticates and authorizes)")
 
 
+def _add_grpc_client(parser: argparse.ArgumentParser) -> None:
+    """How a client command reaches a running serve's gRPC service (explain, whatif)."""
+    parser.add_argument("--grpc-addr", default="127.0.0.1:50051", help="the serve's gRPC address")
+    parser.add_argument("--token-file", metavar="FILE",
+                        help="send the bearer token in FILE (e.g. from `kubectl create token`; '-': stdin)")
+    parser.add_argument("--grpc-ca", metavar="FILE", help="dial over TLS, trusting this CA for serve's certificate")
+    parser.add_argument("--grpc-cert", metavar="FILE", help="client certificate for mTLS (with --grpc-key)")
+    parser.add_argument("--grpc-key", metavar="FILE", help="private key of --grpc-cert")
+    parser.add_argument("--grpc-server-name", metavar="NAME",
+                        help="the name the server's certificate must carry (default: the host of --grpc-addr)")
+
+
 def _add_explain(sub: argparse._SubParsersAction) -> None:
     explain = sub.add_parser("explain", help="print a PodGroup's state, explanation and plan from a running serve")
     explain.add_argument("group", metavar="NAMESPACE/NAME", help="the PodGroup (NAME alone means default/NAME)")
-    explain.add_argument("--grpc-addr", default="127.0.0.1:50051", help="the serve's gRPC address")
-    explain.add_argument("--token-file", metavar="FILE",
-                         help="send the bearer token in FILE (e.g. from `kubectl create token`; '-': stdin)")
-    explain.add_argument("--grpc-ca", metavar="FILE", help="dial over TLS, trusting this CA for serve's certificate")
-    explain.add_argument("--grpc-cert", metavar="FILE", help="client certificate for mTLS (with --grpc-key)")
-    explain.add_argument("--grpc-key", metavar="FILE", help="private key of --grpc-cert")
-    explain.add_argument("--grpc-server-name", metavar="NAME",
-                         help="the name the server's certificate must carry (default: the host of --grpc-addr)")
+    _add_grpc_client(explain)
     explain.set_defaults(func=_explain)
+
+
+def _add_whatif(sub: argparse._SubParsersAction) -> None:
+    from .whatif import OUTPUTS
+
+    whatif = sub.add_parser("whatif", help="where a manifest's PodGroups would go if it were applied now "
+                                           "(asks a running serve; reserves and writes nothing)")
+    whatif.add_argument("-f", "--filename", action="append", required=True, metavar="FILE",
+                        help="a YAML or JSON manifest, several documents allowed ('-': stdin; repeatable: the "
+                             "files are planned together)")
+    whatif.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="output format (default table)")
+    whatif.add_argument("-n", "--namespace", default="",
+                        help="the namespace of objects that name none (default: default)")
+    _add_grpc_client(whatif)
+    whatif.set_defaults(func=_whatif)
 
 
 def _add_queue_policies(serve: argparse.ArgumentParser) -> None:
@@ -247,6 +282,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.set_defaults(func=_serve)
 
     _add_explain(sub)
+    _add_whatif(sub)
 
     demo = sub.add_parser("demo", help="phalanx, a simulated kube-scheduler and the dashboard on a simulated cluster: "
                                        "KEP-6277 stories, LWS groups, a gang that cannot fit, preemption, a trace")

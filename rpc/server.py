@@ -8,6 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from cluster.whatif import Compile
 from cycle import WorkloadCycle
 from cycle.plugin_mode import PluginEnforcement
 from proto.phalanx.v1 import scheduler_plugin_pb2 as plugin_pb
@@ -44,12 +45,14 @@ class GrpcServer:
 
 
 def start_grpc_server(cycle: WorkloadCycle, addr: str, workers: int = 32, max_watchers: int = 16,
-                      queue_size: int = 1024, tls: GrpcTls | None = None, gate: Gate | None = None) -> GrpcServer:
+                      queue_size: int = 1024, tls: GrpcTls | None = None, gate: Gate | None = None,
+                      compile_manifest: Compile | None = None) -> GrpcServer:
     """Serve ``cycle`` on ``addr`` (HOST:PORT; port 0 picks a free one). Each WatchEvents stream
     holds a worker thread, so at most ``max_watchers`` (fewer than ``workers``) are allowed at
     once and unary calls always find a thread. With ``tls``, only clients with a certificate its
     client CA signed get in (:mod:`rpc.tls`); with a ``gate``, WorkloadCycle calls need a bearer
-    token it accepts (:mod:`rpc.auth`). Raises RuntimeError when ``addr`` cannot be bound."""
+    token it accepts (:mod:`rpc.auth`). ``compile_manifest`` serves WhatIf (see
+    :class:`WorkloadCycleServicer`). Raises RuntimeError when ``addr`` cannot be bound."""
     if not 0 < max_watchers < workers:
         raise ValueError(f"need 0 < max_watchers ({max_watchers}) < workers ({workers})")
     hub = EventHub(queue_size, max_watchers)
@@ -57,7 +60,7 @@ def start_grpc_server(cycle: WorkloadCycle, addr: str, workers: int = 32, max_wa
     interceptors = [] if gate is None else [TokenInterceptor(gate, SERVICE_NAME)]
     server = grpc.server(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phalanx-grpc"),
                          options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
-    pb_grpc.add_WorkloadCycleServicer_to_server(WorkloadCycleServicer(cycle, hub), server)
+    pb_grpc.add_WorkloadCycleServicer_to_server(WorkloadCycleServicer(cycle, hub, compile_manifest), server)
     plugin_pb_grpc.add_SchedulerPluginServicer_to_server(SchedulerPluginServicer(PluginEnforcement(cycle)), server)
     health_servicer = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_servicer, server)

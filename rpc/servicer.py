@@ -17,7 +17,8 @@ from typing import Any, Callable, Iterator, Mapping
 import grpc
 
 from cluster.convert import GroupOwner, placement_domain
-from cycle import Plan, WorkloadCycle
+from cluster.whatif import Compile
+from cycle import Plan, WhatIfAnswer, WorkloadCycle
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 from solver import InvalidInput, Placement
@@ -84,11 +85,28 @@ def objective_message(placement: Placement) -> pb.Objective | None:
                         domain_free=o.domain_free, preference=o.preference)
 
 
+def whatif_message(answer: WhatIfAnswer) -> pb.WhatIfGroup:
+    namespace, name = answer.group.split("/", 1)
+    message = pb.WhatIfGroup(
+        namespace=namespace, name=name, source=answer.source, verdict=answer.verdict, members=answer.members,
+        min_count=answer.min_count, policy=answer.policy, topology_key=answer.topology_key, domain=answer.domain,
+        nodes=dict(answer.nodes), path=answer.path, optimal=answer.optimal,
+        victims=[pb.WhatIfVictim(pod=v.pod, priority=v.priority, unit=v.unit) for v in answer.victims],
+        pdb_violations=answer.pdb_violations, explanation=answer.explanation)
+    if answer.gap is not None:
+        message.gap = answer.gap
+    return message
+
+
 class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
-    def __init__(self, cycle: WorkloadCycle, hub: EventHub) -> None:
+    def __init__(self, cycle: WorkloadCycle, hub: EventHub, compile_manifest: Compile | None = None) -> None:
+        """``compile_manifest``: how a what-if manifest becomes PodGroups (the controller's compiler,
+        handed in by the command that composes serve: the servicers never import the controller);
+        None answers WhatIf UNIMPLEMENTED."""
         self.cycle = cycle
         self.cache = cycle.cache
         self.hub = hub
+        self.compile_manifest = compile_manifest
 
     # -- RPCs ----------------------------------------------------------------------------------
     @answered
@@ -150,6 +168,25 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         context.add_callback(stream.close)  # the client went away (or the server stops)
         context.send_initial_metadata(())  # tells the client the stream is subscribed
         return self._events(stream, context)
+
+    @answered
+    def WhatIf(self, request: pb.WhatIfRequest, context: grpc.ServicerContext) -> pb.WhatIfReply:
+        if self.compile_manifest is None:
+            raise Refusal(grpc.StatusCode.UNIMPLEMENTED, "phalanx: this serve was started without what-if")
+        if request.namespace:
+            checked_namespace(request.namespace)
+        objects = []
+        for i, text in enumerate(request.objects_json):
+            try:
+                objects.append(json.loads(text))
+            except ValueError as err:
+                raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, f"objects_json[{i}]: not JSON: {err}") from None
+        if not objects:
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "objects_json: Required value: no object to plan")
+        drafts = self.compile_manifest(objects, request.namespace or "default")
+        if drafts.errors:
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "\n".join(e.describe() for e in drafts.errors))
+        return pb.WhatIfReply(groups=[whatif_message(a) for a in self.cycle.what_if(drafts.groups)])
 
     # -- answers -------------------------------------------------------------------------------
     def _existing(self, namespace: str, name: str) -> str:

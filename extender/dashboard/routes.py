@@ -7,7 +7,10 @@
 - ``GET /api/v1/plans?namespace=NS`` — the plans the cycle holds, pod by pod (``kubectl phalanx plans``);
 - ``GET /api/v1/metrics`` — placement latency, solver paths and gaps, barrier, preemption, verbs;
 - ``GET /api/v1/events?since=SEQ`` — the cycle's events after SEQ (the page polls it: live updates
-  without a connection held open per browser tab).
+  without a connection held open per browser tab);
+- ``POST /api/v1/whatif`` (also ``/phalanx/api/whatif``, the path ``kubectl phalanx`` posts to) —
+  where a manifest's PodGroups would go: body ``{"objects": [...], "namespace": "..."}``, reply
+  ``{"groups": [...]}`` (:mod:`extender.dashboard.whatif`); it plans, but holds and writes nothing.
 
 Read-only, and off the extender's hot path: see :mod:`extender.dashboard.views`.
 """
@@ -18,16 +21,20 @@ import pathlib
 
 from flask import Blueprint, Response, jsonify, request, send_from_directory
 
+from cluster.whatif import Compile
 from cycle import WorkloadCycle
 
-from . import views
+from . import views, whatif
 from .history import GroupHistory
 
 STATIC = pathlib.Path(__file__).parent / "static"
 
 
-def dashboard_blueprint(cycle: WorkloadCycle, detail_limit: int = views.DETAIL_LIMIT) -> Blueprint:
-    """The dashboard for ``cycle``; subscribes its history to the cycle's and the cache's events."""
+def dashboard_blueprint(cycle: WorkloadCycle, detail_limit: int = views.DETAIL_LIMIT,
+                        compile_manifest: Compile | None = None) -> Blueprint:
+    """The dashboard for ``cycle``; subscribes its history to the cycle's and the cache's events.
+    ``compile_manifest`` serves what-if (the controller's compiler, handed in by the command that
+    composes serve; None: what-if answers 501)."""
     cache = cycle.cache
     history = GroupHistory(plan_of=cycle.plans.get,
                            group_of_pod=lambda uid: getattr(getattr(cache.pods.get(uid), "pod", None), "group", ""))
@@ -77,5 +84,13 @@ def dashboard_blueprint(cycle: WorkloadCycle, detail_limit: int = views.DETAIL_L
         if not since.lstrip("-").isdigit():
             return Response("phalanx: since must be an integer\n", status=400, mimetype="text/plain")
         return jsonify({"seq": history.seq, "events": history.since(int(since))})
+
+    @bp.post("/api/v1/whatif")
+    @bp.post("/phalanx/api/whatif")
+    def what_if() -> Response:
+        status, body = whatif.answer(cycle, compile_manifest, request.get_data(cache=False))
+        response = jsonify(body)
+        response.status_code = status
+        return response
 
     return bp

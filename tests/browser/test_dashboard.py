@@ -151,3 +151,57 @@ def test_live_updates_arrive_without_reloading(page):
     page.wait_for_function(f"Number(document.getElementById('event-seq').textContent) > {first}")
     assert page.evaluate("() => window.__notReloaded === true")
     assert "live" in page.inner_text("#live-text")
+
+
+WHATIF_MANIFEST = """\
+apiVersion: apps/v1
+kind: StatefulSet
+metadata:
+  name: whatif-db
+  namespace: demo
+  annotations:
+    scheduling.phalanx.dev/scheduling: >-
+      {"schedulingPolicy": {"gang": {}},
+       "schedulingConstraints": {"topology": [{"key": "topology.kubernetes.io/rack"}]}}
+spec:
+  replicas: 3
+  podManagementPolicy: Parallel
+  serviceName: whatif-db
+  selector: {matchLabels: {app: whatif-db}}
+  template:
+    metadata: {labels: {app: whatif-db}}
+    spec:
+      containers:
+      - name: db
+        image: db
+        resources: {requests: {cpu: "1", nvidia.com/gpu: "1"}}
+"""
+
+
+def test_the_whatif_form_draws_the_would_be_placement_on_the_racks(page, demo):
+    page.fill("#whatif-manifest", WHATIF_MANIFEST)
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-groups tbody tr")
+    row = page.inner_text("#whatif-groups tbody tr")
+    assert "StatefulSet demo/whatif-db" in row and "fits" in row
+    outlined = page.eval_on_selector_all(".rack.whatif", "els => els.map(e => e.dataset.rack)")
+    assert len(outlined) == 1  # one rack: the gang's required key
+    page.click(f'.rack[data-rack="{outlined[0]}"]')
+    page.wait_for_selector("#rack-detail .node.whatif")
+    assert "what-if: demo/" in page.inner_text("#rack-detail")
+    assert sum(int(t.split("×")[1].split()[0]) for t in page.eval_on_selector_all(
+        "#rack-detail .would", "els => els.map(e => e.textContent)")) == 3
+    page.locator("#whatif-panel").scroll_into_view_if_needed()
+    screenshot(page, "dashboard-whatif")
+    # nothing was created: the cluster has no PodGroup of the what-if's StatefulSet
+    assert not any(g["key"].startswith("demo/whatif-db") for g in api(demo, "/api/v1/podgroups")["podgroups"])
+
+
+def test_the_whatif_form_shows_the_webhooks_messages_for_a_bad_manifest(page):
+    page.fill("#whatif-manifest", WHATIF_MANIFEST.replace("podManagementPolicy: Parallel",
+                                                          "podManagementPolicy: OrderedReady"))
+    page.click("#whatif-run")
+    page.wait_for_selector("#whatif-errors")
+    text = page.inner_text("#whatif-errors")
+    assert "StatefulSet demo/whatif-db" in text and "requires podManagementPolicy: Parallel" in text
+    assert page.locator(".rack.whatif").count() == 0

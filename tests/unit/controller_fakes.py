@@ -9,7 +9,7 @@ import json
 import uuid
 from typing import Any
 
-from cluster import names
+from cluster import kinds, names
 from cluster.kube import KubeError
 
 
@@ -25,32 +25,10 @@ def _split(path: str) -> tuple[str, str | None, str | None]:
 
 
 def apply_json_patch(obj: dict, ops: list[dict]) -> dict:
-    obj = copy.deepcopy(obj)
-    for op in ops:
-        keys = [k.replace("~1", "/").replace("~0", "~") for k in op["path"].split("/")[1:]]
-        parent = obj
-        for k in keys[:-1]:
-            parent = parent[int(k)] if isinstance(parent, list) else parent[k]
-        last = keys[-1]
-        if op["op"] == "test":
-            current = parent[int(last)] if isinstance(parent, list) else parent.get(last)
-            if current != op["value"]:
-                raise KubeError("PATCH", op["path"], 422, json.dumps({"message": "test failed"}))
-        elif op["op"] == "remove":
-            if isinstance(parent, list):
-                del parent[int(last)]
-            elif last in parent:
-                del parent[last]
-            else:
-                raise KubeError("PATCH", op["path"], 422, json.dumps({"message": "remove of a missing member"}))
-        elif isinstance(parent, list):
-            if last == "-":
-                parent.append(op["value"])
-            else:
-                parent[int(last)] = op["value"]
-        else:
-            parent[last] = op["value"]
-    return obj
+    try:
+        return kinds.apply_patch(copy.deepcopy(obj), ops)
+    except kinds.PatchTestFailed as err:
+        raise KubeError("PATCH", str(err).split(":")[0], 422, json.dumps({"message": str(err)})) from None
 
 
 def _selected(obj: dict, selector: str | None) -> bool:

@@ -3,7 +3,8 @@
 "use strict";
 
 const POLL_MS = 1500;
-const state = { seq: 0, events: [], rack: null, filter: "", groups: [], topology: null, polls: 0, busy: false };
+const state = { seq: 0, events: [], rack: null, filter: "", groups: [], topology: null, polls: 0, busy: false,
+  whatif: null };  // whatif: {nodes: node -> [[group, pods], ...], domains: Set} of the last what-if answer
 
 // -- helpers -------------------------------------------------------------------------------
 const $ = (id) => document.getElementById(id);
@@ -55,9 +56,10 @@ function renderTopology(topo) {
     for (const rack of zone.racks) {
       const id = `${zone.name}/${rack.name}`;
       const cells = rack.nodes
-        ? `<div class="cells">${rack.nodes.map((n) => `<div class="cell" title="${esc(n.name)}: ${fmt(n.used)}/${fmt(n.total)} ${esc(unit(n.resource))}" style="background:${fill(n, "to top")}"></div>`).join("")}</div>`
+        ? `<div class="cells">${rack.nodes.map((n) => `<div class="cell${wouldTake(n.name) ? " whatif" : ""}" title="${esc(n.name)}: ${fmt(n.used)}/${fmt(n.total)} ${esc(unit(n.resource))}" style="background:${fill(n, "to top")}"></div>`).join("")}</div>`
         : `<div class="bar" style="background:${fill(rack, "to right")}"></div>`;
-      parts.push(`<div class="rack${state.rack === id ? " selected" : ""}" data-rack="${esc(id)}">
+      const would = state.whatif && (state.whatif.domains.has(rack.name) || (rack.nodes || []).some((n) => wouldTake(n.name)));
+      parts.push(`<div class="rack${state.rack === id ? " selected" : ""}${would ? " whatif" : ""}" data-rack="${esc(id)}">
         <div class="rack-name"><b>${esc(rack.name)}</b>${rack.held_by ? ` <span class="state state-holding" title="held for ${esc(rack.held_by)}: smaller groups stay out unless they finish first">held</span>` : ""}<span>${fmt(rack.used)}/${fmt(rack.total)} ${esc(unit(rack.resource))}</span></div>
         ${cells}</div>`);
     }
@@ -84,12 +86,59 @@ async function renderRack() {
   box.hidden = false;
   box.innerHTML = `<h3>rack ${esc(rack.name)} <span class="hint">zone ${esc(rack.zone)} · ${rack.node_count} nodes ·
       ${fmt(rack.used)}/${fmt(rack.total)} ${esc(unit(rack.resource))} used · ${rack.pods} pods</span></h3>
-    <div class="nodes">${rack.nodes.map((n) => `<div class="node" data-node="${esc(n.name)}">
+    <div class="nodes">${rack.nodes.map((n) => `<div class="node${wouldTake(n.name) ? " whatif" : ""}" data-node="${esc(n.name)}">
       <div class="node-name" title="${esc(n.name)}">${esc(n.name)}</div>
       <div class="node-use">${fmt(n.used)}/${fmt(n.total)} ${esc(unit(n.resource))} · ${n.pods} pods${n.reserved ? ` · ${fmt(n.reserved)} reserved` : ""}</div>
       <div class="bar" style="background:${fill(n, "to right")}"></div>
-      <div class="node-groups">${n.groups.map(([g, a]) => `<div><i class="swatch" style="background:${colour(g)}"></i>${g ? `<a href="#/group/${esc(g)}">${esc(g)}</a>` : "no group"} ${fmt(a)}</div>`).join("")}</div>
+      <div class="node-groups">${n.groups.map(([g, a]) => `<div><i class="swatch" style="background:${colour(g)}"></i>${g ? `<a href="#/group/${esc(g)}">${esc(g)}</a>` : "no group"} ${fmt(a)}</div>`).join("")}
+        ${(wouldTake(n.name) || []).map(([g, pods]) => `<div class="would">what-if: ${esc(g)} × ${pods} pods</div>`).join("")}</div>
     </div>`).join("")}</div>`;
+}
+
+// -- what-if -------------------------------------------------------------------------------
+const wouldTake = (node) => (state.whatif ? state.whatif.nodes.get(node) : undefined);
+
+function renderWhatIf(groups) {
+  const nodes = new Map();
+  const domains = new Set();
+  for (const g of groups) {
+    const key = `${g.namespace}/${g.name}`;
+    if (g.domain) domains.add(g.domain);
+    const per = {};
+    for (const node of Object.values(g.nodes)) per[node] = (per[node] || 0) + 1;
+    for (const [node, pods] of Object.entries(per)) nodes.set(node, [...(nodes.get(node) || []), [key, pods]]);
+  }
+  state.whatif = { nodes, domains };
+  $("whatif-result").innerHTML = `<table id="whatif-groups"><thead><tr><th>podgroup</th><th>from</th><th>answer</th>
+      <th>domain</th><th>pods → nodes</th><th>solver</th><th>why / victims</th></tr></thead><tbody>${groups.map((g) => `<tr>
+      <td>${esc(g.namespace)}/${esc(g.name)}</td><td>${esc(g.source)}</td>
+      <td><span class="verdict-${esc(g.verdict)}">${esc(g.verdict)}</span></td><td>${esc(g.domain || "—")}</td>
+      <td>${Object.keys(g.nodes).length ? esc(Object.entries(g.nodes).map(([p, n]) => `${p}→${n}`).join(", ")) : "—"}</td>
+      <td>${g.path ? esc(g.path) + (g.optimal ? ", optimal" : g.gap == null ? "" : `, gap ${fmt(g.gap * 100)}%`) : "—"}</td>
+      <td>${g.victims.length ? `evicts ${g.victims.map((v) => `${esc(v.pod)} (priority ${v.priority})`).join(", ")}<br>` : ""}${esc(g.explanation)}</td>
+    </tr>`).join("")}</tbody></table>`;
+}
+
+async function runWhatIf() {
+  const text = $("whatif-manifest").value;
+  $("whatif-status").textContent = "planning…";
+  try {
+    const res = await fetch("/api/v1/whatif", { method: "POST", headers: { "Content-Type": "application/json" },
+                                                body: JSON.stringify({ manifest: text }) });
+    const body = await res.json();
+    if (res.ok) {
+      renderWhatIf(body.groups);
+      $("whatif-status").textContent = `${body.groups.length} group(s) planned on the cluster as it is now`;
+    } else {
+      state.whatif = null;
+      $("whatif-result").innerHTML = `<div class="explanation" id="whatif-errors"><div>${esc(body.error)}</div>
+        <ul>${(body.errors || []).map((e) => `<li><b>${esc(e.object)}</b>: ${e.messages.map(esc).join("<br>")}</li>`).join("")}</ul></div>`;
+      $("whatif-status").textContent = `HTTP ${res.status}`;
+    }
+  } catch (err) {
+    $("whatif-status").textContent = String(err);
+  }
+  if (state.topology) { renderTopology(state.topology); renderRack(); }
 }
 
 // -- podgroups -----------------------------------------------------------------------------
@@ -237,6 +286,12 @@ async function poll() {
 }
 
 document.addEventListener("click", (ev) => {
+  if (ev.target.id === "whatif-run") { runWhatIf(); return; }
+  if (ev.target.id === "whatif-clear") {
+    state.whatif = null; $("whatif-result").innerHTML = ""; $("whatif-status").textContent = "";
+    if (state.topology) { renderTopology(state.topology); renderRack(); }
+    return;
+  }
   const rack = ev.target.closest(".rack");
   if (rack) { state.rack = state.rack === rack.dataset.rack ? null : rack.dataset.rack; renderTopology(state.topology); renderRack(); return; }
   const filter = ev.target.closest("#state-filters button");

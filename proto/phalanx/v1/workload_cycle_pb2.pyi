@@ -196,3 +196,70 @@ class Event(_message.Message):
     time: _timestamp_pb2.Timestamp
     dropped: int
     def __init__(self, group: _Optional[str] = ..., category: _Optional[_Union[Event.Category, str]] = ..., kind: _Optional[str] = ..., payload_json: _Optional[str] = ..., time: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., dropped: _Optional[int] = ...) -> None: ...
+
+class WhatIfRequest(_message.Message):
+    __slots__ = ("objects_json", "namespace")
+    OBJECTS_JSON_FIELD_NUMBER: _ClassVar[int]
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    objects_json: _containers.RepeatedScalarFieldContainer[str]
+    namespace: str
+    def __init__(self, objects_json: _Optional[_Iterable[str]] = ..., namespace: _Optional[str] = ...) -> None: ...
+
+class WhatIfReply(_message.Message):
+    __slots__ = ("groups",)
+    GROUPS_FIELD_NUMBER: _ClassVar[int]
+    groups: _containers.RepeatedCompositeFieldContainer[WhatIfGroup]
+    def __init__(self, groups: _Optional[_Iterable[_Union[WhatIfGroup, _Mapping]]] = ...) -> None: ...
+
+class WhatIfGroup(_message.Message):
+    __slots__ = ("namespace", "name", "source", "verdict", "members", "min_count", "policy", "topology_key", "domain", "nodes", "path", "optimal", "gap", "victims", "pdb_violations", "explanation")
+    class NodesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAMESPACE_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    MIN_COUNT_FIELD_NUMBER: _ClassVar[int]
+    POLICY_FIELD_NUMBER: _ClassVar[int]
+    TOPOLOGY_KEY_FIELD_NUMBER: _ClassVar[int]
+    DOMAIN_FIELD_NUMBER: _ClassVar[int]
+    NODES_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    OPTIMAL_FIELD_NUMBER: _ClassVar[int]
+    GAP_FIELD_NUMBER: _ClassVar[int]
+    VICTIMS_FIELD_NUMBER: _ClassVar[int]
+    PDB_VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
+    EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    namespace: str
+    name: str
+    source: str
+    verdict: str
+    members: int
+    min_count: int
+    policy: str
+    topology_key: str
+    domain: str
+    nodes: _containers.ScalarMap[str, str]
+    path: str
+    optimal: bool
+    gap: float
+    victims: _containers.RepeatedCompositeFieldContainer[WhatIfVictim]
+    pdb_violations: int
+    explanation: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., source: _Optional[str] = ..., verdict: _Optional[str] = ..., members: _Optional[int] = ..., min_count: _Optional[int] = ..., policy: _Optional[str] = ..., topology_key: _Optional[str] = ..., domain: _Optional[str] = ..., nodes: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ..., optimal: _Optional[bool] = ..., gap: _Optional[float] = ..., victims: _Optional[_Iterable[_Union[WhatIfVictim, _Mapping]]] = ..., pdb_violations: _Optional[int] = ..., explanation: _Optional[str] = ...) -> None: ...
+
+class WhatIfVictim(_message.Message):
+    __slots__ = ("pod", "priority", "unit")
+    POD_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    UNIT_FIELD_NUMBER: _ClassVar[int]
+    pod: str
+    priority: int
+    unit: str
+    def __init__(self, pod: _Optional[str] = ..., priority: _Optional[int] = ..., unit: _Optional[str] = ...) -> None: ...

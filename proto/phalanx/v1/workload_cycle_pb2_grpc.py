@@ -60,6 +60,11 @@ class WorkloadCycleStub:
                 request_serializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WatchEventsRequest.SerializeToString,
                 response_deserializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.Event.FromString,
                 _registered_method=True)
+        self.WhatIf = channel.unary_unary(
+                '/phalanx.v1.WorkloadCycle/WhatIf',
+                request_serializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WhatIfRequest.SerializeToString,
+                response_deserializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WhatIfReply.FromString,
+                _registered_method=True)
 
 
 class WorkloadCycleServicer:
@@ -104,6 +109,16 @@ class WorkloadCycleServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WhatIf(self, request, context):
+        """Where the PodGroups of a manifest would go if it were applied now, planned together on the
+        live cluster minus every plan's reservation; reads only (no plan, reservation, eviction or
+        write). The objects are compiled as phalanx's controller compiles them. INVALID_ARGUMENT,
+        with the admission webhooks' messages one per line, when an object would be refused.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkloadCycleServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -131,6 +146,11 @@ def add_WorkloadCycleServicer_to_server(servicer, server):
                     servicer.WatchEvents,
                     request_deserializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WatchEventsRequest.FromString,
                     response_serializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.Event.SerializeToString,
+            ),
+            'WhatIf': grpc.unary_unary_rpc_method_handler(
+                    servicer.WhatIf,
+                    request_deserializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WhatIfRequest.FromString,
+                    response_serializer=proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WhatIfReply.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -269,6 +289,33 @@ class WorkloadCycle:
             '/phalanx.v1.WorkloadCycle/WatchEvents',
             proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WatchEventsRequest.SerializeToString,
             proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.Event.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WhatIf(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/phalanx.v1.WorkloadCycle/WhatIf',
+            proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WhatIfRequest.SerializeToString,
+            proto_dot_phalanx_dot_v1_dot_workload__cycle__pb2.WhatIfReply.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,229 @@
+"""What-if drafts: the PodGroups and member pods a manifest *would* create, read as the cache reads
+live ones — nothing here is stored, watched or written.
+
+A compiler (the controller's, :func:`controller.whatif.compile_objects`, handed to the entry points
+by the command that composes ``phalanx serve``) turns a manifest's objects into :class:`Drafts`;
+the workload cycle plans them (:mod:`cycle.whatif`). The entry points only know the
+:data:`Compile` signature, so they never import the controller (docs/design.md, "What-if").
+"""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass, field
+from typing import Any, Callable, Mapping, Sequence
+
+import yaml
+
+from solver import InvalidInput, Pod
+
+from . import names
+from .convert import PodGroupRecord, pod_from_json, pod_group_name, podgroup_record
+from .fields import MalformedObject
+from .kinds import owned_pod_json
+
+
+@dataclass(frozen=True)
+class DraftGroup:
+    """A PodGroup as it would be created, with the pods that would join it. ``source`` names the
+    object of the manifest it comes from (``StatefulSet ns/name``)."""
+
+    record: PodGroupRecord
+    members: tuple[Pod, ...]
+    source: str
+
+    @property
+    def key(self) -> str:
+        return self.record.key
+
+
+@dataclass(frozen=True)
+class ObjectErrors:
+    """Why one object of a manifest was refused: field by field, as the admission webhooks say it."""
+
+    source: str
+    messages: tuple[str, ...]
+
+    def describe(self) -> str:
+        return f"{self.source}: " + "; ".join(self.messages)
+
+
+@dataclass(frozen=True)
+class Drafts:
+    """A manifest compiled: the groups to plan, or the objects refused (then nothing is planned)."""
+
+    groups: tuple[DraftGroup, ...] = ()
+    errors: tuple[ObjectErrors, ...] = ()
+
+
+#: objects of a manifest (raw JSON, as a user wrote them) and the namespace of those that name
+#: none -> the drafts
+Compile = Callable[[Sequence[Any], str], Drafts]
+
+
+def draft_group(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], source: str) -> DraftGroup:
+    """A PodGroup object and its pods as the cache would read them; raises InvalidInput naming the
+    field the cache would refuse."""
+    record = podgroup_record(podgroup)
+    members = tuple(pod_from_json(p) for p in pods)
+    strangers = [p.name for p in members if p.group != record.key]
+    if strangers:
+        raise InvalidInput(f"pods {', '.join(strangers)} do not name podgroup {record.key}")
+    return DraftGroup(record, members, source)
+
+
+# -- reading a manifest ----------------------------------------------------------------------------
+
+#: the most pods one object of a manifest may draft: a what-if of ``replicas: 1000000`` is refused
+#: with the field named, not compiled pod by pod
+MAX_DRAFTED_PODS = 20_000
+MSG_DUPLICATE = "metadata.name: Duplicate value: the manifest gives this object twice"
+
+
+def _drafted(count: int, field_path: str) -> None:
+    if count > MAX_DRAFTED_PODS:
+        raise MalformedObject(f"{field_path}: Too many: {count}: what-if drafts at most {MAX_DRAFTED_PODS} pods "
+                              "per object")
+
+
+@dataclass(frozen=True)
+class ManifestObject:
+    """One object of a manifest: its API group, kind, name and namespace (the request's when it
+    names none), and a copy of it in that namespace with a what-if UID
+    (``whatif-<namespace>-<name>``: the real one is given by the API server)."""
+
+    group: str
+    kind: str
+    name: str
+    namespace: str
+    source: str  # "Kind namespace/name", how answers and errors name it
+    raw: dict[str, Any] = field(compare=False, repr=False)
+
+
+def read_manifest(objects: Sequence[Any], namespace: str) -> tuple[list[ManifestObject], list[ObjectErrors]]:
+    """The objects of a manifest, and those without the basics of the schema (an object with an
+    ``apiVersion``, a ``kind`` and a ``metadata.name``), refused field by field."""
+    read: list[ManifestObject] = []
+    refused: list[ObjectErrors] = []
+    seen: set[tuple[str, str, str, str]] = set()
+    for index, raw in enumerate(objects):
+        source = _source(raw, index, namespace)
+        if not isinstance(raw, Mapping):
+            refused.append(ObjectErrors(source, ("Invalid value: must be an object",)))
+            continue
+        missing = [f for f in ("apiVersion", "kind") if not isinstance(raw.get(f), str) or not raw.get(f)]
+        meta = raw.get("metadata")
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta.get("name"):
+            missing.append("metadata.name")
+        elif meta.get("namespace") is not None and not isinstance(meta.get("namespace"), str):
+            missing.append("metadata.namespace")
+        if missing:
+            refused.append(ObjectErrors(source, tuple(f"{f}: Required value" for f in missing)))
+            continue
+        obj = copy.deepcopy(dict(raw))
+        obj["metadata"].setdefault("namespace", namespace)
+        ns, name = obj["metadata"]["namespace"] or namespace, obj["metadata"]["name"]
+        obj["metadata"]["namespace"] = ns
+        obj["metadata"].setdefault("uid", f"whatif-{ns}-{name}")
+        group = str(obj["apiVersion"]).rpartition("/")[0]
+        if (group, obj["kind"], ns, name) in seen:
+            refused.append(ObjectErrors(source, (MSG_DUPLICATE,)))
+            continue
+        seen.add((group, obj["kind"], ns, name))
+        read.append(ManifestObject(group, obj["kind"], name, ns, source, obj))
+    return read, refused
+
+
+def manifest_objects(text: str) -> list[Any]:
+    """The documents of a YAML (or JSON) text, ``kind: List`` items unpacked, empty ones left out;
+    raises yaml.YAMLError for text that is not YAML."""
+    objects: list[Any] = []
+    for document in yaml.safe_load_all(text):
+        items = document.get("items") if isinstance(document, dict) and document.get("kind") == "List" else None
+        if isinstance(items, list):
+            objects += items
+        elif document is not None:
+            objects.append(document)
+    return objects
+
+
+def _source(raw: Any, index: int, namespace: str) -> str:
+    """``Kind namespace/name`` of an object, or its place in the manifest when it has none."""
+    if isinstance(raw, Mapping) and isinstance(raw.get("metadata"), Mapping):
+        name = raw["metadata"].get("name")
+        if isinstance(name, str) and name:
+            ns = raw["metadata"].get("namespace")
+            return f"{raw.get('kind') or 'object'} {ns if isinstance(ns, str) and ns else namespace}/{name}"
+    return f"object {index + 1} of the manifest"
+
+
+def member_of(pod: Mapping[str, Any]) -> str:
+    """``namespace/group`` of the PodGroup a pod of the manifest names ("" none); raises
+    InvalidInput for a name that is not a PodGroup name."""
+    group = pod_group_name(pod)
+    return f"{pod['metadata']['namespace']}/{group}" if group else ""
+
+
+def _owner(obj: ManifestObject) -> dict[str, Any]:
+    return {"apiVersion": obj.raw["apiVersion"], "kind": obj.kind, "name": obj.name,
+            "uid": obj.raw["metadata"]["uid"]}
+
+
+def _template(obj: ManifestObject, *path: str) -> Mapping[str, Any]:
+    """The pod template at ``spec.<path>`` (MalformedObject naming it when it is not an object)."""
+    value: Any = obj.raw.get("spec")
+    for part in path:
+        value = value.get(part) if isinstance(value, Mapping) else None
+    if not isinstance(value, Mapping):
+        raise MalformedObject(f"{obj.source}: spec.{'.'.join(path)}: Required value")
+    return value
+
+
+def job_pods(job: ManifestObject) -> list[dict[str, Any]]:
+    """The pods the Job controller runs at once: ``parallelism`` (default 1), at most
+    ``completions``, named ``<job>-<index>``."""
+    raw_spec = job.raw.get("spec")
+    spec: Mapping[str, Any] = raw_spec if isinstance(raw_spec, Mapping) else {}
+    counts = [spec.get(f) for f in ("parallelism", "completions")]
+    if any(c is not None and (isinstance(c, bool) or not isinstance(c, int) or c < 0) for c in counts):
+        raise MalformedObject(f"{job.source}: spec.parallelism and spec.completions must be non-negative integers")
+    parallelism = 1 if counts[0] is None else counts[0]
+    running = parallelism if counts[1] is None else min(parallelism, counts[1])
+    template = _template(job, "template")
+    _drafted(running, "spec.parallelism")
+    return [owned_pod_json(template, f"{job.name}-{i}", job.namespace, _owner(job)) for i in range(running)]
+
+
+def statefulset_pods(sts: ManifestObject, replicas: int) -> list[dict[str, Any]]:
+    """The pods the StatefulSet controller creates: ``<name>-<ordinal>`` from its template."""
+    template = _template(sts, "template")
+    _drafted(replicas, "spec.replicas")
+    return [owned_pod_json(template, f"{sts.name}-{i}", sts.namespace, _owner(sts)) for i in range(replicas)]
+
+
+def leaderworkerset_pods(lws: ManifestObject, replicas: int, size: int,
+                         incarnations: Sequence[str]) -> list[dict[str, Any]]:
+    """The pods LWS creates: per replica ``i`` the leader ``<lws>-<i>`` (leader template, else the
+    worker template) and workers ``<lws>-<i>-<j>``, labelled and annotated as LWS does, each with
+    the incarnation label ``incarnations[i]`` (phalanx's pod webhook gives it)."""
+    _drafted(replicas * size, "spec.replicas")
+    worker = _template(lws, "leaderWorkerTemplate", "workerTemplate")
+    lwt = _template(lws, "leaderWorkerTemplate")
+    leader = _template(lws, "leaderWorkerTemplate", "leaderTemplate") if lwt.get("leaderTemplate") else worker
+    pods = []
+    for i in range(replicas):
+        leader_name = f"{lws.name}-{i}"
+        for j in range(size):
+            owner = {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": leader_name if j else lws.name,
+                     "uid": f"{lws.raw['metadata']['uid']}-{i}"}
+            pod = owned_pod_json(leader if j == 0 else worker, f"{leader_name}-{j}" if j else leader_name,
+                                 lws.namespace, owner)
+            pod["metadata"].setdefault("labels", {}).update({
+                names.LABEL_LWS_NAME: lws.name, names.LABEL_LWS_GROUP_INDEX: str(i),
+                names.LABEL_LWS_WORKER_INDEX: str(j), names.LABEL_LWS_INCARNATION: incarnations[i]})
+            annotations = pod["metadata"].setdefault("annotations", {})
+            annotations[names.ANNOTATION_LWS_SIZE] = str(size)
+            if j:
+                annotations[names.ANNOTATION_LWS_LEADER_NAME] = leader_name
+            pods.append(pod)
+    return pods

@@ -1,0 +1,359 @@
+"""What-if placement on the simulated cluster: a manifest compiled by the controller's code, planned
+by the cycle on what it sees now, and nothing written."""
+
+import copy
+import io
+import json
+
+import grpc
+import pytest
+import yaml
+
+from cluster import names
+from controller.whatif import compile_objects
+from cycle import DOES_NOT_FIT, FITS, FITS_AFTER_PREEMPTION, WorkloadCycle
+from extender.http import create_app
+from phalanx_cli.whatif import whatif
+from proto.phalanx.v1 import workload_cycle_pb2 as pb
+from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
+from rpc import start_grpc_server
+
+from .k8s_objects import pod, podgroup
+
+RACK = names.LABEL_RACK
+GPU = "nvidia.com/gpu"
+
+
+def statefulset(name, replicas, gpu=1, scheduling=None, namespace="default", priority_class=None, policy="Parallel"):
+    """A StatefulSet with phalanx's scheduling annotation (a rack-gang unless ``scheduling`` says)."""
+    spec = {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", GPU: str(gpu)}}}]}
+    if priority_class:
+        spec["priorityClassName"] = priority_class
+    if scheduling is None:
+        scheduling = {"schedulingPolicy": {"gang": {}}, "schedulingConstraints": {"topology": [{"key": RACK}]}}
+    return {"apiVersion": "apps/v1", "kind": "StatefulSet",
+            "metadata": {"name": name, "namespace": namespace,
+                         "annotations": {names.ANNOTATION_SCHEDULING: json.dumps(scheduling)}},
+            "spec": {"replicas": replicas, "podManagementPolicy": policy, "serviceName": name,
+                     "selector": {"matchLabels": {"app": name}},
+                     "template": {"metadata": {"labels": {"app": name}}, "spec": spec}}}
+
+
+def what_if(cycle, *objects, namespace="default"):
+    drafts = compile_objects(list(objects), namespace)
+    assert not drafts.errors, drafts.errors
+    return cycle.what_if(drafts.groups)
+
+
+def rack_of(sim, node_name):
+    return sim.get("Node", node_name)["metadata"]["labels"][RACK]
+
+
+def stored(sim):
+    """Every object of the simulated cluster as stored (what a write would change)."""
+    return copy.deepcopy(sim.objects)
+
+
+def test_a_rack_gang_that_fits_gets_its_rack_and_nodes_exact_and_optimal_and_nothing_changes(sim, cycle):
+    before, generation = stored(sim), cycle.plans.generation
+    [answer] = what_if(cycle, statefulset("db", 4, gpu=2))
+    assert answer.verdict == FITS and answer.source == "StatefulSet default/db"
+    assert sorted(answer.nodes) == [f"db-{i}" for i in range(4)]
+    assert {rack_of(sim, n) for n in answer.nodes.values()} == {answer.domain}
+    assert answer.path == "exact" and answer.optimal and answer.min_count == 4 and answer.topology_key == RACK
+    assert stored(sim) == before and cycle.plans.generation == generation and not list(cycle.plans.values())
+    assert not sim.events
+
+
+def test_the_prediction_is_where_the_applied_manifest_lands(sim, cycle):
+    [answer] = what_if(cycle, podgroup("t", 3, RACK), *[pod(f"t-{i}", "t", gpu=2) for i in range(3)])
+    assert answer.verdict == FITS
+    sim.create(podgroup("t", 3, RACK))
+    for i in range(3):
+        sim.create(pod(f"t-{i}", "t", gpu=2))
+    placed = cycle.place_group("default/t")
+    assert not isinstance(placed, str)
+    assert {cycle.cache.pods[u].pod.name: n for u, n in placed.assignments.items()} == dict(answer.nodes)
+
+
+def test_a_gang_too_large_for_any_rack_does_not_fit_and_says_why(sim, cycle):
+    [answer] = what_if(cycle, statefulset("big", 3, gpu=4))  # a rack holds 2 x 4 GPUs
+    assert answer.verdict == DOES_NOT_FIT and not answer.nodes
+    assert "nvidia.com/gpu" in answer.explanation
+
+
+def test_current_plans_are_reserved_for_the_what_if(sim, cycle):
+    sim.create(podgroup("held", 2, RACK))
+    for i in range(2):
+        sim.create(pod(f"held-{i}", "held", gpu=4))
+    placed = cycle.place_group("default/held")  # a plan holds a whole rack now (not bound)
+    assert not isinstance(placed, str) and placed.assignments
+    [answer] = what_if(cycle, statefulset("db", 2, gpu=4))
+    assert answer.verdict == FITS and answer.domain != placed.domain
+
+
+def test_several_manifests_are_planned_side_by_side(sim, cycle):
+    first, second, third = what_if(cycle, statefulset("a", 2, gpu=4), statefulset("b", 2, gpu=4),
+                                   statefulset("c", 2, gpu=4))
+    assert (first.verdict, second.verdict) == (FITS, FITS) and first.domain != second.domain
+    assert third.verdict == DOES_NOT_FIT  # both racks are taken by the first two
+
+
+def test_a_higher_priority_gang_fits_after_preempting_and_names_its_victims(sim, cycle):
+    sim.create({"apiVersion": "scheduling.k8s.io/v1", "kind": "PriorityClass", "metadata": {"name": "high"},
+                "value": 1000})
+    for r in range(2):
+        for i in range(2):
+            sim.create(pod(f"low-{r}-{i}", gpu=3, node=f"n-{r}-{i}", priority=1))
+    before = stored(sim)
+    [answer] = what_if(cycle, statefulset("urgent", 2, gpu=4, priority_class="high"))
+    assert answer.verdict == FITS_AFTER_PREEMPTION
+    rack = answer.domain
+    assert {v.pod for v in answer.victims} == {f"default/low-{rack[1]}-{i}" for i in range(2)}
+    assert {v.priority for v in answer.victims} == {1}
+    assert {rack_of(sim, n) for n in answer.nodes.values()} == {rack}
+    assert "does not fit now" in answer.explanation
+    assert stored(sim) == before and not cycle.preemption.nominations
+
+
+def test_a_gang_that_may_not_preempt_does_not_fit(sim, cycle):
+    for r in range(2):
+        for i in range(2):
+            sim.create(pod(f"low-{r}-{i}", gpu=3, node=f"n-{r}-{i}", priority=1))
+    [answer] = what_if(cycle, statefulset("same", 2, gpu=4))  # priority 0: nobody below it
+    assert answer.verdict == DOES_NOT_FIT and not answer.victims
+
+
+def test_a_job_and_its_podgroup_are_planned_as_the_job_controller_runs_it(sim, cycle):
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "train"},
+           "spec": {"parallelism": 3, "completions": 3, "completionMode": "Indexed",
+                    "template": {"spec": {**pod("x", "train", gpu=2)["spec"], "restartPolicy": "Never"}}}}
+    [answer] = what_if(cycle, podgroup("train", 3, RACK), job)
+    assert answer.verdict == FITS and sorted(answer.nodes) == ["train-0", "train-1", "train-2"]
+    assert len({rack_of(sim, n) for n in answer.nodes.values()}) == 1
+
+
+def test_a_leaderworkerset_gets_a_podgroup_per_replica(sim, cycle):
+    template = {"spec": {"containers": [{"name": "c", "image": "x",
+                                         "resources": {"requests": {"cpu": "1", GPU: "2"}}}]}}
+    lws = {"apiVersion": names.LWS_API_VERSION, "kind": "LeaderWorkerSet",
+           "metadata": {"name": "llm", "annotations": {names.ANNOTATION_SCHEDULING: json.dumps(
+               {"replica": {"schedulingConstraints": {"topology": [{"key": RACK}]}}})}},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": template}}}
+    answers = what_if(cycle, lws)
+    assert [a.verdict for a in answers] == [FITS, FITS] and {a.min_count for a in answers} == {4}
+    assert sorted(answers[0].nodes) == ["llm-0", "llm-0-1", "llm-0-2", "llm-0-3"]
+    assert answers[0].domain != answers[1].domain  # each replica takes a whole rack of 8 GPUs
+
+
+@pytest.mark.parametrize(("obj", "message"), [
+    (statefulset("ord", 2, policy="OrderedReady"),
+     "spec.scheduling.schedulingPolicy.gang: Forbidden: gang scheduling requires podManagementPolicy: Parallel"),
+    (statefulset("mc", 2, scheduling={"schedulingPolicy": {"gang": {"minCount": 2}}}),
+     "spec.scheduling.schedulingPolicy.gang.minCount: Forbidden: may not be set"),
+    (statefulset("none", 2, scheduling={}) | {"metadata": {"name": "none"}},
+     "Required value: phalanx creates no PodGroup for a StatefulSet without a scheduling configuration"),
+    ({"apiVersion": "apps/v1", "metadata": {"name": "x"}}, "kind: Required value"),
+    ([1, 2], "Invalid value: must be an object"),
+    (pod("lonely", "nowhere"), "spec.schedulingGroup.podGroupName: Not found: nowhere"),
+    (statefulset("huge", 1_000_000), "spec.replicas: Too many: 1000000: what-if drafts at most 20000 pods"),
+    (statefulset("fine", 2), "metadata.name: Duplicate value: the manifest gives this object twice"),
+])
+def test_invalid_objects_get_the_webhooks_messages_and_nothing_is_planned(obj, message):
+    drafts = compile_objects([statefulset("fine", 1), obj])
+    assert not drafts.groups
+    assert any(message in m for e in drafts.errors for m in e.messages) or any(
+        message in e.describe() for e in drafts.errors), drafts.errors
+
+
+def test_every_webhook_message_is_given_field_by_field():
+    bad = statefulset("bad", 2, policy="OrderedReady",
+                      scheduling={"schedulingPolicy": {"gang": {"minCount": 2}}, "extra": 1})
+    [errors] = compile_objects([bad]).errors
+    assert errors.source == "StatefulSet default/bad" and len(errors.messages) == 3
+
+
+# -- the entry points: gRPC WhatIf, POST /api/v1/whatif, `phalanx whatif` -----------------------------
+
+@pytest.fixture
+def grpc_server(cycle):
+    running = start_grpc_server(cycle, "127.0.0.1:0", compile_manifest=compile_objects)
+    yield running
+    running.stop(grace=0)
+
+
+@pytest.fixture
+def stub(grpc_server):
+    with grpc.insecure_channel(f"127.0.0.1:{grpc_server.port}") as channel:
+        yield pb_grpc.WorkloadCycleStub(channel)
+
+
+def test_the_grpc_call_answers_each_group_and_refuses_bad_manifests_field_by_field(sim, stub):
+    reply = stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(statefulset("db", 2, gpu=4)),
+                                                       json.dumps(statefulset("big", 3, gpu=4))]))
+    fits, too_big = reply.groups
+    assert (fits.verdict, fits.source, fits.policy, fits.min_count) == (FITS, "StatefulSet default/db", "gang", 2)
+    assert sorted(fits.nodes) == ["db-0", "db-1"] and fits.path == "exact" and fits.optimal
+    assert too_big.verdict == DOES_NOT_FIT and too_big.explanation and not too_big.nodes
+    with pytest.raises(grpc.RpcError) as err:
+        stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(statefulset("o", 2, policy="OrderedReady"))]))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+    assert "StatefulSet default/o: spec.scheduling.schedulingPolicy.gang: Forbidden" in err.value.details()
+    for request in (pb.WhatIfRequest(objects_json=["{not json"]), pb.WhatIfRequest(),
+                    pb.WhatIfRequest(objects_json=["{}"], namespace="Not_A_Label")):
+        with pytest.raises(grpc.RpcError) as err:
+            stub.WhatIf(request)
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+
+
+def test_without_a_compiler_the_grpc_call_is_unimplemented(cycle):
+    running = start_grpc_server(cycle, "127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            with pytest.raises(grpc.RpcError) as err:
+                pb_grpc.WorkloadCycleStub(channel).WhatIf(pb.WhatIfRequest(objects_json=["{}"]))
+        assert err.value.code() is grpc.StatusCode.UNIMPLEMENTED
+    finally:
+        running.stop(grace=0)
+
+
+@pytest.mark.parametrize("path", ["/api/v1/whatif", "/phalanx/api/whatif"])
+def test_the_http_endpoint_answers_the_same_groups_and_refuses_bad_bodies(sim, cycle, path):
+    client = create_app(cycle, compile_manifest=compile_objects).test_client()
+    reply = client.post(path, json={"objects": [statefulset("db", 2, gpu=4)], "namespace": "default"})
+    assert reply.status_code == 200
+    [group] = reply.get_json()["groups"]
+    assert (group["verdict"], group["minCount"], group["topologyKey"]) == (FITS, 2, RACK)
+    assert sorted(group["nodes"]) == ["db-0", "db-1"] and group["optimal"] is True
+    refused = client.post(path, json={"objects": [statefulset("o", 2, policy="OrderedReady")]})
+    assert refused.status_code == 422
+    assert refused.get_json()["errors"][0]["object"] == "StatefulSet default/o"
+    assert any("Parallel" in m for m in refused.get_json()["errors"][0]["messages"])
+    for body in (b"{nope", b"[]", b'{"objects": []}', b'{"objects": [{}], "namespace": 3}'):
+        assert client.post(path, data=body, content_type="application/json").status_code == 400
+    bare = WorkloadCycle(sim.cache, sim)  # a serve composed without the compiler
+    try:
+        assert create_app(bare).test_client().post(path, json={"objects": [{}]}).status_code == 501
+    finally:
+        bare.close()
+
+
+def test_the_command_reads_multi_document_files_and_prints_a_table_json_or_yaml(sim, grpc_server, tmp_path, capsys):
+    manifest = tmp_path / "gangs.yaml"
+    manifest.write_text(yaml.safe_dump_all([statefulset("a", 2, gpu=4), {"apiVersion": "v1", "kind": "Service",
+                                                                          "metadata": {"name": "a"}}]))
+    second = tmp_path / "more.json"
+    second.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [statefulset("b", 2, gpu=4)]}))
+    addr = f"127.0.0.1:{grpc_server.port}"
+    out = io.StringIO()
+    assert whatif([str(manifest), str(second)], addr, out) == 0
+    table = out.getvalue()
+    assert table.splitlines()[0].split() == ["PODGROUP", "SOURCE", "VERDICT", "DOMAIN", "PODS", "SOLVER"]
+    assert "StatefulSet default/a" in table and "StatefulSet default/b" in table and "a-0" in table
+    out = io.StringIO()
+    assert whatif([str(manifest), str(second)], addr, out, output="json") == 0
+    groups = json.loads(out.getvalue())["groups"]
+    assert [g["verdict"] for g in groups] == [FITS, FITS] and groups[0]["domain"] != groups[1]["domain"]
+    out = io.StringIO()
+    assert whatif([str(manifest)], addr, out, output="yaml") == 0
+    assert yaml.safe_load(out.getvalue())["groups"][0]["source"] == "StatefulSet default/a"
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(yaml.safe_dump(statefulset("o", 2, policy="OrderedReady")))
+    assert whatif([str(bad)], addr, io.StringIO()) == 1
+    assert "would be refused" in capsys.readouterr().err
+    (tmp_path / "broken.yaml").write_text("a: [")
+    assert whatif([str(tmp_path / "broken.yaml")], addr, io.StringIO()) == 1
+    assert whatif([str(tmp_path / "missing.yaml")], addr, io.StringIO()) == 1
+    assert "missing.yaml" in capsys.readouterr().err
+
+
+# -- the benchmark, tiny ---------------------------------------------------------------------------------
+
+def test_the_benchmark_reports_checked_answers_for_every_case():
+    from bench import SUITES, whatif_bench
+
+    assert SUITES["whatif"] == "bench.whatif_bench"
+    rows = whatif_bench.run(nodes=160, calls=2)  # 5 racks of 32 nodes, half their GPUs used
+    assert [r["verdict"] for r in rows] == [FITS, FITS, DOES_NOT_FIT]
+    assert [r["calls"] for r in rows] == [2, 2, 10]  # the slow does-not-fit answer: a fifth, at least 10
+    assert all(0 < r["p50_ms"] <= r["p99_ms"] <= r["max_ms"] for r in rows)
+    assert "| 64-pod gang, one rack | 160 | 2 | fits (exact, optimal) |" in whatif_bench.markdown(rows)
+
+
+def test_the_http_endpoint_reads_a_yaml_manifest_as_the_dashboards_form_sends_it(sim, cycle):
+    client = create_app(cycle, compile_manifest=compile_objects).test_client()
+    text = yaml.safe_dump_all([statefulset("a", 2, gpu=4), None, {"kind": "List", "items": [statefulset("b", 2, gpu=4)]}])
+    reply = client.post("/api/v1/whatif", json={"manifest": text})
+    assert reply.status_code == 200
+    assert [g["source"] for g in reply.get_json()["groups"]] == ["StatefulSet default/a", "StatefulSet default/b"]
+    assert client.post("/api/v1/whatif", json={"manifest": "a: ["}).status_code == 400
+    assert client.post("/api/v1/whatif", json={"manifest": ""}).status_code == 400
+
+
+def test_a_patch_leaves_the_object_it_was_applied_to_unchanged():
+    from cluster import kinds
+
+    original = {"metadata": {"labels": {"a": "1"}, "name": "p"}, "spec": {"gates": [{"name": "g"}], "x": {"y": 1}}}
+    before = copy.deepcopy(original)
+    patched = kinds.apply_patch(original, [
+        {"op": "add", "path": "/metadata/labels/b", "value": "2"},
+        {"op": "add", "path": "/spec/gates/-", "value": {"name": "h"}},
+        {"op": "test", "path": "/spec/gates/0", "value": {"name": "g"}},
+        {"op": "replace", "path": "/spec/gates/0", "value": {"name": "z"}},
+        {"op": "remove", "path": "/metadata/name"}])
+    assert original == before
+    assert patched == {"metadata": {"labels": {"a": "1", "b": "2"}},
+                       "spec": {"gates": [{"name": "z"}, {"name": "h"}], "x": {"y": 1}}}
+    with pytest.raises(kinds.PatchTestFailed):
+        kinds.apply_patch(original, [{"op": "test", "path": "/spec/x", "value": 2}])
+
+
+def test_the_http_endpoint_is_behind_the_dashboards_token_gate_as_a_create(sim, cycle):
+    asked = []
+
+    def gate(token, path, verb):
+        asked.append((path, verb))
+        return (200, "ok") if token == "planner" else (401, "who are you?") if token is None else (403, "no")
+
+    client = create_app(cycle, gate=gate, compile_manifest=compile_objects).test_client()
+    body = {"objects": [statefulset("db", 2, gpu=4)]}
+    assert client.post("/api/v1/whatif", json=body).status_code == 401
+    assert client.post("/api/v1/whatif", json=body, headers={"Authorization": "Bearer other"}).status_code == 403
+    assert client.post("/api/v1/whatif", json=body, headers={"Authorization": "Bearer planner"}).status_code == 200
+    assert asked[-1] == ("/api/v1/whatif", "create")
+
+
+def test_the_grpc_call_is_a_read_behind_the_same_token_gate_as_explain(sim, cycle):
+    asked = []
+
+    def gate(token, path, verb):
+        asked.append((path, verb))
+        return (200, "ok") if token == "viewer" else (401, "who are you?")
+
+    running = start_grpc_server(cycle, "127.0.0.1:0", gate=gate, compile_manifest=compile_objects)
+    request = pb.WhatIfRequest(objects_json=[json.dumps(statefulset("db", 2, gpu=4))])
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            call = pb_grpc.WorkloadCycleStub(channel).WhatIf
+            with pytest.raises(grpc.RpcError) as err:
+                call(request)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert call(request, metadata=[("authorization", "Bearer viewer")]).groups[0].verdict == FITS
+        assert asked[-1] == ("/phalanx.v1.WorkloadCycle/WhatIf", "get")
+    finally:
+        running.stop(grace=0)
+
+
+@pytest.mark.parametrize(("scheduling", "counts"), [
+    ({"schedulingPolicy": {"gang": {}}}, [8]),  # the whole LWS: one PodGroup of replicas x size
+    ({"replica": {"leader": {}, "worker": {}}}, [1, 3, 1, 3]),  # per replica a leader and a worker group
+])
+def test_a_leaderworkerset_at_the_whole_and_role_levels(sim, cycle, scheduling, counts):
+    template = {"spec": {"containers": [{"name": "c", "image": "x", "resources": {"requests": {"cpu": "1", GPU: "1"}}}]}}
+    lws = {"apiVersion": names.LWS_API_VERSION, "kind": "LeaderWorkerSet",
+           "metadata": {"name": "llm", "annotations": {names.ANNOTATION_SCHEDULING: json.dumps(scheduling)}},
+           "spec": {"replicas": 2, "leaderWorkerTemplate": {"size": 4, "workerTemplate": template}}}
+    answers = what_if(cycle, lws)
+    assert [a.min_count for a in answers] == counts and {a.verdict for a in answers} == {FITS}
+    assert sorted(p for a in answers for p in a.nodes) == sorted(
+        [f"llm-{i}" for i in range(2)] + [f"llm-{i}-{j}" for i in range(2) for j in range(1, 4)])
