@@ -705,12 +705,15 @@ def volume_from_json(obj: JSON) -> VolumeInfo:
 
 @dataclass(frozen=True)
 class ClassInfo:
-    """A StorageClass: binding mode, provisioner, allowed topologies (None: anywhere)."""
+    """A StorageClass: binding mode, provisioner, allowed topologies (None: anywhere), and whether
+    it is marked the default class (with its creation time: the newest default wins)."""
 
     name: str
     delayed: bool = False  # volumeBindingMode WaitForFirstConsumer
     provisioner: str = ""
     allowed_topologies: NodeAffinity | None = None
+    default: bool = False
+    created: str = ""  # metadata.creationTimestamp (RFC 3339: sorts as time)
 
     @property
     def dynamic(self) -> bool:
@@ -731,9 +734,13 @@ def storage_class_from_json(obj: JSON) -> ClassInfo:
     items = _items(obj.get("allowedTopologies"), f"{where}: allowedTopologies")
     terms = tuple(_topology_term(t, path) for path, t in items)
     mode = _text(obj.get("volumeBindingMode"), f"{where}: volumeBindingMode")
+    annotations = _string_map(obj["metadata"].get("annotations"), f"{where}: metadata.annotations")
+    default = any(annotations.get(a) == "true" for a in (names.ANNOTATION_DEFAULT_STORAGE_CLASS,
+                                                          names.ANNOTATION_BETA_DEFAULT_STORAGE_CLASS))
     return ClassInfo(name=name, delayed=mode == names.BINDING_WAIT_FOR_FIRST_CONSUMER,
                      provisioner=_text(obj.get("provisioner"), f"{where}: provisioner"),
-                     allowed_topologies=NodeAffinity(terms) if terms else None)
+                     allowed_topologies=NodeAffinity(terms) if terms else None, default=default,
+                     created=_text(obj["metadata"].get("creationTimestamp"), f"{where}: metadata.creationTimestamp"))
 
 
 def csinode_limits(obj: JSON) -> dict[str, int]:

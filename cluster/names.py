@@ -46,6 +46,9 @@ LABEL_NAMESPACE_NAME = "kubernetes.io/metadata.name"  # the API server sets it o
 
 # -- storage (as the PV controller and kube-scheduler's volume plugins read them) --------------------
 ANNOTATION_BETA_STORAGE_CLASS = "volume.beta.kubernetes.io/storage-class"  # wins over storageClassName
+# the default class a claim naming none gets (DefaultStorageClass admission; the beta annotation too)
+ANNOTATION_DEFAULT_STORAGE_CLASS = "storageclass.kubernetes.io/is-default-class"
+ANNOTATION_BETA_DEFAULT_STORAGE_CLASS = "storageclass.beta.kubernetes.io/is-default-class"
 PROVISIONER_NONE = "kubernetes.io/no-provisioner"  # a StorageClass for static PVs only
 BINDING_WAIT_FOR_FIRST_CONSUMER = "WaitForFirstConsumer"
 PV_PHASE_AVAILABLE = "Available"

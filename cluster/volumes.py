@@ -69,3 +69,10 @@ def volume_inventory(volumes: Iterable[VolumeInfo], claims: Mapping[str, ClaimIn
     """The snapshot's volume facts: available static PVs and per node the CSI attach limits."""
     return VolumeInventory(available_volumes(volumes, claims),
                            {node: dict(limits) for node, limits in attach_limits.items() if limits})
+
+
+def default_class(classes: Mapping[str, ClassInfo]) -> str:
+    """The class the DefaultStorageClass admission plugin gives a claim that names none: the newest
+    class marked default (by name among equals), "" when none is."""
+    marked = sorted((c for c in classes.values() if c.default), key=lambda c: c.name)
+    return max(marked, key=lambda c: c.created).name if marked else ""

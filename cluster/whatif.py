@@ -10,7 +10,7 @@ the workload cycle plans them (:mod:`cycle.whatif`). The entry points only know 
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping, Sequence
 
 import yaml
@@ -18,9 +18,31 @@ import yaml
 from solver import InvalidInput, Pod
 
 from . import names
-from .convert import PodGroupRecord, pod_from_json, pod_group_name, podgroup_record
+from .convert import (
+    ClaimInfo,
+    ClaimRef,
+    ClassInfo,
+    PodGroupRecord,
+    VolumeInfo,
+    claim_from_json,
+    pod_claims,
+    pod_from_json,
+    pod_group_name,
+    podgroup_record,
+)
 from .fields import MalformedObject
 from .kinds import owned_pod_json
+from .volumes import default_class, resolve_claims
+
+
+@dataclass(frozen=True)
+class DraftClaim:
+    """A PersistentVolumeClaim the manifest would make exist: a StatefulSet's claim template for one
+    ordinal, or a pod's generic ephemeral volume. ``defaulted``: it names no class, so admission
+    gives it the cluster's default one."""
+
+    info: ClaimInfo
+    defaulted: bool = False
 
 
 @dataclass(frozen=True)
@@ -31,10 +53,35 @@ class DraftGroup:
     record: PodGroupRecord
     members: tuple[Pod, ...]
     source: str
+    claims: Mapping[str, tuple[ClaimRef, ...]] = field(default_factory=dict)  # member uid -> its claims
+    new_claims: tuple[DraftClaim, ...] = ()  # the claims the manifest's objects would create
 
     @property
     def key(self) -> str:
         return self.record.key
+
+    def members_with_volumes(self, claims: Mapping[str, ClaimInfo], volumes: Mapping[str, VolumeInfo],
+                             classes: Mapping[str, ClassInfo]) -> tuple[Pod, ...]:
+        """The members with their claims resolved as kube-scheduler will see them once applied: a
+        claim that exists already is used as it is (the StatefulSet controller reuses a claim of its
+        name); one the manifest would create is unbound, of its class (the default one when it
+        names none), and waits for its pod — an Immediate claim is planned as if it did too: the PV
+        controller binds it before scheduling, to a PV it picks, which what-if cannot know."""
+        if not self.claims:
+            return self.members
+        default = default_class(classes)
+        known = dict(claims)
+        for draft in self.new_claims:
+            if draft.info.name not in known:
+                known[draft.info.name] = replace(draft.info, storage_class=default) if draft.defaulted else draft.info
+        out = []
+        for pod in self.members:
+            refs = self.claims.get(pod.uid, ())
+            resolved = resolve_claims(refs, pod.uid, known, volumes, classes)
+            out.append(replace(pod, volumes=tuple(
+                replace(v, delayed=True) if v.name not in claims and not v.bound and not v.missing else v
+                for v in resolved)) if refs else pod)
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -61,15 +108,50 @@ class Drafts:
 Compile = Callable[[Sequence[Any], str], Drafts]
 
 
-def draft_group(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], source: str) -> DraftGroup:
-    """A PodGroup object and its pods as the cache would read them; raises InvalidInput naming the
-    field the cache would refuse."""
+def draft_group(podgroup: Mapping[str, Any], pods: Sequence[Mapping[str, Any]], source: str,
+                claims: Sequence[DraftClaim] = ()) -> DraftGroup:
+    """A PodGroup object and its pods as the cache would read them, with the claims the pods mount
+    (``claims``: those their owner would create; each generic ephemeral volume's is added); raises
+    InvalidInput naming the field the cache would refuse."""
     record = podgroup_record(podgroup)
     members = tuple(pod_from_json(p) for p in pods)
     strangers = [p.name for p in members if p.group != record.key]
     if strangers:
         raise InvalidInput(f"pods {', '.join(strangers)} do not name podgroup {record.key}")
-    return DraftGroup(record, members, source)
+    pairs = list(zip(members, pods, strict=True))
+    refs = {member.uid: mounted for member, raw in pairs if (mounted := pod_claims(raw))}
+    ephemeral = [claim for member, raw in pairs for claim in ephemeral_claims(raw, member.uid)]
+    return DraftGroup(record, members, source, refs, tuple(claims) + tuple(ephemeral))
+
+
+def drafted_claim(namespace: str, name: str, template: Any, where: str, owner_uid: str = "") -> DraftClaim:
+    """The claim made from a claim template (``metadata`` and ``spec``), as its controller names it."""
+    if not isinstance(template, Mapping) or not isinstance(template.get("spec"), Mapping):
+        raise MalformedObject(f"{where}.spec: Required value")
+    raw_meta = template.get("metadata")
+    meta: Mapping[str, Any] = raw_meta if isinstance(raw_meta, Mapping) else {}
+    raw_annotations = meta.get("annotations")
+    annotations: Mapping[str, Any] = raw_annotations if isinstance(raw_annotations, Mapping) else {}
+    obj: dict[str, Any] = {"metadata": {"name": name, "namespace": namespace, "annotations": dict(annotations)},
+                           "spec": template["spec"]}
+    if owner_uid:  # a generic ephemeral volume's claim: controlled by its pod
+        obj["metadata"]["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "uid": owner_uid, "controller": True}]
+    defaulted = (template["spec"].get("storageClassName") is None
+                 and names.ANNOTATION_BETA_STORAGE_CLASS not in annotations)
+    return DraftClaim(claim_from_json(obj), defaulted)
+
+
+def ephemeral_claims(pod: Mapping[str, Any], uid: str) -> list[DraftClaim]:
+    """The claims the ephemeral volume controller creates for a pod's generic ephemeral volumes:
+    ``<pod>-<volume>``, owned by the pod."""
+    meta, spec = pod["metadata"], pod.get("spec") or {}
+    out = []
+    for i, volume in enumerate(spec.get("volumes") or ()):
+        if isinstance(volume, Mapping) and isinstance(volume.get("ephemeral"), Mapping):
+            out.append(drafted_claim(meta["namespace"], f"{meta['name']}-{volume.get('name')}",
+                                     volume["ephemeral"].get("volumeClaimTemplate"),
+                                     f"spec.volumes[{i}].ephemeral.volumeClaimTemplate", uid))
+    return out
 
 
 # -- reading a manifest ----------------------------------------------------------------------------
@@ -194,11 +276,44 @@ def job_pods(job: ManifestObject) -> list[dict[str, Any]]:
     return [owned_pod_json(template, f"{job.name}-{i}", job.namespace, _owner(job)) for i in range(running)]
 
 
+def _claim_templates(sts: ManifestObject) -> list[tuple[str, Mapping[str, Any]]]:
+    """``spec.volumeClaimTemplates`` as (name, template), each named."""
+    raw = sts.raw.get("spec", {}).get("volumeClaimTemplates") or []
+    if not isinstance(raw, list):
+        raise MalformedObject(f"{sts.source}: spec.volumeClaimTemplates: Invalid value: must be a list")
+    out = []
+    for i, template in enumerate(raw):
+        meta = template.get("metadata") if isinstance(template, Mapping) else None
+        if not isinstance(meta, Mapping) or not isinstance(meta.get("name"), str) or not meta["name"]:
+            raise MalformedObject(f"{sts.source}: spec.volumeClaimTemplates[{i}].metadata.name: Required value")
+        out.append((meta["name"], template))
+    return out
+
+
 def statefulset_pods(sts: ManifestObject, replicas: int) -> list[dict[str, Any]]:
-    """The pods the StatefulSet controller creates: ``<name>-<ordinal>`` from its template."""
+    """The pods the StatefulSet controller creates: ``<name>-<ordinal>`` from its template, each
+    claim template mounted as the volume of its name (claim ``<template>-<name>-<ordinal>``, in
+    place of a template volume of that name)."""
     template = _template(sts, "template")
     _drafted(replicas, "spec.replicas")
-    return [owned_pod_json(template, f"{sts.name}-{i}", sts.namespace, _owner(sts)) for i in range(replicas)]
+    claim_names = [name for name, _ in _claim_templates(sts)]
+    pods = []
+    for i in range(replicas):
+        pod = owned_pod_json(template, f"{sts.name}-{i}", sts.namespace, _owner(sts))
+        if claim_names:
+            kept = [v for v in pod["spec"].get("volumes") or () if not isinstance(v, Mapping)
+                    or v.get("name") not in claim_names]
+            pod["spec"]["volumes"] = kept + [{"name": c, "persistentVolumeClaim": {"claimName": f"{c}-{sts.name}-{i}"}}
+                                             for c in claim_names]
+        pods.append(pod)
+    return pods
+
+
+def statefulset_claims(sts: ManifestObject, replicas: int) -> list[DraftClaim]:
+    """The claims the StatefulSet controller creates before each pod: ``<template>-<name>-<ordinal>``."""
+    return [drafted_claim(sts.namespace, f"{name}-{sts.name}-{i}", template,
+                          f"{sts.source}: spec.volumeClaimTemplates[{t}]")
+            for i in range(replicas) for t, (name, template) in enumerate(_claim_templates(sts))]
 
 
 def leaderworkerset_pods(lws: ManifestObject, replicas: int, size: int,

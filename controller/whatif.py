@@ -37,6 +37,7 @@ from cluster.whatif import (
     leaderworkerset_pods,
     member_of,
     read_manifest,
+    statefulset_claims,
     statefulset_pods,
 )
 from solver import InvalidInput
@@ -138,8 +139,9 @@ def _statefulset(obj: ManifestObject, flavor: Flavor) -> DraftGroup:
     workload = objects.compile_workload(sts, config, flavor)
     podgroup = objects.compile_podgroup(sts, workload, kinds.workload(workload).templates[0], flavor, True)
     shared = objects.shared_claims(podgroup, config.resource_claims, flavor)
-    pods = [_stamped(pod, podgroup, flavor, shared) for pod in statefulset_pods(obj, objects.replicas(sts))]
-    return draft_group(podgroup, pods, obj.source)
+    replicas = objects.replicas(sts)
+    pods = [_stamped(pod, podgroup, flavor, shared) for pod in statefulset_pods(obj, replicas)]
+    return draft_group(podgroup, pods, obj.source, statefulset_claims(obj, replicas))
 
 
 def _leaderworkerset(obj: ManifestObject, flavor: Flavor) -> list[DraftGroup]:

@@ -10,9 +10,17 @@ stand). Each group gets one of three answers:
   their priorities, the placement on the freed room) — what a cycle would start;
 - **does not fit**: the solver's explanation.
 
-Several groups are planned together, in the manifest's order: each sees the ones before it placed
-(their capacity used, their pods assumed for the inter-pod rules, their victims gone). That is one
-order, not a joint search: a later group may not fit where another order would have fitted both.
+Several groups are planned together, one after another: each sees the ones before it placed
+(their capacity used, their pods assumed for the inter-pod rules, their victims gone). The
+manifest's order comes first; when it leaves a group without room, other orders are tried
+(every order of up to :data:`ALL_ORDERS_UP_TO` groups, else largest-first and smallest-first) and
+the one that fits the most groups without preemption is answered, each group saying its place in
+it (``order``). That is a search over orders, not a joint solve: groups that would fit only when
+placed jointly (each bending to the others) may still be answered does-not-fit.
+
+Members' PersistentVolumeClaims are those of the cluster where they exist, else the ones the
+manifest would create (a StatefulSet's claim templates, generic ephemeral volumes), unbound and
+waiting for their pod (:meth:`DraftGroup.members_with_volumes`).
 
 Nothing is written and nothing is held: no plan enters the book (its generation does not move), no
 nomination, no status, event or metric; the solves run off the cycle's lock.
@@ -21,7 +29,8 @@ nomination, no status, event or metric; the solves run off the cycle's lock.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping
+from itertools import permutations
+from typing import Mapping, Sequence
 
 from cluster.cache import ClusterCache
 from cluster.convert import podgroup_of
@@ -43,6 +52,8 @@ from .planning import Planner
 from .preemption import GroupPreemption
 
 FITS, FITS_AFTER_PREEMPTION, DOES_NOT_FIT = "fits", "fits-after-preemption", "does-not-fit"
+#: a manifest of at most this many groups has every order tried when its own leaves one out (3! = 6)
+ALL_ORDERS_UP_TO = 3
 
 
 @dataclass(frozen=True)
@@ -74,6 +85,7 @@ class WhatIfAnswer:
     victims: tuple[Victim, ...] = ()
     pdb_violations: int = 0
     explanation: str = ""
+    order: int = 1  # the group's place in the order the manifest's groups were planned in (1 first)
 
 
 class WhatIf:
@@ -86,12 +98,43 @@ class WhatIf:
     def plan(self, drafts: tuple[DraftGroup, ...]) -> list[WhatIfAnswer]:
         with self.lock:
             snapshot = self.planner.snapshot_for("", refresh=False)
-        answers = []
-        for draft in drafts:
-            group = podgroup_of(draft.record, draft.members, self.cache.priority_classes)
-            answer, snapshot = self._one(group, draft.source, snapshot)
-            answers.append(answer)
-        return answers
+            groups = [(podgroup_of(draft.record, draft.members_with_volumes(
+                self.cache.claims, self.cache.persistent_volumes, self.cache.storage_classes),
+                self.cache.priority_classes), draft.source) for draft in drafts]
+        order = tuple(range(len(groups)))
+        answers = self._in_order(groups, order, snapshot)
+        fitting = sum(a.verdict == FITS for a in answers)
+        if fitting == len(groups):
+            return answers
+        for other in _other_orders([len(g.pending) for g, _ in groups]):
+            placed = self._fitting(groups, other, snapshot)
+            if placed > fitting:
+                order, fitting = other, placed
+        return answers if order == tuple(range(len(groups))) else self._in_order(groups, order, snapshot)
+
+    def _in_order(self, groups: Sequence[tuple[PodGroup, str]], order: tuple[int, ...],
+                  snapshot: Snapshot) -> list[WhatIfAnswer]:
+        """Every group's answer, planned in ``order`` (indexes into ``groups``), in the groups' order."""
+        answers: dict[int, WhatIfAnswer] = {}
+        for place_, index in enumerate(order, 1):
+            group, source = groups[index]
+            answer, snapshot = self._one(group, source, snapshot)
+            answers[index] = replace(answer, order=place_)
+        return [answers[i] for i in range(len(groups))]
+
+    def _fitting(self, groups: Sequence[tuple[PodGroup, str]], order: tuple[int, ...], snapshot: Snapshot) -> int:
+        """How many groups fit without preemption when planned in ``order``."""
+        fitting = 0
+        for index in order:
+            group = groups[index][0]
+            try:
+                placement = place(snapshot, group, self.options)
+            except InvalidInput:
+                continue
+            if placement.assignments:
+                fitting += 1
+                snapshot = _with_group(snapshot, placement.assignments, {p.uid: p for p in group.pending})
+        return fitting
 
     def _one(self, group: PodGroup, source: str, snapshot: Snapshot) -> tuple[WhatIfAnswer, Snapshot]:
         """The answer for ``group`` and the snapshot the next group sees."""
@@ -137,6 +180,17 @@ class WhatIf:
                        nodes=_by_name(plan.placement, pods), path=plan.path, optimal=plan.optimal,
                        victims=tuple(victims), pdb_violations=plan.pdb_violations,
                        explanation=f"does not fit now: {explanation}")
+
+
+def _other_orders(sizes: Sequence[int]) -> list[tuple[int, ...]]:
+    """The orders tried after the manifest's: all of them for a few groups, else largest-first and
+    smallest-first by pod count (the manifest's order among equals)."""
+    own = tuple(range(len(sizes)))
+    if len(sizes) <= ALL_ORDERS_UP_TO:
+        return [o for o in permutations(own) if o != own]
+    largest = tuple(sorted(own, key=lambda i: -sizes[i]))
+    smallest = tuple(sorted(own, key=lambda i: sizes[i]))
+    return [o for o in dict.fromkeys((largest, smallest)) if o != own]
 
 
 def _by_name(assignments: Mapping[str, str], pods: Mapping[str, Pod]) -> dict[str, str]:

@@ -92,7 +92,7 @@ def whatif_message(answer: WhatIfAnswer) -> pb.WhatIfGroup:
         min_count=answer.min_count, policy=answer.policy, topology_key=answer.topology_key, domain=answer.domain,
         nodes=dict(answer.nodes), path=answer.path, optimal=answer.optimal,
         victims=[pb.WhatIfVictim(pod=v.pod, priority=v.priority, unit=v.unit) for v in answer.victims],
-        pdb_violations=answer.pdb_violations, explanation=answer.explanation)
+        pdb_violations=answer.pdb_violations, explanation=answer.explanation, order=answer.order)
     if answer.gap is not None:
         message.gap = answer.gap
     return message

@@ -30,7 +30,7 @@ def group_json(answer: WhatIfAnswer) -> dict[str, Any]:
         "topologyKey": answer.topology_key, "domain": answer.domain, "nodes": dict(answer.nodes),
         "path": answer.path, "optimal": answer.optimal,
         "victims": [{"pod": v.pod, "priority": v.priority, "unit": v.unit} for v in answer.victims],
-        "pdbViolations": answer.pdb_violations, "explanation": answer.explanation,
+        "pdbViolations": answer.pdb_violations, "explanation": answer.explanation, "order": answer.order,
     }
     if answer.gap is not None:
         out["gap"] = answer.gap

@@ -12,8 +12,10 @@ phalanx as its extender (extender mode only: what-if is the same call in both mo
    nodes (as a multiset: which of two identical pods takes which node is the pods' UIDs' order);
    a preemption removes the predicted victims; a gang that cannot fit stays unbound.
 
-Cases: the seven corpus workloads without volumes (``harness/corpus.py``: etcd, Kafka, CockroachDB,
-Cassandra, Redis cluster, training workers, GPU inference) and
+Cases: every corpus workload (``harness/corpus.py``: ZooKeeper with its claims bound at once to
+NFS-like PVs, etcd, Kafka, CockroachDB, Cassandra, Redis cluster, training workers, GPU inference,
+and local PVs on 4 of 8 nodes for WaitForFirstConsumer claims — what-if plans the claims the
+StatefulSet would create) and
 three of this module's own: a rack gang that fits (a StatefulSet), one that fits by preempting
 lower-priority pods (a PodGroup and its Pods), one that cannot fit (a PodGroup and an Indexed Job).
 """
@@ -28,16 +30,14 @@ from typing import Any, Iterator
 import grpc
 import pytest
 from harness import GPU, RACK, assert_none_bound, create, job, pod, podgroup, priority_class, statefulset, wait_for
-from harness.corpus import CASES
+from harness.corpus import CASES, storage_class
 
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
 from .conftest import PHALANX_BARRIER_SECONDS, start_phalanx_scheduler
 
-# every corpus workload without PersistentVolumeClaims (what-if does not plan volumes: zookeeper and
-# local-volumes are left out, docs/limitations.md)
-CORPUS = ("etcd", "kafka", "cockroachdb", "cassandra", "redis-cluster", "trainer", "inference")
+CORPUS = tuple(c.name for c in CASES)
 BIND_TIMEOUT = 60.0
 HIGH, LOW = "phalanx-whatif-high", "phalanx-whatif-low"
 GANG_IN_A_RACK = {"schedulingPolicy": {"gang": {}}, "schedulingConstraints": {"topology": [{"key": RACK}]}}
@@ -158,13 +158,29 @@ def test_corpus_workloads_land_where_what_if_said(rest, namespace, nodes, serve,
     names = case.node_names("wi")
     for node_name, (_, kwargs) in zip(names, case.nodes, strict=True):
         nodes.add(node_name, **kwargs)
-    sts = case.statefulset(namespace, "default-scheduler", None, None)
-    settle(rest, serve.cycle.cache, names)
-    [group] = what_if(stub, rest, namespace, names, sts)
-    assert group.verdict == "fits" and group.source == f"StatefulSet {namespace}/{case.name}"
-    assert group.members == case.replicas and sorted(group.nodes) == [f"{case.name}-{i}" for i in range(case.replicas)]
-    create(rest, sts, namespace)
-    came_true(rest, group, wait_bound(rest, namespace, f"{case.name}-", case.replicas))
+    sc_name, cluster_paths = None, []
+    try:
+        if case.storage:  # the class and static PVs the chart's claims bind to
+            sc_name = f"{namespace}-{case.storage.binding.lower()}"
+            rest.create("/apis/storage.k8s.io/v1/storageclasses", storage_class(sc_name, case.storage.binding))
+            cluster_paths.append(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
+            for pv in case.persistent_volumes("wi", sc_name, f"wi-{case.short}-{namespace[-5:]}"):
+                rest.create("/api/v1/persistentvolumes", pv)
+                cluster_paths.append(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
+            wait_for(lambda: len(serve.cycle.cache.persistent_volumes.keys() & {p.rsplit("/", 1)[1] for p in cluster_paths})
+                     == len(cluster_paths) - 1, 30, "the PVs in phalanx's cache")
+        sts = case.statefulset(namespace, "default-scheduler", sc_name, None)
+        settle(rest, serve.cycle.cache, names)
+        [group] = what_if(stub, rest, namespace, names, sts)
+        assert group.verdict == "fits" and group.source == f"StatefulSet {namespace}/{case.name}"
+        assert group.members == case.replicas and sorted(group.nodes) == [f"{case.name}-{i}" for i in range(case.replicas)]
+        if case.storage and case.storage.pv_nodes:  # local PVs: exactly the nodes that hold one
+            assert sorted(group.nodes.values()) == sorted(names[i] for i in case.storage.pv_nodes)
+        create(rest, sts, namespace)
+        came_true(rest, group, wait_bound(rest, namespace, f"{case.name}-", case.replicas))
+    finally:  # the namespace fixture drops the StatefulSet, its pods and claims; the PVs are cluster-wide
+        for path in cluster_paths:
+            rest.delete(path, missing_ok=True)
 
 
 def test_a_rack_gang_that_fits_lands_in_the_predicted_rack_on_the_predicted_nodes(rest, namespace, nodes, serve,

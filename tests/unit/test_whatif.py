@@ -97,6 +97,24 @@ def test_several_manifests_are_planned_side_by_side(sim, cycle):
                                    statefulset("c", 2, gpu=4))
     assert (first.verdict, second.verdict) == (FITS, FITS) and first.domain != second.domain
     assert third.verdict == DOES_NOT_FIT  # both racks are taken by the first two
+    assert [a.order for a in (first, second, third)] == [1, 2, 3]  # no order fits all three
+
+
+def test_groups_the_manifests_order_leaves_out_are_planned_in_an_order_that_fits_them_all(sim, cycle):
+    # planned first, a small gang takes room a rack gang of 2 x 3 GPUs needs (every node has 4);
+    # planned after the two rack gangs, it takes the GPU each of their nodes leaves
+    small = statefulset("small", 2, gpu=1, scheduling={"schedulingPolicy": {"gang": {}}})
+    in_order = [what_if(cycle, small)[0]]
+    assert in_order[0].verdict == FITS
+    small_answer, big_a, big_b = what_if(cycle, small, statefulset("big-a", 2, gpu=3), statefulset("big-b", 2, gpu=3))
+    assert (small_answer.verdict, big_a.verdict, big_b.verdict) == (FITS, FITS, FITS)
+    assert small_answer.order == 3  # the manifest's own order left a big gang without a rack
+    used = {}
+    for answer, gpus in ((small_answer, 1), (big_a, 3), (big_b, 3)):
+        for node in answer.nodes.values():
+            used[node] = used.get(node, 0) + gpus
+    assert max(used.values()) <= 4 and {rack_of(sim, n) for n in big_a.nodes.values()} != {
+        rack_of(sim, n) for n in big_b.nodes.values()}
 
 
 def test_a_higher_priority_gang_fits_after_preempting_and_names_its_victims(sim, cycle):
@@ -265,6 +283,13 @@ def test_the_command_reads_multi_document_files_and_prints_a_table_json_or_yaml(
     assert whatif([str(tmp_path / "broken.yaml")], addr, io.StringIO()) == 1
     assert whatif([str(tmp_path / "missing.yaml")], addr, io.StringIO()) == 1
     assert "missing.yaml" in capsys.readouterr().err
+    assert "planned" not in table and [g["order"] for g in groups] == [1, 2]
+    reordered = tmp_path / "reordered.yaml"
+    reordered.write_text(yaml.safe_dump_all([statefulset("small", 2, gpu=1, scheduling={"schedulingPolicy": {"gang": {}}}),
+                                             statefulset("big-a", 2, gpu=3), statefulset("big-b", 2, gpu=3)]))
+    out = io.StringIO()
+    assert whatif([str(reordered)], addr, out) == 0
+    assert "(StatefulSet default/small): fits (planned 3rd: the manifest's order fits fewer groups)" in out.getvalue()
 
 
 # -- the benchmark, tiny ---------------------------------------------------------------------------------
@@ -357,3 +382,88 @@ def test_a_leaderworkerset_at_the_whole_and_role_levels(sim, cycle, scheduling, 
     assert [a.min_count for a in answers] == counts and {a.verdict for a in answers} == {FITS}
     assert sorted(p for a in answers for p in a.nodes) == sorted(
         [f"llm-{i}" for i in range(2)] + [f"llm-{i}-{j}" for i in range(2) for j in range(1, 4)])
+
+
+# -- volumes: the claims a manifest would create ---------------------------------------------------
+
+def local_class(sim, name="local", default=False):
+    meta = {"name": name}
+    if default:
+        meta["annotations"] = {"storageclass.kubernetes.io/is-default-class": "true"}
+    sim.create({"apiVersion": "storage.k8s.io/v1", "kind": "StorageClass", "metadata": meta,
+                "provisioner": names.PROVISIONER_NONE, "volumeBindingMode": "WaitForFirstConsumer"})
+
+
+def local_pv(sim, name, node, cls="local", size="100Gi"):
+    sim.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": name},
+                "spec": {"storageClassName": cls, "capacity": {"storage": size}, "accessModes": ["ReadWriteOnce"],
+                         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                             {"key": names.LABEL_HOSTNAME, "operator": "In", "values": [node]}]}]}}},
+                "status": {"phase": "Available"}})
+
+
+def with_claims(sts, cls="local", size="10Gi"):
+    """``sts`` with a claim template ``data`` (of class ``cls``; None: names no class) mounted."""
+    spec = {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": size}}}
+    if cls is not None:
+        spec["storageClassName"] = cls
+    sts["spec"]["volumeClaimTemplates"] = [{"metadata": {"name": "data"}, "spec": spec}]
+    sts["spec"]["template"]["spec"]["containers"][0]["volumeMounts"] = [{"name": "data", "mountPath": "/d"}]
+    return sts
+
+
+def test_a_statefulsets_claims_go_where_its_local_volumes_are(sim, cycle):
+    local_class(sim)
+    for pv_name, node in (("pv-a", "n-1-0"), ("pv-b", "n-0-1")):  # one local PV in each rack
+        local_pv(sim, pv_name, node)
+    sts = with_claims(statefulset("db", 2, gpu=1, scheduling={"schedulingPolicy": {"gang": {}}}))
+    [answer] = what_if(cycle, sts)
+    assert answer.verdict == FITS and sorted(answer.nodes.values()) == ["n-0-1", "n-1-0"]
+    [in_a_rack] = what_if(cycle, with_claims(statefulset("rack", 2, gpu=1)))  # no rack holds two PVs
+    assert in_a_rack.verdict == DOES_NOT_FIT and "PersistentVolume" in in_a_rack.explanation
+
+
+def test_a_claim_that_names_no_class_gets_the_default_one(sim, cycle):
+    local_class(sim, "other")
+    local_class(sim, "local", default=True)
+    local_pv(sim, "pv-a", "n-1-1")
+    [answer] = what_if(cycle, with_claims(statefulset("one", 1, scheduling={"schedulingPolicy": {"gang": {}}}), cls=None))
+    assert answer.verdict == FITS and dict(answer.nodes) == {"one-0": "n-1-1"}
+
+
+def test_a_claim_that_exists_already_is_reused_as_the_statefulset_controller_does(sim, cycle):
+    local_class(sim)
+    local_pv(sim, "pv-a", "n-0-0")  # available, but the existing claim is bound elsewhere
+    sim.create({"apiVersion": "v1", "kind": "PersistentVolume", "metadata": {"name": "pv-old"},
+                "spec": {"storageClassName": "local", "capacity": {"storage": "100Gi"}, "accessModes": ["ReadWriteOnce"],
+                         "claimRef": {"namespace": "default", "name": "data-old-0"},
+                         "nodeAffinity": {"required": {"nodeSelectorTerms": [{"matchExpressions": [
+                             {"key": names.LABEL_HOSTNAME, "operator": "In", "values": ["n-1-1"]}]}]}}},
+                "status": {"phase": "Bound"}})
+    sim.create({"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": {"name": "data-old-0", "namespace": "default"},
+                "spec": {"storageClassName": "local", "volumeName": "pv-old", "accessModes": ["ReadWriteOnce"],
+                         "resources": {"requests": {"storage": "10Gi"}}}})
+    [answer] = what_if(cycle, with_claims(statefulset("old", 1, scheduling={"schedulingPolicy": {"gang": {}}})))
+    assert answer.verdict == FITS and dict(answer.nodes) == {"old-0": "n-1-1"}
+
+
+def test_a_generic_ephemeral_volume_gets_a_claim_owned_by_its_pod(sim, cycle):
+    local_class(sim)
+    local_pv(sim, "pv-a", "n-0-1")
+    members = [pod("e-0", "e", gpu=1)]
+    members[0]["spec"]["volumes"] = [{"name": "scratch", "ephemeral": {"volumeClaimTemplate": {"spec": {
+        "storageClassName": "local", "accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}}]
+    [answer] = what_if(cycle, podgroup("e", 1), *members)
+    assert answer.verdict == FITS and dict(answer.nodes) == {"e-0": "n-0-1"}
+    members[0]["spec"]["volumes"][0]["ephemeral"]["volumeClaimTemplate"]["spec"]["resources"] = {
+        "requests": {"storage": "1Ti"}}  # larger than any PV
+    [too_big] = what_if(cycle, podgroup("e", 1), *members)
+    assert too_big.verdict == DOES_NOT_FIT
+
+
+def test_a_claim_template_without_a_name_is_refused_with_the_field():
+    sts = with_claims(statefulset("bad", 1))
+    del sts["spec"]["volumeClaimTemplates"][0]["metadata"]
+    drafts = compile_objects([sts], "default")
+    assert not drafts.groups
+    assert "spec.volumeClaimTemplates[0].metadata.name: Required value" in drafts.errors[0].describe()

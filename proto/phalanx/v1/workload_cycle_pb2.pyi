@@ -212,7 +212,7 @@ class WhatIfReply(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[WhatIfGroup, _Mapping]]] = ...) -> None: ...
 
 class WhatIfGroup(_message.Message):
-    __slots__ = ("namespace", "name", "source", "verdict", "members", "min_count", "policy", "topology_key", "domain", "nodes", "path", "optimal", "gap", "victims", "pdb_violations", "explanation")
+    __slots__ = ("namespace", "name", "source", "verdict", "members", "min_count", "policy", "topology_key", "domain", "nodes", "path", "optimal", "gap", "victims", "pdb_violations", "explanation", "order")
     class NodesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -236,6 +236,7 @@ class WhatIfGroup(_message.Message):
     VICTIMS_FIELD_NUMBER: _ClassVar[int]
     PDB_VIOLATIONS_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    ORDER_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     source: str
@@ -252,7 +253,8 @@ class WhatIfGroup(_message.Message):
     victims: _containers.RepeatedCompositeFieldContainer[WhatIfVictim]
     pdb_violations: int
     explanation: str
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., source: _Optional[str] = ..., verdict: _Optional[str] = ..., members: _Optional[int] = ..., min_count: _Optional[int] = ..., policy: _Optional[str] = ..., topology_key: _Optional[str] = ..., domain: _Optional[str] = ..., nodes: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ..., optimal: _Optional[bool] = ..., gap: _Optional[float] = ..., victims: _Optional[_Iterable[_Union[WhatIfVictim, _Mapping]]] = ..., pdb_violations: _Optional[int] = ..., explanation: _Optional[str] = ...) -> None: ...
+    order: int
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., source: _Optional[str] = ..., verdict: _Optional[str] = ..., members: _Optional[int] = ..., min_count: _Optional[int] = ..., policy: _Optional[str] = ..., topology_key: _Optional[str] = ..., domain: _Optional[str] = ..., nodes: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ..., optimal: _Optional[bool] = ..., gap: _Optional[float] = ..., victims: _Optional[_Iterable[_Union[WhatIfVictim, _Mapping]]] = ..., pdb_violations: _Optional[int] = ..., explanation: _Optional[str] = ..., order: _Optional[int] = ...) -> None: ...
 
 class WhatIfVictim(_message.Message):
     __slots__ = ("pod", "priority", "unit")
