@@ -105,6 +105,7 @@ class Requeue:
                     self.heap.tick()
                 self.prune_step()
                 self.requeue_ended_backoffs()
+                self.requeue_ended_verdicts()
                 if not woken:
                     continue
                 self.pass_once()
@@ -293,6 +294,9 @@ class Requeue:
         with self.lock:
             ends = [a.retry_at for a in self.queue.failed.values() if a.retry_at > self._backoffs_seen]
         due = [FULL_PRUNE_INTERVAL - (time.monotonic() - self._full_prune)] if self._full_prune_due else []
+        verdict_end = self.verdicts.next_end()
+        if verdict_end is not None:
+            ends.append(verdict_end)
         return max(0.05, min([SWEEP_INTERVAL - (now - swept)] + [end - now for end in ends] + due))
 
     def requeue_ended_backoffs(self) -> None:
@@ -305,6 +309,15 @@ class Requeue:
         with self.lock:
             ended = [k for k, a in self.queue.failed.items() if self._backoffs_seen < a.retry_at <= now]
             self._backoffs_seen = now
+        if ended:
+            self.requeue_fitting(ended)
+
+    def requeue_ended_verdicts(self) -> None:
+        """Groups a transient verdict (a resource rejection by kube-scheduler) kept from a node,
+        whose verdict just ended: touch one pending member of each that fits now. The event that
+        made room (the pod on that node gone from kube-scheduler's cache) arrived while the verdict
+        still held, so it retried nothing."""
+        ended = self.verdicts.ended()
         if ended:
             self.requeue_fitting(ended)
 

@@ -30,6 +30,7 @@ verdicts without taking the cycle's lock.
 
 from __future__ import annotations
 
+import heapq
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass
@@ -71,6 +72,7 @@ class Verdicts:
         self._by_uid: OrderedDict[str, Verdict] = OrderedDict()
         self._sets: dict[frozenset[str], list[Any]] = {}  # interned excluded set -> [the set, references]
         self._new_nodes: dict[str, float] = {}  # node -> when phalanx saw it added (within the grace)
+        self._ends: list[tuple[float, str]] = []  # heap of (until, group) of transient verdicts learned
 
     def __len__(self) -> int:
         return len(self._by_uid)
@@ -103,8 +105,26 @@ class Verdicts:
             entry[1] += 1
             self._by_uid[pod.uid] = Verdict(entry[0], pod.spec.shape_key, not pod.volumes, at,
                                             at + TRANSIENT_VERDICT_SECONDS if transient else 0.0)
+            if transient and pod.group:
+                heapq.heappush(self._ends, (at + TRANSIENT_VERDICT_SECONDS, pod.group))
             while len(self._by_uid) > MAX_VERDICTS:
                 self._drop(next(iter(self._by_uid)))
+
+    def next_end(self) -> float | None:
+        """When the next transient verdict ends (None: none is in force)."""
+        with self._lock:
+            return self._ends[0][0] if self._ends else None
+
+    def ended(self) -> list[str]:
+        """The groups whose members' transient verdicts ended since the last call (each once):
+        nothing else tells kube-scheduler to retry a member phalanx turned away while a verdict
+        kept it off the node it needs — the event that freed the node came and went meanwhile."""
+        now = self.clock()
+        groups: dict[str, None] = {}
+        with self._lock:
+            while self._ends and self._ends[0][0] <= now:
+                groups[heapq.heappop(self._ends)[1]] = None
+        return list(groups)
 
     def get(self, uid: str) -> Verdict | None:
         """The pod's verdict in force (a transient one past its time is none)."""

@@ -117,10 +117,6 @@ def test_a_single_gang_replacement_goes_back_into_its_rack_or_waits_with_the_rea
                       and f"podgroup {namespace}/ens: rack {home}: no " in e.get("note", "")], 30,
              "a FailedScheduling event on the PodGroup: no room in the gang's rack")
     assert sorted(placement(bound(gang_pods(rest, namespace, "ens")))) == sorted(set(first) - {lost_pod})
-    if scheduler_mode == "plugin":
-        # Known gap (docs/limitations.md): in plugin mode a room freed while the replacement's own
-        # plan call is in flight can leave it unschedulable until kube-scheduler's periodic flush.
-        return
     # room in the gang's rack again: the replacement binds there, not in the empty other rack
     rest.delete(f"/api/v1/namespaces/{namespace}/pods/filler")
     where = wait_for(lambda: placement(bound([p for p in gang_pods(rest, namespace, "ens")

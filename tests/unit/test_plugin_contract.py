@@ -448,3 +448,32 @@ def test_a_resource_rejection_keeps_the_node_from_the_gang_for_a_moment_only(sim
         version=V1, pod_json=json.dumps(members[0]).encode(), node=first.node, plugin="X", reason="no"))
     monkeypatch.setattr(cycle.verdicts, "clock", lambda: now + 10 * verdicts.TRANSIENT_VERDICT_SECONDS)
     assert cycle.verdicts.get(uid(members[0])).excluded == {first.node}
+
+
+def test_a_gang_a_resource_rejection_turned_away_is_retried_when_the_verdict_ends(sim, cycle, stub, monkeypatch):
+    """A member planned on the one node with room, refused there by kube-scheduler for resources
+    (its cache still held a pod phalanx's had seen go), is answered "no room" while the verdict
+    holds; the pod's deletion reached kube-scheduler meanwhile and retried nothing. When the
+    verdict ends, phalanx touches the member so kube-scheduler tries it again."""
+    from cycle import verdicts
+    for r in range(2):
+        for i in range(2):
+            if (r, i) != (1, 1):
+                sim.create(pod(f"full-{r}-{i}", gpu=4, node=f"n-{r}-{i}"))
+    [member] = gang(sim, "late", 1, gpu=4)
+    first = plan_for(stub, member)
+    assert first.node == "n-1-1"
+    stub.ReportRejection(pb.ReportRejectionRequest(
+        version=V1, pod_json=json.dumps(member).encode(), node=first.node, plugin="NodeResourcesFit",
+        reason="Insufficient nvidia.com/gpu"))
+    again = plan_for(stub, member)
+    assert again.verdict != pb.PlanForPodReply.PLANNED and "default/late" in cycle.queue.failed
+    cycle.requeue.requeue_ended_verdicts()
+    cycle.flush()
+    assert not touched(sim, member)  # the verdict still holds: it would not fit
+    now = cycle.verdicts.clock()
+    monkeypatch.setattr(cycle.verdicts, "clock", lambda: now + verdicts.TRANSIENT_VERDICT_SECONDS + 1)
+    cycle.requeue.requeue_ended_verdicts()
+    cycle.flush()
+    assert touched(sim, member) and "default/late" not in cycle.queue.failed
+    cycle.requeue.requeue_ended_verdicts()  # each ended verdict once
