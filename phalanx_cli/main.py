@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import logging
 import sys
 
 from cluster import names
@@ -56,12 +57,18 @@ def _demo(args: argparse.Namespace) -> int:
     return run_demo(port=args.port, duration=args.duration, headless=args.headless)
 
 
+def _log_to_stderr(level: int) -> None:
+    """Log records at ``level`` and above to stderr, each with its time, level and logger."""
+    logging.basicConfig(level=level, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+
+
 def _serve(args: argparse.Namespace) -> int:
     from controller.whatif import compile_objects
     from extender.server import ServeOptions, serve
 
     if bool(args.kubeconfig) == bool(args.sim):
         raise SystemExit("phalanx serve: give exactly one of --kubeconfig PATH or --sim FILE")
+    _log_to_stderr(logging.WARNING)
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
@@ -125,11 +132,9 @@ def _whatif(args: argparse.Namespace) -> int:
 
 
 def _controller(args: argparse.Namespace) -> int:
-    import logging
-
     from controller import run
 
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    _log_to_stderr(logging.INFO)
     from cluster.apiserver import FlavorUnavailable
 
     try:
