@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 
 import yaml
 
-from solver import InvalidInput, Pod
+from solver import InvalidInput, Pod, VolumeClaim
 
 from . import names
 from .convert import (
@@ -74,13 +74,17 @@ class DraftGroup:
         for draft in self.new_claims:
             if draft.info.name not in known:
                 known[draft.info.name] = replace(draft.info, storage_class=default) if draft.defaulted else draft.info
+        def as_planned(claim: VolumeClaim) -> VolumeClaim:
+            drafted = claim.name not in claims and not claim.bound and not claim.missing
+            return replace(claim, delayed=True) if drafted else claim
+
         out = []
         for pod in self.members:
-            refs = self.claims.get(pod.uid, ())
-            resolved = resolve_claims(refs, pod.uid, known, volumes, classes)
-            out.append(replace(pod, volumes=tuple(
-                replace(v, delayed=True) if v.name not in claims and not v.bound and not v.missing else v
-                for v in resolved)) if refs else pod)
+            refs = self.claims.get(pod.uid)
+            if refs:
+                pod = replace(pod, volumes=tuple(map(as_planned, resolve_claims(refs, pod.uid, known, volumes,
+                                                                                classes))))
+            out.append(pod)
         return tuple(out)
 
 
@@ -311,9 +315,10 @@ def statefulset_pods(sts: ManifestObject, replicas: int) -> list[dict[str, Any]]
 
 def statefulset_claims(sts: ManifestObject, replicas: int) -> list[DraftClaim]:
     """The claims the StatefulSet controller creates before each pod: ``<template>-<name>-<ordinal>``."""
+    templates = list(enumerate(_claim_templates(sts)))
     return [drafted_claim(sts.namespace, f"{name}-{sts.name}-{i}", template,
                           f"{sts.source}: spec.volumeClaimTemplates[{t}]")
-            for i in range(replicas) for t, (name, template) in enumerate(_claim_templates(sts))]
+            for i in range(replicas) for t, (name, template) in templates]
 
 
 def leaderworkerset_pods(lws: ManifestObject, replicas: int, size: int,

@@ -164,11 +164,12 @@ def test_corpus_workloads_land_where_what_if_said(rest, namespace, nodes, serve,
             sc_name = f"{namespace}-{case.storage.binding.lower()}"
             rest.create("/apis/storage.k8s.io/v1/storageclasses", storage_class(sc_name, case.storage.binding))
             cluster_paths.append(f"/apis/storage.k8s.io/v1/storageclasses/{sc_name}")
+            pvs = []
             for pv in case.persistent_volumes("wi", sc_name, f"wi-{case.short}-{namespace[-5:]}"):
                 rest.create("/api/v1/persistentvolumes", pv)
-                cluster_paths.append(f"/api/v1/persistentvolumes/{pv['metadata']['name']}")
-            wait_for(lambda: len(serve.cycle.cache.persistent_volumes.keys() & {p.rsplit("/", 1)[1] for p in cluster_paths})
-                     == len(cluster_paths) - 1, 30, "the PVs in phalanx's cache")
+                pvs.append(pv["metadata"]["name"])
+                cluster_paths.append(f"/api/v1/persistentvolumes/{pvs[-1]}")
+            wait_for(lambda: set(pvs) <= serve.cycle.cache.persistent_volumes.keys(), 30, "the PVs in phalanx's cache")
         sts = case.statefulset(namespace, "default-scheduler", sc_name, None)
         settle(rest, serve.cycle.cache, names)
         [group] = what_if(stub, rest, namespace, names, sts)
