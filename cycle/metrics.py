@@ -5,6 +5,9 @@ Each service instance owns a registry, so tests and benchmarks can run several s
 
 from __future__ import annotations
 
+import re
+import threading
+from collections import Counter as Tally
 from typing import Callable, Iterator
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
@@ -55,6 +58,7 @@ class CycleMetrics:
                                          "Work a per-namespace limit held back: a group not planned (plans), a "
                                          "backing-off group not checked in a requeue pass (retries)",
                                          ["limit"], registry=r)
+        r.register(_Threads())
 
     def track_sizes(self, sizes: Callable[[], dict[str, int]]) -> None:
         """Export ``sizes()`` (collection -> entries, see cluster/sizes.py) as a gauge, read at scrape."""
@@ -71,4 +75,25 @@ class _Sizes(Collector):
                                    labels=["collection"])
         for collection, entries in sorted(self.sizes().items()):
             family.add_metric([collection], entries)
+        yield family
+
+
+_NUMBERED = re.compile(r"[-_ ]?\d+(?= \(.*\)$|$)")
+
+
+def thread_pool(name: str) -> str:
+    """A thread's pool: its name without the number a pool or ``threading`` gives each thread
+    (``phalanx-grpc_3`` -> ``phalanx-grpc``, ``Thread-7 (_evict)`` -> ``Thread (_evict)``)."""
+    return _NUMBERED.sub("", name) or name
+
+
+class _Threads(Collector):
+    """The process's Python threads by pool, read at scrape: a pool that grows and keeps its
+    threads (bounded) tells itself apart from a leak (unbounded) here."""
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        family = GaugeMetricFamily(names.METRIC_THREADS, "Threads of this process by pool (Python threads, "
+                                   "named; numbers dropped)", labels=["pool"])
+        for pool, count in sorted(Tally(thread_pool(t.name) for t in threading.enumerate()).items()):
+            family.add_metric([pool], count)
         yield family

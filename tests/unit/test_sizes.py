@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections import deque
 
 from prometheus_client import generate_latest
@@ -13,6 +14,7 @@ from cluster import names
 from cluster.sim import SimCluster
 from cluster.sizes import collection_sizes
 from cycle import WorkloadCycle
+from cycle.metrics import CycleMetrics, thread_pool
 
 
 class Leaf:  # a class of this test module: not phalanx's, so never walked into
@@ -62,6 +64,25 @@ def test_cycle_sizes_cover_its_helpers_and_are_exported():
         assert f'{names.METRIC_INTERNAL_ENTRIES}{{collection="cycle.cache.nodes"}} 4.0' in text
     finally:
         cycle.close()
+
+
+def test_threads_are_exported_by_pool_so_a_pool_growing_is_told_from_a_leak():
+    assert thread_pool("phalanx-grpc_3") == "phalanx-grpc" and thread_pool("CP Server Thread-12") == "CP Server Thread"
+    assert thread_pool("Thread-7 (_evict)") == "Thread (_evict)" and thread_pool("watch-Pod") == "watch-Pod"
+    metrics = CycleMetrics()
+    started, stop = [], threading.Event()
+    for i in range(3):
+        started.append(threading.Thread(target=stop.wait, name=f"test-pool_{i}", daemon=True))
+        started[-1].start()
+    try:
+        text = generate_latest(metrics.registry).decode()
+        assert f'{names.METRIC_THREADS}{{pool="test-pool"}} 3.0' in text
+        assert f'{names.METRIC_THREADS}{{pool="MainThread"}} 1.0' in text
+    finally:
+        stop.set()
+        for t in started:
+            t.join()
+    assert 'pool="test-pool"' not in generate_latest(metrics.registry).decode()
 
 
 def test_histogram_window_reads_the_quantile_bucket_of_the_window():

@@ -49,9 +49,11 @@ After each shot (the fault healed, the system at rest) the invariants of the kil
   created while the link is down is not bound within ``PLAIN_BOUND_S`` (the plugin's circuit
   breaker must let plain pods schedule; the fault is held until it binds or the bound passes);
 - ``serve_threads`` / ``serve_rss``: ``phalanx serve``'s thread count above its baseline plus
-  ``THREAD_SLACK``, or its resident memory above ``RSS_SLACK`` times its baseline (from
-  ``/proc/<pid>/status``, at rest; the baseline is taken at rest after the first shot of each serve
-  process).
+  ``THREAD_SLACK`` where the growth is not a pool of ``BOUNDED_POOLS`` within its bound (serve's
+  ``phalanx_threads`` gauge names each Python thread's pool; ``/proc/<pid>/task/*/comm`` the
+  native threads that name themselves), or its resident memory above ``RSS_SLACK`` times its
+  baseline (from ``/proc/<pid>/status``, at rest; the baseline is taken at rest after the first
+  shot of each serve process).
 """
 
 from __future__ import annotations
@@ -98,6 +100,10 @@ PLAIN_BOUND_S = 30.0
 #: the dispatcher's backoff (at most 5 s) after client-go's Retry-After waits
 STATUS_BOUND_S = 30.0
 THREAD_SLACK = 16
+#: phalanx serve's pools that start threads lazily and keep them, and their bounds with the flags
+#: the rig starts serve with (``--grpc-workers`` 32, the binder's 16): their growth up to the bound
+#: is not a leak
+BOUNDED_POOLS = {"phalanx-grpc": 32, "phalanx-bind": 16}
 RSS_SLACK = 1.5
 SERVE_LINK_OUTAGE_BOUND = 40.0  # a plugin-mode outage is held at most this long (plain-pod probe)
 
@@ -230,6 +236,42 @@ def proc_footprint(pid: int) -> tuple[int, int]:
     return int(fields["VmRSS"].split()[0]), int(fields["Threads"])
 
 
+def thread_pools(port: int) -> dict[str, int]:
+    """phalanx serve's Python threads by pool (its ``phalanx_threads`` gauge), {} when not read."""
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as resp:
+            text = resp.read().decode()
+    except (OSError, urllib.error.URLError):
+        return {}
+    pools = {}
+    for line in text.splitlines():
+        if line.startswith(names.METRIC_THREADS + "{"):
+            label, value = line.rsplit(" ", 1)
+            pools[label.split('pool="', 1)[1].rsplit('"', 1)[0]] = int(float(value))
+    return pools
+
+
+def pool_growth(pools: dict[str, int], baseline: dict[str, int]) -> tuple[dict[str, int], int]:
+    """Each pool's threads above its baseline, and how many of them no bound in ``BOUNDED_POOLS``
+    covers (a pool that starts threads lazily and keeps them grows up to its bound, once)."""
+    grown = {p: n - baseline.get(p, 0) for p, n in pools.items() if n > baseline.get(p, 0)}
+    unbounded = sum(n for p, n in grown.items() if pools[p] > BOUNDED_POOLS.get(p, 0))
+    return grown, unbounded
+
+
+def thread_census(pid: int) -> dict[str, int]:
+    """How many of process ``pid``'s threads carry each kernel name (``/proc/<pid>/task/*/comm``):
+    threads that name themselves (gRPC core's, for one) apart from those that inherit the process's."""
+    names: dict[str, int] = {}
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            name = (task / "comm").read_text().strip()
+        except OSError:  # the thread ended while being read
+            continue
+        names[name] = names.get(name, 0) + 1
+    return dict(sorted(names.items()))
+
+
 # --- the driver ---------------------------------------------------------------------------------
 
 def split_kind(kind: str) -> tuple[str, str]:
@@ -263,6 +305,8 @@ class NetFaultRun(FaultRun):
         self.fault = ""
         self.footprints: list[dict] = []
         self.baseline: tuple[int, int, int] | None = None  # (serve start, rss KiB, threads)
+        self.baseline_census: dict[str, int] = {}  # the baseline's threads by kernel name
+        self.baseline_pools: dict[str, int] = {}  # and by serve's pools (phalanx_threads)
         self.rejected_before = 0
         self.armed_at: float | None = None
         # the API server's faults start before their shot's pods exist: their moment is "before"
@@ -478,15 +522,23 @@ class NetFaultRun(FaultRun):
         if serve is None or not serve.alive():
             return []
         rss, threads = proc_footprint(serve.proc.pid)
-        shot.update(serve_rss_kib=rss, serve_threads=threads)
+        census, pools = thread_census(serve.proc.pid), thread_pools(self.rig.serve_port)
+        shot.update(serve_rss_kib=rss, serve_threads=threads, serve_thread_names=census, serve_thread_pools=pools)
         starts = self.rig.serve_starts
         if self.baseline is None or self.baseline[0] != starts:
             self.baseline = (starts, rss, threads)
+            self.baseline_census, self.baseline_pools = census, pools
             return []
         _, base_rss, base_threads = self.baseline
         out = []
-        if threads > base_threads + THREAD_SLACK:
-            out.append({"type": "serve_threads", "threads": threads, "baseline": base_threads, "slack": THREAD_SLACK})
+        # the kernel's count (native threads too: gRPC core's name themselves) and serve's own by
+        # pool: threads beyond the slack that no pool's bound explains
+        grown, unbounded = pool_growth(pools, self.baseline_pools)
+        native = {n: k - self.baseline_census.get(n, 0) for n, k in census.items()
+                  if n != "python" and k > self.baseline_census.get(n, 0)}
+        if threads > base_threads + THREAD_SLACK and (unbounded + sum(native.values()) > THREAD_SLACK or not pools):
+            out.append({"type": "serve_threads", "threads": threads, "baseline": base_threads, "slack": THREAD_SLACK,
+                        "pools_grown": grown, "native_grown": native})
         if rss > base_rss * RSS_SLACK:
             out.append({"type": "serve_rss", "rss_kib": rss, "baseline_kib": base_rss, "factor": RSS_SLACK})
         return out
