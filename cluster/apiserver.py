@@ -62,6 +62,20 @@ def _now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+#: a watch's wait before trying again after a failure (s): doubled from the first after each
+#: failure in a row, up to the most
+WATCH_BACKOFF_FIRST = 0.2
+WATCH_BACKOFF_MAX = 10.0
+
+
+def watch_backoff(backoff: float, delivered: bool) -> float:
+    """The wait after a failed try of a watch: the first wait again when the try had delivered
+    (listed, or streamed an event) — a stream that ran for minutes and broke is a new failure, not
+    the last one repeating, and the backoff a past outage had built up (10 s) would keep phalanx's
+    view that much behind kube-scheduler's after the link healed — else ``backoff``."""
+    return WATCH_BACKOFF_FIRST if delivered else backoff
+
+
 class ApiServerBackend:
     def __init__(self, kube: Kube, cache: ClusterCache, stale_after: float = 60.0,
                  identity: str = "phalanx") -> None:
@@ -122,9 +136,10 @@ class ApiServerBackend:
     def _run(self, kind: str) -> None:
         group_version, resource = self.resources[kind]
         path = api_path(group_version, resource)
-        backoff = 0.2
+        backoff = WATCH_BACKOFF_FIRST
         resource_version = ""
         while not self._stop.is_set():
+            tried = time.monotonic()
             try:
                 if not resource_version:
                     items, resource_version = self.kube.list_pages(path)
@@ -133,19 +148,21 @@ class ApiServerBackend:
                     self.synced[kind] = True
                     self.fresh_at[kind] = time.monotonic()
                 resource_version = self._watch(kind, path, resource_version)
-                backoff = 0.2
+                backoff = WATCH_BACKOFF_FIRST
             except KubeError as err:
                 if err.status == 410:
                     resource_version = ""  # too old: full re-list
                     continue
+                backoff = watch_backoff(backoff, self.fresh_at[kind] > tried)
                 if err.status == 404 and kind in OPTIONAL_KINDS:
                     self.synced[kind] = True  # not served (yet): nothing to cache
                     self.fresh_at[kind] = time.monotonic()
                 log.warning("watch %s: %s; retrying in %.1fs", kind, err, backoff)
             except Exception as err:  # noqa: BLE001 - a watch thread must survive anything
+                backoff = watch_backoff(backoff, self.fresh_at[kind] > tried)
                 log.warning("watch %s failed: %s; retrying in %.1fs", kind, err, backoff)
             self._stop.wait(backoff)
-            backoff = min(backoff * 2, 10.0)
+            backoff = min(backoff * 2, WATCH_BACKOFF_MAX)
 
     def _watch(self, kind: str, path: str, resource_version: str) -> str:
         for event in self.kube.watch(path, resource_version, timeout_seconds=240):

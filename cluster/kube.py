@@ -66,6 +66,12 @@ TOKEN_CHECK_SECONDS = 1.0
 #: ``withRetry.Before`` sleeps that many seconds first). An answer without the header is not
 #: retried here: the caller decides (a PDB-blocked eviction is a 429 without one).
 MAX_RETRIES = 10
+#: the most one request waits in all for Retry-After (s). client-go bounds the waits by the
+#: request's context instead; phalanx's writes have none, and ten waits a throttled API server
+#: names in whole seconds (up to its own choosing) could hold a placement record, and the gang's
+#: barrier with it, far past the barrier timeout. A wait that would pass it is not waited: the
+#: error goes to the caller (the dispatcher retries on its own backoff).
+MAX_RETRY_WAIT_SECONDS = 30.0
 
 
 def retry_after(status: int, headers: Mapping[str, str] | None) -> int | None:
@@ -121,6 +127,7 @@ class Kube:
         self.api = kubernetes.client.ApiClient(config)
         self.timeout = timeout
         self.max_retries = MAX_RETRIES
+        self.max_retry_wait = MAX_RETRY_WAIT_SECONDS
         self.sleep: Callable[[float], None] = time.sleep  # the Retry-After wait (tests inject one)
         self.throttled = 0  # answers retried after their Retry-After (429 or 5xx)
 
@@ -129,17 +136,19 @@ class Kube:
               timeout: Any) -> kubernetes.client.rest.RESTResponse:
         """One request through the official client's pool and auth; the raw response, unread. A 429
         or 5xx answer carrying ``Retry-After`` is retried after that many seconds, up to
-        ``max_retries`` times, as client-go does (see :data:`MAX_RETRIES`)."""
-        attempt = 0
+        ``max_retries`` times, as client-go does (see :data:`MAX_RETRIES`), and while the waits add
+        up to at most ``max_retry_wait`` seconds (:data:`MAX_RETRY_WAIT_SECONDS`)."""
+        attempt, waited = 0, 0.0
         while True:
             status, resp, err = self._send_once(method, path, body, query, content_type, timeout)
             if resp is not None:
                 return resp
             assert err is not None
             wait = retry_after(status, err.headers)
-            if wait is None or attempt >= self.max_retries:
+            if wait is None or attempt >= self.max_retries or waited + wait > self.max_retry_wait:
                 raise err.error
             attempt += 1
+            waited += wait
             self.throttled += 1
             self.sleep(wait)
 

@@ -93,6 +93,47 @@ def test_410_gone_relists_and_errors_back_off_then_recover():
         backend.stop()
 
 
+class RecordedWaits(threading.Event):
+    """The backend's stop event, noting the waits of the Pod watch's thread (and not waiting)."""
+
+    def __init__(self):
+        super().__init__()
+        self.pod_waits: list[float] = []
+
+    def wait(self, timeout=None):
+        if threading.current_thread().name == "watch-Pod":
+            self.pod_waits.append(timeout)
+            return self.is_set()
+        return super().wait(timeout)
+
+
+def test_a_watch_that_had_delivered_retries_after_the_first_wait_not_the_built_up_one():
+    """Failures in a row double the wait (0.2, 0.4, 0.8 s); a stream that delivered events and then
+    broke starts over from the first wait (a past outage's 10 s kept phalanx's view that far behind
+    once the link healed)."""
+    kube = FakeKube()
+    pods = "/api/v1/pods"
+    event = pod("a")
+    event["metadata"].update(uid="uid-a", resourceVersion="7")
+
+    def delivers_then_breaks():
+        yield {"type": "ADDED", "object": event}
+        raise ConnectionError("Response ended prematurely")
+
+    kube.watches[pods] = [KubeError("WATCH", pods, 0, "refused")] * 3 + [delivers_then_breaks(),
+                                                                         KubeError("WATCH", pods, 0, "refused")]
+    cache = ClusterCache()
+    backend = ApiServerBackend(kube, cache, stale_after=60)
+    backend._stop = waits = RecordedWaits()
+    backend.start()
+    try:
+        wait(lambda: len(waits.pod_waits) >= 5)
+    finally:
+        backend.stop()
+    assert waits.pod_waits[:5] == [0.2, 0.4, 0.8, 0.2, 0.4]
+    assert "uid-a" in cache.pods
+
+
 def test_readiness_turns_false_when_watches_go_stale_and_true_again():
     kube = FakeKube()
     cache = ClusterCache()

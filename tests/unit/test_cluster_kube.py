@@ -185,15 +185,20 @@ def test_a_429_with_retry_after_is_retried_after_the_wait_and_the_write_lands_on
     assert [s["body"] for s in api.seen] == [{"metadata": {"annotations": {"a": "b"}}}] * 3
 
 
-def test_throttling_gives_up_after_client_gos_ten_retries(api, kube):
-    waits: list[float] = []
-    kube.sleep = waits.append
+@pytest.mark.parametrize("retry_after, answers, waits", [("1", 12, [1] * 10), ("12", 5, [12, 12])])
+def test_throttling_gives_up_after_client_gos_ten_retries_or_thirty_seconds_of_waits(api, kube, retry_after,
+                                                                                      answers, waits):
+    """client-go's ten retries; and waits add up to at most max_retry_wait (30 s): the wait that
+    would pass it is not waited, and the error goes to the caller."""
+    waited: list[float] = []
+    kube.sleep = waited.append
     path = "/api/v1/namespaces/ns/events"
-    for _ in range(12):
-        api.answer(path, 429, TOO_MANY, headers={"Retry-After": "1"})
+    for _ in range(answers):
+        api.answer(path, 429, TOO_MANY, headers={"Retry-After": retry_after})
     with pytest.raises(KubeError) as err:
         kube.create(path, {"kind": "Event"})
-    assert err.value.status == 429 and len(waits) == 10 and len(api.seen) == 11
+    assert kube.max_retry_wait == 30 and err.value.status == 429
+    assert waited == waits and len(api.seen) == len(waits) + 1
 
 
 @pytest.mark.parametrize("status, headers", [(429, {}), (429, {"Retry-After": "soon"}), (409, {"Retry-After": "1"}),
