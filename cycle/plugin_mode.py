@@ -252,19 +252,14 @@ class PluginEnforcement:
 
     def unreserve(self, uid: str, group: str, reason: str) -> list[str]:
         """Unreserve: the member leaves the barrier. A gang member rejected at Permit (``reason``
-        "rejected": its barrier timed out) while the plan is still planned releases the plan —
-        when it had reached this plan's barrier: the rest of a released plan's gang, rejected at
-        the plugin on that release, reports "rejected" too, often once the group is planned
-        again, and must not time out the new plan (stale reports used up a group's re-plan budget
-        in a fraction of a second). Returns the members the plugin should reject too (a gang never
-        binds partially)."""
+        "rejected": its barrier timed out) while the plan is still planned releases the plan.
+        Returns the members the plugin should reject too (a gang never binds partially)."""
         with self.lock:
             plan = self.book.get(group)
             if plan is None or uid not in plan.assignments:
                 return []
-            arrived = uid in plan.arrived
             plan.arrived.discard(uid)  # the plan's capacity is unchanged (see reserve)
-            released = plan.gang and plan.state is PlanState.PLANNED and reason == "rejected" and arrived
+            released = plan.gang and plan.state is PlanState.PLANNED and reason == "rejected"
             if released:
                 others = sorted(u for u in plan.arrived if u != uid)
                 why = (f"barrier timed out: {len(plan.arrived)} of {len(plan.assignments)} members reserved "
