@@ -59,6 +59,9 @@ log = logging.getLogger("phalanx.preemption")
 
 TOO_MANY_REQUESTS = 429  # the Eviction API's answer when a PodDisruptionBudget refuses
 NOT_FOUND = 404
+#: how long a deleted Node is remembered, so that members seen bound to it only afterwards still
+#: break their unit (s): well past upstream's pod GC, which removes such pods 40 s after the node
+LOST_NODE_MEMORY_SECONDS = 600.0
 
 
 @dataclass
@@ -107,6 +110,7 @@ class GroupPreemption:
         # these can newly break a unit
         self._intact: set[str] = set()
         self.retries: dict[str, UnitRetry] = {}  # broken unit -> next attempt
+        self._lost_nodes: dict[str, float] = {}  # Node deleted -> when (clock); gone when re-created
         self._cleared: set[str] = set()  # nominated groups whose last victim the cache saw go
         # guards the maps above; the cache's thread and the cycle's both use them, and nothing
         # slow (no API write, no cycle lock) is done while holding it
@@ -271,12 +275,37 @@ class GroupPreemption:
                 self._intact.discard(event.key)
                 if event.key in self._nominated:
                     self._member_gone(event.key)
-        elif event.kind == "Node" and event.deleted:
-            for group in self._groups_on_node(event.key):
-                self._broken.put(group)
+        elif event.kind == "Node":
+            self._note_node(event.key, event.deleted)
+            if event.deleted:
+                for group in self._groups_on_node(event.key):
+                    self._broken.put(group)
         elif record is not None and record.pod.group:
-            if self._newly_disrupted(record):
+            if self._newly_disrupted(record) or self._seen_bound_to_lost_node(event):
                 self._broken.put(record.pod.group)
+
+    def _note_node(self, node: str, deleted: bool) -> None:
+        """Remember the Nodes deleted in the last :data:`LOST_NODE_MEMORY_SECONDS` (a Node created
+        again under the same name is forgotten: it is a new node)."""
+        with self._lock:
+            if not deleted:
+                self._lost_nodes.pop(node, None)
+                return
+            now = self.clock()
+            for name in [n for n, at in self._lost_nodes.items() if now - at > LOST_NODE_MEMORY_SECONDS]:
+                del self._lost_nodes[name]
+            self._lost_nodes[node] = now
+
+    def _seen_bound_to_lost_node(self, event: CacheEvent) -> bool:
+        """True when this pod event is the first to show a live member bound to a Node already
+        deleted. phalanx's pod and node watches are separate streams: a gang bound just before
+        its node went can reach the cache after the node's deletion, when :meth:`_groups_on_node`
+        found none of it there."""
+        record, previous = event.record, event.previous
+        node = record.pod.node
+        if not node or node not in self._lost_nodes or not record.active or record.terminating:
+            return False
+        return previous is None or previous.pod.node != node
 
     def _groups_on_node(self, node: str) -> set[str]:
         """The groups with a live member bound to ``node`` (a Node just deleted: those members are

@@ -245,6 +245,37 @@ def test_a_node_deleted_under_a_member_evicts_the_whole_all_unit(sim, cycle, wri
     assert len(broken) == 1
 
 
+def bind_late(sim, name, nodes):
+    """The members' bindings reach phalanx's cache only now (its pod watch behind its node watch)."""
+    for i, node_name in enumerate(nodes):
+        sim.update("Pod", f"default/{name}-{i}", lambda p, n=node_name: p["spec"].update(nodeName=n))
+
+
+def test_members_seen_bound_only_after_their_node_was_deleted_evict_the_whole_all_unit(sim, cycle, writer):
+    sim.create(podgroup("unit", 3, mode="all"))
+    for i in range(3):
+        sim.create(pod(f"unit-{i}", "unit", gpu=1))
+    sim.delete("Node", "n-0-0")  # the node's deletion is seen first: none of the unit is on it yet
+    settle(cycle)
+    assert writer.evictions == []
+    bind_late(sim, "unit", ["n-0-0", "n-0-1", "n-1-0"])
+    wait_until(lambda: names_of(sim, "unit") == [])
+    assert sorted(writer.evictions) == [("unit-0", True, 0), ("unit-1", True, 0), ("unit-2", True, 0)]
+    cycle.flush()
+    assert len([e for e in sim.events if e["reason"] == names.EVENT_UNIT_BROKEN]) == 1
+
+
+def test_a_node_deleted_and_created_again_is_a_new_node_its_members_stay(sim, cycle, writer):
+    sim.create(podgroup("unit", 3, mode="all"))
+    for i in range(3):
+        sim.create(pod(f"unit-{i}", "unit", gpu=1))
+    sim.delete("Node", "n-0-0")
+    sim.create(node("n-0-0", rack="r0", gpus=4))  # back under the same name before the bindings are seen
+    bind_late(sim, "unit", ["n-0-0", "n-0-1", "n-1-0"])
+    settle(cycle)
+    assert writer.evictions == [] and names_of(sim, "unit") == ["unit-0", "unit-1", "unit-2"]
+
+
 def test_a_node_deleted_under_a_single_group_or_an_empty_node_evicts_nothing(sim, cycle, writer):
     sim.create(podgroup("ens", 3))  # disruptionMode single
     members = [sim.create(pod(f"ens-{i}", "ens", gpu=1)) for i in range(3)]
