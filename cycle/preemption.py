@@ -62,6 +62,9 @@ NOT_FOUND = 404
 #: how long a deleted Node is remembered, so that members seen bound to it only afterwards still
 #: break their unit (s): well past upstream's pod GC, which removes such pods 40 s after the node
 LOST_NODE_MEMORY_SECONDS = 600.0
+#: and at most this many of them (the oldest forgotten first): a bounded history, not a map of live
+#: objects, so it is not emptied when the cluster is
+LOST_NODES_KEPT = 4096
 
 
 @dataclass
@@ -87,6 +90,8 @@ class UnitRetry:
 
 
 class GroupPreemption:
+    SIZE_CAPS = {"_lost_nodes": LOST_NODES_KEPT}  # see cluster/sizes.py
+
     def __init__(self, cache: ClusterCache, writer: ClusterWriter, clock: Callable[[], float],
                  metrics: CycleMetrics, status: StatusWriter, inbox: Inbox,
                  reservations: Callable[[str], Usage],
@@ -294,7 +299,10 @@ class GroupPreemption:
             now = self.clock()
             for name in [n for n, at in self._lost_nodes.items() if now - at > LOST_NODE_MEMORY_SECONDS]:
                 del self._lost_nodes[name]
-            self._lost_nodes[node] = now
+            self._lost_nodes.pop(node, None)
+            self._lost_nodes[node] = now  # insertion order is deletion order: the oldest first
+            while len(self._lost_nodes) > LOST_NODES_KEPT:
+                del self._lost_nodes[next(iter(self._lost_nodes))]
 
     def _seen_bound_to_lost_node(self, event: CacheEvent) -> bool:
         """True when this pod event is the first to show a live member bound to a Node already
