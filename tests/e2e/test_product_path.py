@@ -209,7 +209,32 @@ def wait_bound(product: Product, ns: str, app: str, count: int, group: dict, tim
                                               for r in cycle.cache.members(key)])
         raise TimeoutError(f"{err}; pods now: {seen.get('pods')}; podgroup status: "
                            f"{group_status(product, ns, group)}; its events: {events}; "
-                           f"phalanx's explanation: {said}") from None
+                           f"phalanx's explanation: {said}; {victims_seen(product, key)}") from None
+
+
+def victims_seen(product: Product, key: str) -> str:
+    """The victims a nomination of ``key`` still waits for, as phalanx's cache and as the API server
+    show them (a failure's diagnosis: which of the two still holds the pod, and in what state)."""
+    cycle = product.phalanx.cycle
+    nomination = cycle.preemption.nominations.get(key)
+    if nomination is None:
+        return "no nomination"
+    rows = []
+    for uid in sorted(nomination.victims):
+        record = cycle.cache.pods.get(uid)
+        if record is None:
+            rows.append((uid, "not in phalanx's cache"))
+            continue
+        pod = record.pod
+        got = product.rest.get_or_none(f"/api/v1/namespaces/{pod.namespace}/pods/{pod.name}") or {}
+        meta = got.get("metadata") or {}
+        rows.append((pod.name, {"cache": {"phase": record.phase, "terminating": record.terminating,
+                                          "disrupted": record.disrupted, "node": pod.node},
+                                "api": {"uid": meta.get("uid"), "deletion": meta.get("deletionTimestamp"),
+                                        "finalizers": meta.get("finalizers"),
+                                        "phase": (got.get("status") or {}).get("phase"),
+                                        "node": (got.get("spec") or {}).get("nodeName")} if got else "gone"}))
+    return f"victims still awaited: {rows}"
 
 
 def group_status(product: Product, ns: str, group: dict) -> Any:
