@@ -19,6 +19,7 @@ from harness import (
     pods,
     priority_class,
     scheduler_config,
+    set_not_ready,
     wait_all_bound,
     wait_for,
 )
@@ -286,6 +287,36 @@ def test_a_gang_replica_is_preempted_as_one_unit_with_disruption_mode_all(rest, 
              "every pod of the low replica evicted")
     assert not bound(members(rest, namespace, "low"))
 
+
+
+def test_a_replica_that_loses_a_node_is_recreated_by_lws_and_bound_whole_in_a_rack_with_room(
+        rest, namespace, nodes, phalanx_lws):
+    """A node under a running replica goes NotReady; the taint eviction controller evicts the pod
+    on it (tolerated for one second, not the default 300 s); LWS's default restartPolicy
+    (RecreateGroupOnPodRestart) then deletes the leader, so the whole group is re-created as a new
+    incarnation with a new PodGroup, which phalanx places whole in the one rack that still has room
+    for all three pods."""
+    for rack in ("ra", "rb"):
+        for i in range(3):
+            nodes.add(f"nl-{rack}-{i}", cpu="1", rack=rack)  # a replica of 3 one-CPU pods fills a rack
+    obj = leaderworkerset("nl", size=3, resources={"cpu": "1"}, scheduling={"replica": RACKED})
+    obj["spec"]["leaderWorkerTemplate"]["workerTemplate"]["spec"]["tolerations"] = [
+        {"key": f"node.kubernetes.io/{taint}", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 1}
+        for taint in ("not-ready", "unreachable")]
+    make_lws(rest, namespace, obj)
+    first = replica_bound(rest, namespace, "nl", 0, 3, timeout=90)
+    [home] = racks_of(rest, first)
+    old = {p["metadata"]["uid"]: group_of(p) for p in members(rest, namespace, "nl")}
+    [first_group] = set(old.values())
+    set_not_ready(rest, first["nl-0-1"])  # a worker's node
+    wait_for(lambda: not set(old) & {p["metadata"]["uid"] for p in live(members(rest, namespace, "nl"))}, 60,
+             "the whole first incarnation gone (LWS deleted the leader once its worker was evicted)")
+    again = wait_for(lambda: (b := placement(bound(members(rest, namespace, "nl")))) and len(b) == 3
+                     and not set(old) & {p["metadata"]["uid"] for p in members(rest, namespace, "nl")} and b,
+                     120, "the re-created replica bound")
+    assert racks_of(rest, again) == {"ra", "rb"} - {home}
+    new_groups = {group_of(p) for p in members(rest, namespace, "nl")}
+    assert len(new_groups) == 1 and first_group not in new_groups
 
 def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws, scheduler_mode):
     if scheduler_mode == "plugin":
