@@ -14,6 +14,8 @@ queued wins over the cache's copy, which lags the dispatcher.
 from __future__ import annotations
 
 import logging
+import threading
+import time
 from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
@@ -36,6 +38,29 @@ def now_rfc3339() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+class TouchStamps:
+    """Values for the retry annotation, each different from every earlier one this process gave:
+    the time with microseconds, moved on by one microsecond when the clock has not moved.
+
+    The API server drops an update that changes nothing (no new resourceVersion, no watch event).
+    With whole seconds, a second touch of a pod within the second of its first wrote the same value,
+    so kube-scheduler never heard of it and the member stayed parked: seen as a gang answered
+    "waiting for 1 preempted pods" and never retried after its last victim went (its members were
+    touched at each victim's going, all within one second)."""
+
+    def __init__(self, now_ns: Callable[[], int] = time.time_ns) -> None:
+        self._now_ns = now_ns
+        self._last = 0  # microseconds since the epoch of the last value given
+        self._lock = threading.Lock()
+
+    def next(self) -> str:
+        with self._lock:
+            self._last = max(self._now_ns() // 1000, self._last + 1)
+            micros = self._last
+        seconds, rest = divmod(micros, 1_000_000)
+        return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{rest:06d}Z"
+
+
 def podgroup_obj(key: str) -> str:
     """The dispatcher's ordering key for a PodGroup's writes."""
     return f"PodGroup/{key}"
@@ -47,6 +72,7 @@ class StatusWriter:
         self.writer = writer
         self.dispatcher = dispatcher
         self.conditions: dict[str, Condition] = {}  # group -> the last condition queued (the cache lags)
+        self.touches = TouchStamps()
         self._listeners: list[Listener] = []
 
     # -- listeners ---------------------------------------------------------------------------
@@ -108,10 +134,11 @@ class StatusWriter:
     # -- pods --------------------------------------------------------------------------------
     def nudge(self, namespace: str, name: str) -> None:
         """Touch a pod (annotation ``scheduling.phalanx.dev/retry``): the update makes
-        kube-scheduler retry a pod phalanx answered "no node" for a reason that has gone."""
+        kube-scheduler retry a pod phalanx answered "no node" for a reason that has gone. Each
+        touch writes a value no earlier one wrote (:class:`TouchStamps`), so it is always an update."""
         def touch() -> None:
             try:
-                self.writer.annotate_pod(namespace, name, {names.ANNOTATION_RETRY: now_rfc3339()})
+                self.writer.annotate_pod(namespace, name, {names.ANNOTATION_RETRY: self.touches.next()})
             except WriteError as err:  # a pod gone or changed: the next event retries it anyway
                 if transient(err):
                     raise  # the API server away, failing or throttling: the dispatcher retries

@@ -427,6 +427,26 @@ def test_a_touch_the_api_server_could_not_take_is_retried_until_it_lands(sim, cy
     assert failures == [status, status] and touched(sim, member)
 
 
+
+def test_two_touches_of_one_pod_on_one_clock_reading_each_change_the_pod(sim, cycle):
+    """The API server drops an update that changes nothing (no watch event follows): a second touch
+    that wrote the first one's value would never reach kube-scheduler. Touches within one clock
+    reading (here the clock stands still) still write new, increasing values."""
+    from datetime import datetime, timezone
+
+    from cycle.status import TouchStamps
+    sim.create(pod("t-0", "t"))
+    frozen = 1_796_000_000 * 10**9 + 123_456_000  # ns
+    cycle.status.touches = TouchStamps(now_ns=lambda: frozen)
+    values = []
+    for _ in range(3):
+        cycle.status.nudge("default", "t-0")
+        cycle.dispatcher.flush(timeout=10.0)
+        values.append(sim.get("Pod", "default/t-0")["metadata"]["annotations"][names.ANNOTATION_RETRY])
+    stamps = [datetime.strptime(v, "%Y-%m-%dT%H:%M:%S.%fZ") for v in values]
+    assert len(set(values)) == 3 and stamps == sorted(stamps), values
+    assert stamps[0] == datetime.fromtimestamp(frozen // 10**9, timezone.utc).replace(microsecond=123_456, tzinfo=None)
+
 def test_a_resource_rejection_keeps_the_node_from_the_gang_for_a_moment_only(sim, cycle, stub, monkeypatch):
     """phalanx counts resources itself: kube-scheduler rejecting a planned node for resources means
     the two caches differed for a moment. The node is avoided at once, and again once the verdict's
