@@ -164,5 +164,6 @@ METRIC_BARRIER_HELD = "phalanx_barrier_capacity_held"  # gang members planned an
 METRIC_DISPATCH_WRITES = "phalanx_dispatch_writes_total"  # {outcome, kind}: coalesced, retried, failed, dropped
 METRIC_DISPATCH_QUEUED = "phalanx_dispatch_queued"  # API writes waiting in the dispatcher
 METRIC_NAMESPACE_LIMITED = "phalanx_namespace_limited_total"  # {limit}: work held back by a per-namespace limit
+METRIC_HEAP_RETURNED = "phalanx_heap_returned_bytes_total"  # freed memory handed back to the system (malloc_trim)
 METRIC_THREADS = "phalanx_threads"  # {pool}: phalanx serve's threads by name, numbers dropped (read at scrape)
 METRIC_INTERNAL_ENTRIES = "phalanx_internal_entries"  # {collection}: entries of each long-lived map (cluster/sizes.py)

@@ -41,6 +41,8 @@ class CycleMetrics:
         self.preemption_victims = Histogram(names.METRIC_PREEMPTION_VICTIMS, "Pods evicted per group preemption",
                                             buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 1024), registry=r)
         self.plans = Gauge(names.METRIC_PLANS, "Plans currently held (reserving capacity)", registry=r)
+        self.heap_returned = Counter(names.METRIC_HEAP_RETURNED.removesuffix("_total"),
+                                     "Bytes of freed memory handed back to the system (malloc_trim)", registry=r)
         self.time_to_place = Histogram(names.METRIC_TIME_TO_PLACE,
                                        "From a plan made to every planned member bound (gang and Basic)",
                                        buckets=LATENCY_BUCKETS + (10.0, 30.0, 60.0), registry=r)

@@ -103,6 +103,7 @@ class Requeue:
                     swept = self.clock()
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
                     self.heap.tick()
+                    self.heap.release()
                 self.prune_step()
                 self.requeue_ended_backoffs()
                 self.requeue_ended_verdicts()

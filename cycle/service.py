@@ -149,7 +149,7 @@ class WorkloadCycle:
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
         self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
         self.recorded = RecordedHolds(cache)  # partly bound gangs' records hold their nodes
-        self.heap = Heap()  # settled (frozen) once the caches are synced: see heap.py
+        self.heap = Heap(returned=self.metrics.heap_returned.inc)  # settled once the caches are synced; see heap.py
         self.replans = ReplanBudget()  # group -> plans released since it last bound
         for reason in replans.REASONS:
             self.metrics.plans_released.labels(reason=reason)  # exported at 0 from the start

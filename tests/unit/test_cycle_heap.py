@@ -1,6 +1,7 @@
 """The heap is settled once the caches are synced and re-collected on the requeue thread's schedule."""
 
 import gc
+import sys
 import weakref
 
 import pytest
@@ -43,3 +44,28 @@ def test_a_full_pass_runs_only_past_the_interval_and_reclaims_cycles_frozen_mean
     now[0] += 2.0
     assert h.tick() and h.settled_at == now[0]
     assert alive() is None  # the pass past the interval reclaimed it
+
+
+def test_release_hands_free_memory_back_and_counts_what_the_resident_size_fell_by():
+    calls, counted = [], []
+    sizes = iter([300 << 20, 220 << 20])  # resident bytes before and after the trim
+    heap = Heap(returned=counted.append, trim=lambda pad: calls.append(pad) or 1, resident=lambda: next(sizes))
+    assert heap.release() == 80 << 20
+    assert calls == [0] and counted == [80 << 20]  # malloc_trim(0): keep no padding at the top
+
+
+def test_release_counts_nothing_when_the_resident_size_did_not_fall_and_does_nothing_without_malloc_trim():
+    counted = []
+    heap = Heap(returned=counted.append, trim=lambda pad: 0, resident=lambda: 100 << 20)
+    assert heap.release() == 0 and counted == []
+    assert Heap(returned=counted.append, trim=None).release() == 0 and counted == []
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc and /proc: Linux")
+def test_this_process_has_malloc_trim_and_reads_its_resident_size():
+    """The images phalanx ships are Debian-based (glibc): the trim is found there, as here."""
+    from cycle.heap import malloc_trim, resident_bytes
+    assert malloc_trim() is not None
+    before = resident_bytes()
+    assert before > 0
+    assert Heap().release() >= 0 and resident_bytes() > 0
