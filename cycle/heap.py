@@ -20,7 +20,10 @@ and keeps what is freed in them for reuse. A burst — every watch re-listing af
 came back, a 64-pod gang binding — leaves the resident size at its peak long after the objects
 are gone. Measured in the network-fault benchmark (extender mode): serve at 272 MiB after such
 steps from a 148 MiB baseline; one ``malloc_trim(0)`` in the process brought it to 199 MiB.
-Where the C library has no ``malloc_trim`` (musl, macOS) nothing is done.
+Where the C library has no ``malloc_trim`` (musl, macOS) nothing is done. ``phalanx serve`` also
+caps glibc's arenas at :data:`ARENAS` (:func:`limit_arenas`, as ``MALLOC_ARENA_MAX`` would): fewer
+arenas keep less freed memory between trims; the interpreter lock already serializes most
+allocation, so they are rarely contended.
 """
 
 from __future__ import annotations
@@ -35,6 +38,8 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 REFREEZE_INTERVAL = 600.0  # seconds between full passes over the frozen heap
+ARENAS = 2  # glibc malloc arenas phalanx serve allows itself (glibc's default: 8 per core)
+M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
 
 
 def malloc_trim() -> Callable[[int], int] | None:
@@ -45,6 +50,17 @@ def malloc_trim() -> Callable[[int], int] | None:
         return None
     trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
     return trim
+
+
+def limit_arenas(arenas: int = ARENAS) -> bool:
+    """Cap glibc's malloc arenas for the threads started from now on (``mallopt(M_ARENA_MAX)``);
+    False where the C library has no ``mallopt`` or refused it. Called once, as serve starts."""
+    try:
+        mallopt = ctypes.CDLL(None).mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
+    return bool(mallopt(M_ARENA_MAX, arenas))
 
 
 def resident_bytes() -> int:
