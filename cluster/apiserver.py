@@ -102,6 +102,7 @@ class ApiServerBackend:
         self.synced: dict[str, bool] = {k: False for k in self.resources}
         self.fresh_at: dict[str, float] = {k: 0.0 for k in self.resources}
         self.relists = 0
+        self._absent: set[str] = set()  # optional kinds found not served (said once)
         self._stop = threading.Event()
         self._threads: list[threading.Thread] = []
 
@@ -143,6 +144,7 @@ class ApiServerBackend:
             try:
                 if not resource_version:
                     items, resource_version = self.kube.list_pages(path)
+                    self._absent.discard(kind)
                     self.cache.replace(kind, items)
                     self.relists += 1
                     self.synced[kind] = True
@@ -157,7 +159,14 @@ class ApiServerBackend:
                 if err.status == 404 and kind in OPTIONAL_KINDS:
                     self.synced[kind] = True  # not served (yet): nothing to cache
                     self.fresh_at[kind] = time.monotonic()
-                log.warning("watch %s: %s; retrying in %.1fs", kind, err, backoff)
+                    # said once, not every 10 s for the life of the process (an optional CRD that is
+                    # not installed is the common case, not a fault)
+                    (log.debug if kind in self._absent else log.info)(
+                        "%s is not served by the API server (its CRD is not installed); looking again "
+                        "every %.0fs at most", kind, WATCH_BACKOFF_MAX)
+                    self._absent.add(kind)
+                else:
+                    log.warning("watch %s: %s; retrying in %.1fs", kind, err, backoff)
             except Exception as err:  # noqa: BLE001 - a watch thread must survive anything
                 backoff = watch_backoff(backoff, self.fresh_at[kind] > tried)
                 log.warning("watch %s failed: %s; retrying in %.1fs", kind, err, backoff)

@@ -171,3 +171,38 @@ def test_cache_keeps_serving_while_the_api_server_is_down():
         assert not backend.ready()[0]
     finally:
         backend.stop()
+
+
+class NoWaits(threading.Event):
+    """The backend's stop event, counting the waits of one watch's thread (and not waiting)."""
+
+    def __init__(self, thread_name):
+        super().__init__()
+        self.thread_name, self.waits = thread_name, 0
+
+    def wait(self, timeout=None):
+        if threading.current_thread().name == self.thread_name:
+            self.waits += 1
+            return self.is_set()
+        return super().wait(timeout)
+
+
+def test_an_optional_kind_not_served_is_said_once_not_warned_at_every_retry(caplog):
+    """ProvisioningRequest's CRD is usually not installed: phalanx notes it once (INFO) and keeps
+    looking quietly, instead of a warning every 10 s for the life of the process."""
+    from cluster import names
+    from cluster.kube import api_path
+    kube = FakeKube()
+    path = api_path(names.PROVISIONING_API_VERSION, "provisioningrequests")
+    kube.lists[path] = [KubeError("LIST", path, 404, "404 page not found")]
+    backend = ApiServerBackend(kube, ClusterCache(), stale_after=60)
+    backend._stop = waits = NoWaits("watch-ProvisioningRequest")
+    with caplog.at_level("DEBUG", logger="phalanx.apiserver"):
+        backend.start()
+        try:
+            wait(lambda: waits.waits >= 5)
+        finally:
+            backend.stop()
+    mine = [r for r in caplog.records if "ProvisioningRequest" in r.getMessage()]
+    assert [r.levelname for r in mine if r.levelname != "DEBUG"] == ["INFO"], [r.getMessage() for r in mine]
+    assert len(mine) >= 5 and backend.synced["ProvisioningRequest"]
