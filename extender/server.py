@@ -94,6 +94,24 @@ def is_loopback(addr: str) -> bool:
         return False
 
 
+#: kube-scheduler's longest backoff of a pod that failed (KubeSchedulerConfiguration
+#: ``podMaxBackoffSeconds``, 10 s by default)
+POD_MAX_BACKOFF_SECONDS = 10.0
+
+
+def barrier_advice(options: ServeOptions) -> str:
+    """A warning for a bind barrier shorter than kube-scheduler's longest pod backoff, "" otherwise.
+    Members whose extender call failed (a reset link) come back after that backoff, and a barrier
+    that times out sends the members already at bind back with a longer one: with a barrier shorter
+    than the backoff, their arrivals can keep spreading wider than it (seen in the network-fault
+    benchmark with an 8 s barrier)."""
+    if options.barrier_timeout >= POD_MAX_BACKOFF_SECONDS:
+        return ""
+    return (f"--barrier-timeout {options.barrier_timeout:g}s is shorter than kube-scheduler's longest pod backoff "
+            f"(podMaxBackoffSeconds, {POD_MAX_BACKOFF_SECONDS:g} s by default): gang members it backed off after "
+            "an error can miss the barrier again and again; the default is 30 s")
+
+
 def check_doors(options: ServeOptions, sim: bool) -> None:
     """Refuse a configuration with an unauthenticated door (ValueError saying which)."""
     grpc_on = options.grpc_addr not in ("", "off")
@@ -171,6 +189,8 @@ class Phalanx:
 
 def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster | None = None) -> Phalanx:
     check_doors(options, sim is not None)
+    if advice := barrier_advice(options):
+        log.warning("%s", advice)
     grpc_tls = options.grpc_tls
     solve = SolveOptions(path=options.solver_path)
     gate: Gate | None = None

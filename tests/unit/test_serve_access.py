@@ -298,3 +298,11 @@ def test_https_listener_presents_a_renewed_certificate_without_a_restart(pki, tm
         assert listener.server.ssl_adapter.reloads == 1
     finally:
         listener.stop()
+
+
+def test_a_barrier_shorter_than_kube_schedulers_longest_backoff_is_warned_about():
+    from extender.server import barrier_advice
+    assert barrier_advice(ServeOptions()) == ""  # the default, 30 s
+    assert barrier_advice(ServeOptions(barrier_timeout=10.0)) == ""
+    advice = barrier_advice(ServeOptions(barrier_timeout=8.0))
+    assert "--barrier-timeout 8s" in advice and "podMaxBackoffSeconds" in advice
