@@ -94,15 +94,16 @@ def test_410_gone_relists_and_errors_back_off_then_recover():
 
 
 class RecordedWaits(threading.Event):
-    """The backend's stop event, noting the waits of the Pod watch's thread (and not waiting)."""
+    """The backend's stop event, noting the waits of one watch's thread (and not waiting)."""
 
-    def __init__(self):
+    def __init__(self, thread_name="watch-Pod"):
         super().__init__()
-        self.pod_waits: list[float] = []
+        self.thread_name = thread_name
+        self.waits: list[float] = []
 
     def wait(self, timeout=None):
-        if threading.current_thread().name == "watch-Pod":
-            self.pod_waits.append(timeout)
+        if threading.current_thread().name == self.thread_name:
+            self.waits.append(timeout)
             return self.is_set()
         return super().wait(timeout)
 
@@ -127,10 +128,10 @@ def test_a_watch_that_had_delivered_retries_after_the_first_wait_not_the_built_u
     backend._stop = waits = RecordedWaits()
     backend.start()
     try:
-        wait(lambda: len(waits.pod_waits) >= 5)
+        wait(lambda: len(waits.waits) >= 5)
     finally:
         backend.stop()
-    assert waits.pod_waits[:5] == [0.2, 0.4, 0.8, 0.2, 0.4]
+    assert waits.waits[:5] == [0.2, 0.4, 0.8, 0.2, 0.4]
     assert "uid-a" in cache.pods
 
 
@@ -173,20 +174,6 @@ def test_cache_keeps_serving_while_the_api_server_is_down():
         backend.stop()
 
 
-class NoWaits(threading.Event):
-    """The backend's stop event, counting the waits of one watch's thread (and not waiting)."""
-
-    def __init__(self, thread_name):
-        super().__init__()
-        self.thread_name, self.waits = thread_name, 0
-
-    def wait(self, timeout=None):
-        if threading.current_thread().name == self.thread_name:
-            self.waits += 1
-            return self.is_set()
-        return super().wait(timeout)
-
-
 def test_an_optional_kind_not_served_is_said_once_not_warned_at_every_retry(caplog):
     """ProvisioningRequest's CRD is usually not installed: phalanx notes it once (INFO) and keeps
     looking quietly, instead of a warning every 10 s for the life of the process."""
@@ -196,11 +183,11 @@ def test_an_optional_kind_not_served_is_said_once_not_warned_at_every_retry(capl
     path = api_path(names.PROVISIONING_API_VERSION, "provisioningrequests")
     kube.lists[path] = [KubeError("LIST", path, 404, "404 page not found")]
     backend = ApiServerBackend(kube, ClusterCache(), stale_after=60)
-    backend._stop = waits = NoWaits("watch-ProvisioningRequest")
+    backend._stop = waits = RecordedWaits("watch-ProvisioningRequest")
     with caplog.at_level("DEBUG", logger="phalanx.apiserver"):
         backend.start()
         try:
-            wait(lambda: waits.waits >= 5)
+            wait(lambda: len(waits.waits) >= 5)
         finally:
             backend.stop()
     mine = [r for r in caplog.records if "ProvisioningRequest" in r.getMessage()]
