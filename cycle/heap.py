@@ -33,7 +33,7 @@ import gc
 import logging
 import os
 import time
-from typing import Callable
+from typing import Any, Callable
 
 log = logging.getLogger(__name__)
 
@@ -42,25 +42,26 @@ ARENAS = 2  # glibc malloc arenas phalanx serve allows itself (glibc's default: 
 M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
 
 
-def malloc_trim() -> Callable[[int], int] | None:
-    """glibc's ``malloc_trim``, or None where the process's C library has none."""
+def _libc(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
+    """The process's C library function ``name`` (returning int), or None where it has none."""
     try:
-        trim = ctypes.CDLL(None).malloc_trim
+        function = getattr(ctypes.CDLL(None), name)
     except (OSError, AttributeError):
         return None
-    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
-    return trim
+    function.argtypes, function.restype = argtypes, ctypes.c_int
+    return function  # type: ignore[no-any-return]
+
+
+def malloc_trim() -> Callable[[int], int] | None:
+    """glibc's ``malloc_trim``, or None where the process's C library has none."""
+    return _libc("malloc_trim", [ctypes.c_size_t])
 
 
 def limit_arenas(arenas: int = ARENAS) -> bool:
     """Cap glibc's malloc arenas for the threads started from now on (``mallopt(M_ARENA_MAX)``);
     False where the C library has no ``mallopt`` or refused it. Called once, as serve starts."""
-    try:
-        mallopt = ctypes.CDLL(None).mallopt
-    except (OSError, AttributeError):
-        return False
-    mallopt.argtypes, mallopt.restype = [ctypes.c_int, ctypes.c_int], ctypes.c_int
-    return bool(mallopt(M_ARENA_MAX, arenas))
+    mallopt = _libc("mallopt", [ctypes.c_int, ctypes.c_int])
+    return mallopt is not None and bool(mallopt(M_ARENA_MAX, arenas))
 
 
 def resident_bytes() -> int:

@@ -288,7 +288,6 @@ def test_a_gang_replica_is_preempted_as_one_unit_with_disruption_mode_all(rest, 
     assert not bound(members(rest, namespace, "low"))
 
 
-
 def test_a_replica_that_loses_a_node_is_recreated_by_lws_and_bound_whole_in_a_rack_with_room(
         rest, namespace, nodes, phalanx_lws):
     """A node under a running replica goes NotReady; the taint eviction controller evicts the pod
@@ -317,6 +316,7 @@ def test_a_replica_that_loses_a_node_is_recreated_by_lws_and_bound_whole_in_a_ra
     assert racks_of(rest, again) == {"ra", "rb"} - {home}
     new_groups = {group_of(p) for p in members(rest, namespace, "nl")}
     assert len(new_groups) == 1 and first_group not in new_groups
+
 
 def test_admission_rejects_what_the_guide_forbids(rest, namespace, phalanx_lws, scheduler_mode):
     if scheduler_mode == "plugin":
