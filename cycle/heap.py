@@ -20,10 +20,9 @@ and keeps what is freed in them for reuse. A burst — every watch re-listing af
 came back, a 64-pod gang binding — leaves the resident size at its peak long after the objects
 are gone. Measured in the network-fault benchmark (extender mode): serve at 272 MiB after such
 steps from a 148 MiB baseline; one ``malloc_trim(0)`` in the process brought it to 199 MiB.
-Where the C library has no ``malloc_trim`` (musl, macOS) nothing is done. ``phalanx serve`` also
-caps glibc's arenas at :data:`ARENAS` (:func:`limit_arenas`, as ``MALLOC_ARENA_MAX`` would): fewer
-arenas keep less freed memory between trims; the interpreter lock already serializes most
-allocation, so they are rarely contended.
+Where the C library has no ``malloc_trim`` (musl, macOS) nothing is done. (Capping glibc's arenas
+at 2 as well was tried and taken out: extender mode's throughput beside in-tree fell in every gang
+case of one side-by-side round.)
 """
 
 from __future__ import annotations
@@ -33,35 +32,21 @@ import gc
 import logging
 import os
 import time
-from typing import Any, Callable
+from typing import Callable
 
 log = logging.getLogger(__name__)
 
 REFREEZE_INTERVAL = 600.0  # seconds between full passes over the frozen heap
-ARENAS = 2  # glibc malloc arenas phalanx serve allows itself (glibc's default: 8 per core)
-M_ARENA_MAX = -8  # mallopt's parameter number (glibc's malloc.h)
-
-
-def _libc(name: str, argtypes: list[Any]) -> Callable[..., int] | None:
-    """The process's C library function ``name`` (returning int), or None where it has none."""
-    try:
-        function = getattr(ctypes.CDLL(None), name)
-    except (OSError, AttributeError):
-        return None
-    function.argtypes, function.restype = argtypes, ctypes.c_int
-    return function  # type: ignore[no-any-return]
 
 
 def malloc_trim() -> Callable[[int], int] | None:
     """glibc's ``malloc_trim``, or None where the process's C library has none."""
-    return _libc("malloc_trim", [ctypes.c_size_t])
-
-
-def limit_arenas(arenas: int = ARENAS) -> bool:
-    """Cap glibc's malloc arenas for the threads started from now on (``mallopt(M_ARENA_MAX)``);
-    False where the C library has no ``mallopt`` or refused it. Called once, as serve starts."""
-    mallopt = _libc("mallopt", [ctypes.c_int, ctypes.c_int])
-    return mallopt is not None and bool(mallopt(M_ARENA_MAX, arenas))
+    try:
+        trim = ctypes.CDLL(None).malloc_trim
+    except (OSError, AttributeError):
+        return None
+    trim.argtypes, trim.restype = [ctypes.c_size_t], ctypes.c_int
+    return trim
 
 
 def resident_bytes() -> int:

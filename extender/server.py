@@ -38,7 +38,6 @@ from cluster.kube import Kube
 from cluster.sim import SimCluster
 from cluster.whatif import Compile
 from cycle import NamespaceLimits, WorkloadCycle, barrier_capacity
-from cycle.heap import limit_arenas
 from cycle.queue import QueuePolicy
 from extender.http import create_app, health_app
 from rpc import GrpcServer, GrpcTls, start_grpc_server
@@ -225,7 +224,6 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
 
 
 def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | None = None) -> int:
-    limit_arenas()  # before the watches, servers and pools start their threads: see cycle/heap.py
     sim = None
     if sim_file:
         sim = SimCluster()

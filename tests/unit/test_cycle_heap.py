@@ -70,8 +70,3 @@ def test_this_process_has_malloc_trim_and_reads_its_resident_size():
     assert before > 0
     assert Heap().release() >= 0 and resident_bytes() > 0
 
-
-@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="glibc: Linux")
-def test_the_arena_cap_is_accepted_by_this_c_library():
-    from cycle.heap import limit_arenas
-    assert limit_arenas() is True
