@@ -33,6 +33,10 @@ const Name = "Phalanx"
 // LABEL_POD_GROUP); the built-in flavor uses spec.schedulingGroup.podGroupName.
 const LabelPodGroup = "scheduling.phalanx.dev/pod-group"
 
+// AnnotationRetry is the annotation phalanx serve writes to touch a pending member (cluster/names.py
+// ANNOTATION_RETRY): its group may go on now, retry it.
+const AnnotationRetry = "scheduling.phalanx.dev/retry"
+
 const stateKey fwk.StateKey = Name
 
 const version = pb.ContractVersion_CONTRACT_VERSION_1

@@ -35,6 +35,9 @@ type planCall struct {
 	err     error
 	late    map[types.UID]*v1.Pod
 	waiting map[types.UID]bool // members in PreFilter waiting for the reply (they take it)
+	// touched: phalanx serve touched a member while the call was in flight (its queueing hint
+	// skipped it); a reply other than a plan may predate what the touch announced
+	touched bool
 }
 
 // PreEnqueue runs when a pod is added to the scheduling queue (and again before it is moved to the
@@ -64,17 +67,34 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 
 // unlessPlanning is the queueing hint of every event, called by the scheduling queue when the event
 // happens, for each pod the plugin left unschedulable: QueueSkip for a member whose group is being
-// planned, Queue for everything else.
-func (p *Plugin) unlessPlanning(_ klog.Logger, pod *v1.Pod, _, _ interface{}) (fwk.QueueingHint, error) {
+// planned, Queue for everything else. A touch by phalanx serve of a member of a group being planned
+// is not lost: the service touches once room it had not seen appears (a node added, say), and the
+// call in flight may have been answered before it saw that room; the touch is noted on the call,
+// and a reply other than a plan then moves the group's pending members back to the active queue.
+func (p *Plugin) unlessPlanning(_ klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	if group := GroupOf(pod); group != "" {
 		p.mu.Lock()
-		_, planning := p.planning[group]
-		p.mu.Unlock()
-		if planning {
+		defer p.mu.Unlock()
+		if call, planning := p.planning[group]; planning {
+			if touched(oldObj, newObj, group) {
+				call.touched = true
+			}
 			return fwk.QueueSkip, nil
 		}
 	}
 	return fwk.Queue, nil
+}
+
+// touched reports whether an event is phalanx serve's touch of a member of group: a pod update
+// that changes the pod's AnnotationRetry.
+func touched(oldObj, newObj interface{}, group string) bool {
+	old, okOld := oldObj.(*v1.Pod)
+	cur, okNew := newObj.(*v1.Pod)
+	if !okOld || !okNew || GroupOf(cur) != group {
+		return false
+	}
+	stamp, ok := cur.Annotations[AnnotationRetry]
+	return ok && stamp != old.Annotations[AnnotationRetry]
 }
 
 // SignPod keeps kube-scheduler's opportunistic batching (KEP-5598) for plain pods while no node
@@ -215,9 +235,14 @@ func (p *Plugin) planFor(group string, uid types.UID, podJSON []byte) *planCall 
 			late[m.Namespace+"/"+m.Name] = m
 		}
 		taken := call.waiting // they take the reply themselves: not moved
+		retry := call.touched && !planned && err == nil
 		p.mu.Unlock()
 		if planned {
 			p.activate([]string{group}, func(uid types.UID) bool { return taken[uid] })
+		} else if retry {
+			// the reply may predate the touch: every pending member, those that took the reply
+			// too (kube-scheduler moves a pod still in its cycle once that cycle ends)
+			p.activate([]string{group}, nil)
 		} else if len(late) > 0 {
 			p.handle.Activate(p.logger, late)
 		}

@@ -2,6 +2,7 @@ package phalanx
 
 import (
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -90,6 +91,51 @@ func TestPreFilterPastPlanWaitAnswersBeingPlannedAndActivatesTheGroupWhenThePlan
 	res, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), b, nil)
 	if !st.IsSuccess() || !res.NodeNames.Has("n2") || r.svc.Calls("PlanForPod") != 1 {
 		t.Fatalf("after the plan landed: %v %v, %d calls", res, st, r.svc.Calls("PlanForPod"))
+	}
+}
+
+func TestATouchWhileTheGroupIsPlannedRetriesItsMembersWhenTheReplyIsNotAPlan(t *testing.T) {
+	r, a, b := newSolvingRig(t)
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_WAIT, Reason: "podgroup ns/g: no placement"}
+	if _, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil); st.IsSuccess() {
+		t.Fatalf("member a while the solve runs: %v", st)
+	}
+	// phalanx serve saw room the call in flight may not have seen, and touched member b
+	touchedB := b.DeepCopy()
+	touchedB.Annotations = map[string]string{AnnotationRetry: "1764800000000001"}
+	events, _ := r.plugin.EventsToRegister(context.Background())
+	for _, e := range events {
+		if hint, _ := e.QueueingHintFn(klog.Background(), b, b, touchedB); hint != fwk.QueueSkip {
+			t.Fatalf("%v retries a member whose group is being planned", e.Event)
+		}
+	}
+	close(r.svc.planGate)
+	waitFor(t, "the group's members retried after the reply", func() bool { return len(r.handle.Activated()) >= 2 })
+	if got := r.handle.Activated(); !slices.Contains(got, "ns/a") || !slices.Contains(got, "ns/b") {
+		t.Fatalf("every pending member, the one that took the reply too: %v", got)
+	}
+}
+
+func TestAnUntouchedGroupIsNotRetriedWhenItsReplyIsNotAPlan(t *testing.T) {
+	r, a, b := newSolvingRig(t)
+	r.svc.plan = &pb.PlanForPodReply{Verdict: pb.PlanForPodReply_WAIT, Reason: "podgroup ns/g: no placement"}
+	r.plugin.args.PlanWait.Duration = time.Minute // a takes the reply itself: nothing is late
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		_, _ = r.plugin.PreFilter(context.Background(), framework.NewCycleState(), a, nil)
+	}()
+	waitFor(t, "the call", func() bool { return r.svc.Calls("PlanForPod") == 1 })
+	relabelled := b.DeepCopy()
+	relabelled.Labels = map[string]string{"other": "change"}
+	if hint, _ := r.plugin.unlessPlanning(klog.Background(), b, b, relabelled); hint != fwk.QueueSkip {
+		t.Fatal("an update of a member whose group is being planned is skipped")
+	}
+	close(r.svc.planGate)
+	<-done
+	time.Sleep(50 * time.Millisecond) // an activation would have happened by now
+	if got := r.handle.Activated(); len(got) != 0 {
+		t.Fatalf("an update other than a touch retries nobody: %v", got)
 	}
 }
 
