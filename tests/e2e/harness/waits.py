@@ -63,7 +63,22 @@ def wait_all_bound(rest: Kube, namespace: str, count: int, timeout: float = 60.0
         return wait_for(probe, timeout, f"{count} pods bound in {namespace}")
     except TimeoutError as err:
         raise TimeoutError(f"{err}; selector={label_selector} podgroup={podgroup}: "
-                           f"{seen.get('pods')} pods exist, bound: {seen.get('bound')}") from None
+                           f"{seen.get('pods')} pods exist, bound: {seen.get('bound')}; "
+                           f"last events: {last_events(rest, namespace)}") from None
+
+
+def last_events(rest: Kube, namespace: str, count: int = 8) -> list[str]:
+    """The namespace's last events, oldest first, as "time object reason: message" (what a timeout
+    leaves to read once the namespace is gone)."""
+    try:
+        items = rest.list_items(f"/api/v1/namespaces/{namespace}/events")
+    except Exception as err:  # noqa: BLE001 - a diagnostic must not hide the timeout
+        return [f"(events not read: {err})"]
+
+    def stamp(e: dict) -> str:
+        return e.get("lastTimestamp") or e.get("eventTime") or e["metadata"].get("creationTimestamp") or ""
+    return [f"{stamp(e)} {e['involvedObject'].get('kind')}/{e['involvedObject'].get('name')} "
+            f"{e.get('reason')}: {(e.get('message') or '')[:300]}" for e in sorted(items, key=stamp)[-count:]]
 
 
 def assert_none_bound(rest: Kube, namespace: str, seconds: float, label_selector: str | None = None,
