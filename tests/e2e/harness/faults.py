@@ -94,7 +94,10 @@ class FaultConfig:
     racks: int = 3
     nodes_per_rack: int = 8
     cpu_per_node: int = 8
-    barrier_timeout: float = 8.0
+    # above kube-scheduler's longest pod backoff (podMaxBackoffSeconds, 10 s; phalanx serve warns
+    # below it): with 8 s, members of a gang of 16 backed off after a reset on the serve link came
+    # back spread wider than the barrier, which timed out again and again (network-fault run)
+    barrier_timeout: float = 12.0
     rest_quiet: float = 3.0
     rest_timeout: float = 75.0
     trigger_timeout: float = 25.0
