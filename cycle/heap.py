@@ -14,15 +14,21 @@ are still freed by reference counting; only cycles among them wait. Every
 cycles: one pause per interval instead of whenever allocation counts trip) and freezes again.
 
 Freed memory is handed back to the system once a minute (:meth:`Heap.release`, glibc's
-``malloc_trim(0)``). ``phalanx serve`` runs some 300 threads (HTTP connections, watches, the
-binder, dispatchers, gRPC workers); glibc gives threads that allocate at once arenas of their own
-and keeps what is freed in them for reuse. A burst — every watch re-listing after the API server
-came back, a 64-pod gang binding — leaves the resident size at its peak long after the objects
-are gone. Measured in the network-fault benchmark (extender mode): serve at 272 MiB after such
-steps from a 148 MiB baseline; one ``malloc_trim(0)`` in the process brought it to 199 MiB.
-Where the C library has no ``malloc_trim`` (musl, macOS) nothing is done. (Capping glibc's arenas
-at 2 as well was tried and taken out: extender mode's throughput beside in-tree fell in every gang
-case of one side-by-side round.)
+``malloc_trim(0)``), and soon after a burst: every :data:`GROWTH_CHECK_INTERVAL` the resident size
+is read, and once it has grown by :data:`GROWTH_FACTOR` (and at least :data:`GROWTH_MIN_BYTES`) over
+what the last trim left, it is trimmed at once (:meth:`Heap.release_if_grown`). ``phalanx serve``
+runs some 300 threads (HTTP connections, watches, the binder, dispatchers, gRPC workers); glibc
+gives threads that allocate at once arenas of their own and keeps what is freed in them for reuse. A
+burst — every watch re-listing after the API server came back, a 64-pod gang binding — leaves the
+resident size at its peak long after the objects are gone. Measured in the network-fault benchmark
+(extender mode): serve at 272 MiB after such steps from a 148 MiB baseline; one ``malloc_trim(0)``
+in the process brought it to 199 MiB. With the trim once a minute only, the same faults still found
+serve at 250–254 MiB at rest three times, back at 195 MiB after the next trim: a trim after growth
+catches such a peak within seconds. A trim takes milliseconds, up to ~150 ms on a large fragmented
+heap (each arena locked in turn), so it is not run on a short fixed period. Where the C library has
+no ``malloc_trim`` (musl, macOS) nothing is done. (Capping glibc's arenas at 2 as well was tried and
+taken out: extender mode's throughput beside in-tree fell in every gang case of one side-by-side
+round.)
 """
 
 from __future__ import annotations
@@ -37,6 +43,9 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 REFREEZE_INTERVAL = 600.0  # seconds between full passes over the frozen heap
+GROWTH_CHECK_INTERVAL = 5.0  # seconds between looks at the resident size
+GROWTH_FACTOR = 1.15  # resident size over what the last trim left that makes a trim at once
+GROWTH_MIN_BYTES = 16 << 20  # ... and at least this much over it
 
 
 def malloc_trim() -> Callable[[int], int] | None:
@@ -67,6 +76,8 @@ class Heap:
         self.clock, self.interval = clock, interval
         self.settled_at: float | None = None  # None: not settled (a process that never synced)
         self._returned, self._trim, self._resident = returned, trim, resident
+        self._floor = 0  # resident bytes the last trim left (0: none yet)
+        self._looked_at = float("-inf")  # when release_if_grown last read the resident size
 
     def settle(self) -> None:
         """Freeze what is alive now (called once the caches are synced)."""
@@ -85,15 +96,38 @@ class Heap:
         return True
 
     def release(self) -> int:
-        """From the requeue thread, once a minute: hand the C allocator's free memory back to the
-        system. Returns the bytes the resident size fell by (0 where there is no ``malloc_trim``).
+        """From the requeue thread, once a minute (and after growth, :meth:`release_if_grown`):
+        hand the C allocator's free memory back to the system. Returns the bytes the resident size
+        fell by (0 where there is no ``malloc_trim``).
         ctypes lets go of the interpreter lock for the call; the allocator takes each arena's lock
         in turn, so a thread allocating meanwhile waits for that arena only."""
         if self._trim is None:
             return 0
         before = self._resident()
         self._trim(0)
-        returned = max(0, before - self._resident())
+        self._floor = self._resident()
+        returned = max(0, before - self._floor)
         if returned and self._returned is not None:
             self._returned(returned)
         return returned
+
+    def release_if_grown(self) -> int:
+        """From the requeue thread on every pass: at most every :data:`GROWTH_CHECK_INTERVAL`, read
+        the resident size and :meth:`release` when it grew past what the last trim left (the first
+        look only notes it). Returns the bytes handed back (0 when no trim ran)."""
+        now = self.clock()
+        if self._trim is None or now - self._looked_at < GROWTH_CHECK_INTERVAL:
+            return 0
+        self._looked_at = now
+        resident = self._resident()
+        if not self._floor:
+            self._floor = resident
+            return 0
+        if resident < self._floor * GROWTH_FACTOR or resident - self._floor < GROWTH_MIN_BYTES:
+            return 0
+        return self.release()
+
+    def next_look(self) -> float:
+        """Seconds until :meth:`release_if_grown` reads the resident size again (the requeue
+        thread wakes for it)."""
+        return max(0.0, GROWTH_CHECK_INTERVAL - (self.clock() - self._looked_at))

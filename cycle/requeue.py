@@ -104,6 +104,7 @@ class Requeue:
                     self.verdicts.sweep(self._still_pending)  # off the cycle's lock
                     self.heap.tick()
                     self.heap.release()
+                self.heap.release_if_grown()
                 self.prune_step()
                 self.requeue_ended_backoffs()
                 self.requeue_ended_verdicts()
@@ -289,8 +290,8 @@ class Requeue:
         return None if record is None else not record.pod.node and record.active
 
     def _next_wake(self, swept: float) -> float:
-        """Seconds the thread may sleep unwoken: until the next sweep or the next end of a group's
-        backoff, whichever comes first."""
+        """Seconds the thread may sleep unwoken: until the next sweep, the next end of a group's
+        backoff or the heap's next look at the resident size, whichever comes first."""
         now = self.clock()
         with self.lock:
             ends = [a.retry_at for a in self.queue.failed.values() if a.retry_at > self._backoffs_seen]
@@ -298,6 +299,7 @@ class Requeue:
         verdict_end = self.verdicts.next_end()
         if verdict_end is not None:
             ends.append(verdict_end)
+        due.append(self.heap.next_look())
         return max(0.05, min([SWEEP_INTERVAL - (now - swept)] + [end - now for end in ends] + due))
 
     def requeue_ended_backoffs(self) -> None:

@@ -70,3 +70,47 @@ def test_this_process_has_malloc_trim_and_reads_its_resident_size():
     assert before > 0
     assert Heap().release() >= 0 and resident_bytes() > 0
 
+
+
+def test_a_trim_runs_soon_after_the_resident_size_grew_past_what_the_last_trim_left():
+    from cycle.heap import GROWTH_CHECK_INTERVAL
+    now, trims, resident = [0.0], [], [150 << 20]
+
+    def trim(pad):
+        trims.append(now[0])
+        resident[0] = 160 << 20  # what a trim leaves
+        return 1
+    heap = Heap(clock=lambda: now[0], trim=trim, resident=lambda: resident[0])
+    assert heap.release_if_grown() == 0 and trims == []  # the first look notes the size
+    resident[0] = 250 << 20  # a burst
+    assert heap.release_if_grown() == 0 and trims == []  # looked at too recently
+    assert 0 < heap.next_look() <= GROWTH_CHECK_INTERVAL
+    now[0] += GROWTH_CHECK_INTERVAL
+    assert heap.next_look() == 0
+    assert heap.release_if_grown() == 90 << 20 and trims == [now[0]]
+    resident[0] = 170 << 20  # grown by less than the factor over what that trim left: no trim
+    now[0] += GROWTH_CHECK_INTERVAL
+    assert heap.release_if_grown() == 0 and len(trims) == 1
+    resident[0] = 200 << 20
+    now[0] += GROWTH_CHECK_INTERVAL
+    assert heap.release_if_grown() == 40 << 20 and len(trims) == 2
+
+
+def test_a_small_heap_is_not_trimmed_for_growth_below_the_minimum():
+    from cycle.heap import GROWTH_MIN_BYTES
+    now, resident, trims = [0.0], [10 << 20], []
+    heap = Heap(clock=lambda: now[0], trim=lambda pad: trims.append(pad) or 1, resident=lambda: resident[0])
+    heap.release_if_grown()
+    resident[0] = (10 << 20) + GROWTH_MIN_BYTES - 1  # far past the factor, below the minimum
+    now[0] += 60
+    assert heap.release_if_grown() == 0 and trims == []
+    resident[0] = (10 << 20) + GROWTH_MIN_BYTES
+    now[0] += 60
+    heap.release_if_grown()
+    assert trims == [0]
+
+
+def test_without_malloc_trim_nothing_is_read_or_trimmed():
+    read = []
+    heap = Heap(trim=None, resident=lambda: read.append(1) or 1 << 30)
+    assert heap.release_if_grown() == 0 and read == []
