@@ -34,7 +34,11 @@ def test_short_soak(soak_plane):
     soak_plane.keep_logs = soak_plane.keep_logs or bool(run["violations"])
     log = "\n".join(lines[-60:]) + f"\nlogs: {soak_plane.workdir}/logs"
     assert run["violations"] == [], log
-    assert len(run["rests"]) >= 3 and all(r["at_rest"] for r in run["rests"]), log
+    # a rest is reached, or held off only by gangs partly bound with no room for the rest (a
+    # StatefulSet scaled up past the free room: its pods bound before stay): the soak's own rule,
+    # which counts those as ``partial_no_room`` and any other rest not reached as a violation
+    assert len(run["rests"]) >= 3 and all(r["at_rest"] or r["partial_no_room"] for r in run["rests"]), \
+        f"{log}\nrests: {run['rests']}"
     created = sum(run["created"].values())
     assert created > 2 * a["peak_live_objects"], f"too little churn to tell a leak: {run['created']}, " \
                                                  f"peak live {a['peak_live_objects']}"
