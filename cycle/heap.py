@@ -129,5 +129,7 @@ class Heap:
 
     def next_look(self) -> float:
         """Seconds until :meth:`release_if_grown` reads the resident size again (the requeue
-        thread wakes for it)."""
+        thread wakes for it; never where there is no ``malloc_trim``)."""
+        if self._trim is None:
+            return float("inf")
         return max(0.0, GROWTH_CHECK_INTERVAL - (self.clock() - self._looked_at))

@@ -114,3 +114,4 @@ def test_without_malloc_trim_nothing_is_read_or_trimmed():
     read = []
     heap = Heap(trim=None, resident=lambda: read.append(1) or 1 << 30)
     assert heap.release_if_grown() == 0 and read == []
+    assert heap.next_look() == float("inf")  # the requeue thread does not wake for it
