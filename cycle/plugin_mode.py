@@ -23,7 +23,15 @@ maps the plugin's extension points onto it, keeping the cycle's plan state machi
   once.
 - **snapshot** (the reservations stream): every held plan, the capacity held per node for members
   neither reserved (kube-scheduler's cache counts those as assumed) nor bound, preemption
-  nominations, and the gang groups still waiting for members.
+  nominations, the gang groups still waiting for members, and the *left* members: those reserved
+  for a gang plan that was dropped before it completed (a node rejected, the placement record not
+  written, the plan expired). Such a member waits at Permit for a plan that is gone, assumed on its
+  node by kube-scheduler, which phalanx no longer counts: the plugin rejects it at once. Waiting out
+  its Permit timeout instead, it held capacity another plan was given (kube-scheduler's filters then
+  refused that plan's nodes) and its rejection released the group's next plan as a barrier timeout:
+  two gangs of 16 went round that loop for a minute after an API-throttling fault.
+- **unreserve** releases a gang's plan only for a member that was at *that* plan's barrier; a left
+  member's rejection leaves the group's current plan alone.
 
 Each verb is built on what filter and bind use — the member's answer and re-slotting
 (:class:`~.service.WorkloadCycle`), the plan book's one door, the placement record and the barrier's
@@ -49,6 +57,9 @@ from .service import WorkloadCycle
 #: how often the reservations stream may send (changes inside the window are coalesced); members
 #: never wait for it (a plan reaches the plugin in the PlanForPod reply), plain pods and PreEnqueue do
 COALESCE_SECONDS = 0.05
+#: how long past the barrier timeout a left member is streamed for rejection (the plugin's Permit
+#: timeout, the barrier timeout plus a little, has rejected it by then)
+LEFT_GRACE_SECONDS = 10.0
 
 
 @dataclass(frozen=True)
@@ -84,6 +95,7 @@ class Snapshot:
     nodes: Mapping[str, Mapping[str, int]]
     waiting_groups: tuple[str, ...]
     plan_ids: Mapping[str, int] = field(default_factory=dict)  # group -> id of its plan
+    left: tuple[str, ...] = ()  # members reserved for a gang plan dropped before it completed
 
 
 class PluginEnforcement:
@@ -111,10 +123,36 @@ class PluginEnforcement:
         self._waiting: dict[str, None] = {}  # an ordered set
         self._recount: set[str] | None = None  # None: every group, as at start
         self._waiting_lock = threading.Lock()
-        cycle.subscribe(lambda kind, data: self.changed())
+        # members reserved for a gang plan dropped before it completed: uid -> until when streamed
+        self._left: dict[str, float] = {}
+        self._left_lock = threading.Lock()
+        cycle.subscribe(self._on_cycle_event)
         self.cache.subscribe(self._on_cache_change)
 
     # -- change notification for the stream --------------------------------------------------
+    def _on_cycle_event(self, kind: str, data: Mapping[str, object]) -> None:
+        """The cycle's listener (lock held): every event changes what the stream may carry; a gang
+        plan dropped with members at its barrier leaves them to be rejected."""
+        arrived = data.get("arrived") if kind in ("plan_released", "bind_failed") else None
+        if isinstance(arrived, tuple) and arrived:
+            until = self.clock() + self.barrier_timeout + LEFT_GRACE_SECONDS
+            with self._left_lock:
+                self._left.update((str(uid), until) for uid in arrived)
+        self.changed()
+
+    def _forget_left(self, uids: Iterable[str]) -> None:
+        with self._left_lock:
+            for uid in uids:
+                self._left.pop(uid, None)
+
+    def _left_members(self) -> tuple[str, ...]:
+        """The left members still to reject (their time past, the plugin's Permit timeout did)."""
+        now = self.clock()
+        with self._left_lock:
+            for uid in [u for u, until in self._left.items() if until <= now]:
+                del self._left[uid]
+            return tuple(sorted(self._left))
+
     def changed(self) -> None:
         with self._changed:
             self._version += 1
@@ -247,19 +285,25 @@ class PluginEnforcement:
         No expiry while members wait at Permit (they are rejected at the barrier timeout); no
         generation bump: what a solve of another group sees (the plan's capacity for its members
         not bound) does not change when one arrives, so solves in flight stay valid."""
+        uids = tuple(uids)
         plan.arrived.update(uids)
         plan.deadline = max(plan.deadline, self.clock() + self.barrier_timeout + 5.0)
+        self._forget_left(uids)  # at this plan's barrier now, no longer a left member
 
     def unreserve(self, uid: str, group: str, reason: str) -> list[str]:
         """Unreserve: the member leaves the barrier. A gang member rejected at Permit (``reason``
-        "rejected": its barrier timed out) while the plan is still planned releases the plan.
-        Returns the members the plugin should reject too (a gang never binds partially)."""
+        "rejected": its barrier timed out) while the plan is still planned releases the plan — when
+        the member was at this plan's barrier: a left member (reserved for an earlier plan of the
+        group, or never arrived) only leaves. Returns the members the plugin should reject too (a
+        gang never binds partially)."""
+        self._forget_left((uid,))
         with self.lock:
             plan = self.book.get(group)
             if plan is None or uid not in plan.assignments:
                 return []
+            at_barrier = uid in plan.arrived
             plan.arrived.discard(uid)  # the plan's capacity is unchanged (see reserve)
-            released = plan.gang and plan.state is PlanState.PLANNED and reason == "rejected"
+            released = plan.gang and plan.state is PlanState.PLANNED and reason == "rejected" and at_barrier
             if released:
                 others = sorted(u for u in plan.arrived if u != uid)
                 why = (f"barrier timed out: {len(plan.arrived)} of {len(plan.assignments)} members reserved "
@@ -357,7 +401,7 @@ class PluginEnforcement:
             live = {p.group for p in plans}
             for group in [g for g in self._ids if g not in live]:
                 del self._ids[group]
-        return Snapshot(version, plans, nodes, self._waiting_groups(), ids)
+        return Snapshot(version, plans, nodes, self._waiting_groups(), ids, self._left_members())
 
     def _reservations(self) -> tuple[tuple[Plan, ...], Usage]:
         """Every plan holding capacity except a gang's once bound (every member was allowed at

@@ -238,11 +238,14 @@ class WorkloadCycle:
     def _dropped(self, plan: Plan, to: PlanState, change: Change) -> None:
         key = plan.group
         plan.error = change.why
+        # a gang's members at its barrier (plugin mode: waiting at Permit, assumed by kube-scheduler)
+        # are waiting for a plan that is gone: the plugin adapter has them rejected
+        arrived = tuple(sorted(plan.arrived)) if plan.gang else ()
         if to is PlanState.FAILED:
             self.status.event(key, names.EVENT_BIND_FAILED, change.why, "Warning")
-            self.status.emit("bind_failed", group=key, error=change.why)
+            self.status.emit("bind_failed", group=key, error=change.why, arrived=arrived)
         else:
-            self.status.emit("plan_released", group=key, reason=change.why)
+            self.status.emit("plan_released", group=key, reason=change.why, arrived=arrived)
         if not change.reason:
             return
         # a counted release; past the reason's limit the group backs off instead of re-planning

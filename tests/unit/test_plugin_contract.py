@@ -497,3 +497,58 @@ def test_a_gang_a_resource_rejection_turned_away_is_retried_when_the_verdict_end
     cycle.flush()
     assert touched(sim, member) and "default/late" not in cycle.queue.failed
     cycle.requeue.requeue_ended_verdicts()  # each ended verdict once
+
+
+def reject_uids(stub, predicate):
+    return sorted(first_snapshot(stub, lambda s: predicate(sorted(s.reject_uids))).reject_uids)
+
+
+def test_members_at_the_barrier_of_a_dropped_plan_are_streamed_for_rejection_and_leave_the_next_plan_alone(
+        sim, cycle, stub):
+    """A gang plan released before it completed (here kube-scheduler's filters refused a member's
+    node) leaves its members waiting at Permit for a plan that is gone, assumed by kube-scheduler on
+    capacity phalanx no longer counts: the stream names them for the plugin to reject. Their
+    rejection (Unreserve, "rejected") does not release the group's next plan: they were not at its
+    barrier. Unreserved, they are no longer streamed."""
+    members = gang(sim, "l", 3)
+    reply = plan_for(stub, members[0])
+    node_of = {uid(m): reply.plan.assignments[uid(m)] for m in members}
+    for m in members[:2]:
+        wait = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(m), group="default/l", node=node_of[uid(m)],
+                                            reserved_uids=[uid(m)]))
+        assert wait.decision == pb.PermitReply.WAIT
+    outcome = stub.ReportRejection(pb.ReportRejectionRequest(
+        version=V1, pod_json=json.dumps(members[2]).encode(), node=node_of[uid(members[2])],
+        plugin="NodeResourcesFit", reason="Insufficient cpu"))
+    assert outcome.outcome == "released"
+    left = sorted(uid(m) for m in members[:2])
+    assert reject_uids(stub, lambda r: bool(r)) == left
+    again = plan_for(stub, members[2])
+    assert again.verdict == pb.PlanForPodReply.PLANNED and again.plan.id != reply.plan.id
+    plan = cycle.plan_of("default/l")
+    for m in members[:2]:
+        answer = stub.Unreserve(pb.UnreserveRequest(version=V1, pod_uid=uid(m), group="default/l",
+                                                    reason="rejected"))
+        assert list(answer.reject_uids) == []
+    assert cycle.plan_of("default/l") is plan  # the next plan stands
+    assert reject_uids(stub, lambda r: not r) == []
+
+
+def test_members_waiting_when_the_placement_record_fails_are_streamed_for_rejection(sim, cycle, stub):
+    """The completing Permit call is rejected when the record cannot be written; members that
+    reached the barrier with earlier calls wait for no reply: the stream names every member of the
+    failed plan's barrier."""
+    members = gang(sim, "f", 2)
+    reply = plan_for(stub, members[0])
+    first = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/f",
+                                         node=reply.plan.assignments[uid(members[0])], reserved_uids=[uid(members[0])]))
+    assert first.decision == pb.PermitReply.WAIT
+
+    def failing(*args, **kwargs):
+        raise WriteError("too many requests", 429)
+
+    cycle.writer.annotate_podgroup = failing
+    last = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[1]), group="default/f",
+                                        node=reply.plan.assignments[uid(members[1])], reserved_uids=[uid(members[1])]))
+    assert last.decision == pb.PermitReply.REJECT
+    assert reject_uids(stub, lambda r: bool(r)) == sorted(uid(m) for m in members)

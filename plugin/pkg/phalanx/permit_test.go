@@ -244,3 +244,32 @@ func TestAMemberOfATradeClassIsOfferedItsClassmatesNodesAndTradesWithTheOneItIsR
 		t.Fatalf("reserve b on its node: %v, %d calls", st, r.svc.Calls("Reserve"))
 	}
 }
+
+// A snapshot naming members left by a dropped gang plan rejects them at their barrier: nothing will
+// allow them, and kube-scheduler holds their nodes' capacity until they leave. Others stay waiting.
+func TestASnapshotsLeftMembersAreRejectedAtTheBarrier(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRig(t, true, a, b)
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 3 members reserved", WaitSeconds: 30}
+	for _, m := range []*v1.Pod{a, b} {
+		if st, _ := r.plugin.Permit(context.Background(), framework.NewCycleState(), m, "n1"); st.Code() != fwk.Wait {
+			t.Fatalf("Permit %s: %v", m.Name, st)
+		}
+		r.handle.wait(m)
+	}
+	waitFor(t, "the Permit calls", func() bool { return r.svc.Calls("Permit") == 2 })
+	r.svc.snapshots <- &pb.Reservations{Version: 1}
+	r.svc.snapshots <- &pb.Reservations{Version: 2, RejectUids: []string{"uid-a"}}
+	waitFor(t, "a's rejection", func() bool {
+		r.handle.mu.Lock()
+		defer r.handle.mu.Unlock()
+		return len(r.handle.rejected) > 0
+	})
+	r.svc.snapshots <- &pb.Reservations{Version: 3}
+	waitFor(t, "the last snapshot", func() bool { return len(r.svc.snapshots) == 0 })
+	r.handle.mu.Lock()
+	defer r.handle.mu.Unlock()
+	if len(r.handle.rejected) != 1 || r.handle.rejected[0] != "uid-a" {
+		t.Fatalf("rejected %v, want [uid-a]", r.handle.rejected)
+	}
+}

@@ -54,11 +54,27 @@ func (p *Plugin) watchOnce(ctx context.Context) error {
 			return err
 		}
 		progress := p.mirror.Apply(snap)
+		p.rejectLeft(snap.GetRejectUids())
 		if first {
 			p.activateAll()
 			first = false
 		} else if len(progress) > 0 {
 			p.activate(progress, nil)
+		}
+	}
+}
+
+// leftMessage is what a member rejected by rejectLeft is told.
+const leftMessage = "phalanx: the gang plan this member was reserved for was dropped before it completed; it is planned again"
+
+// rejectLeft rejects, at whichever barrier each waits, the members a snapshot names as left: they
+// were reserved for a gang plan the service dropped before it completed, so nothing will allow
+// them, and kube-scheduler holds their nodes' capacity for them until they leave. (Their Unreserve
+// tells the service, which leaves the group's current plan alone.) A member not waiting is skipped.
+func (p *Plugin) rejectLeft(uids []string) {
+	for _, uid := range uids {
+		if p.release(types.UID(uid), decision{msg: leftMessage}) {
+			p.logger.V(2).Info("phalanx: rejected a member left by a dropped gang plan", "pod", uid)
 		}
 	}
 }

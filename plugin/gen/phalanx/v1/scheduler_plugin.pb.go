@@ -1077,6 +1077,11 @@ type Reservations struct {
 	Nodes   map[string]*NodeReservation `protobuf:"bytes,3,rep,name=nodes,proto3" json:"nodes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
 	// Gang groups with fewer members than minCount (PreEnqueue keeps their pods out of the queue).
 	WaitingGroups []string `protobuf:"bytes,4,rep,name=waiting_groups,json=waitingGroups,proto3" json:"waiting_groups,omitempty"`
+	// Members reserved for a gang plan the service dropped before it completed (a planned node
+	// rejected, the placement record not written, the plan expired): they wait at the barrier for a
+	// plan that is gone, assumed on capacity the service no longer counts. The plugin rejects each
+	// one still waiting; its Unreserve (reason "rejected") leaves the group's current plan alone.
+	RejectUids    []string `protobuf:"bytes,5,rep,name=reject_uids,json=rejectUids,proto3" json:"reject_uids,omitempty"`
 	unknownFields protoimpl.UnknownFields
 	sizeCache     protoimpl.SizeCache
 }
@@ -1135,6 +1140,13 @@ func (x *Reservations) GetNodes() map[string]*NodeReservation {
 func (x *Reservations) GetWaitingGroups() []string {
 	if x != nil {
 		return x.WaitingGroups
+	}
+	return nil
+}
+
+func (x *Reservations) GetRejectUids() []string {
+	if x != nil {
+		return x.RejectUids
 	}
 	return nil
 }
@@ -1229,12 +1241,14 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\aamounts\x18\x01 \x03(\v2(.phalanx.v1.NodeReservation.AmountsEntryR\aamounts\x1a:\n" +
 	"\fAmountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x8e\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x02\n" +
 	"\fReservations\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
 	"\x05plans\x18\x02 \x03(\v2\x15.phalanx.v1.GroupPlanR\x05plans\x129\n" +
 	"\x05nodes\x18\x03 \x03(\v2#.phalanx.v1.Reservations.NodesEntryR\x05nodes\x12%\n" +
-	"\x0ewaiting_groups\x18\x04 \x03(\tR\rwaitingGroups\x1aU\n" +
+	"\x0ewaiting_groups\x18\x04 \x03(\tR\rwaitingGroups\x12\x1f\n" +
+	"\vreject_uids\x18\x05 \x03(\tR\n" +
+	"rejectUids\x1aU\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
