@@ -330,7 +330,7 @@ class PluginEnforcement:
 
     # -- Permit --------------------------------------------------------------------------------
     def permit(self, uid: str, group: str, reserved: tuple[str, ...] = (), node: str = "",
-               condition_by_scheduler: bool = False) -> PermitAnswer:
+               condition_by_scheduler: bool = False, reserved_nodes: Mapping[str, str] | None = None) -> PermitAnswer:
         """Permit, the plugin's barrier (``reserved``: members the plugin reserved itself from its
         mirror of the plan, each as if reserve had been called — the stream then stops counting
         their capacity as held; ``node``: where kube-scheduler assumed ``uid``, checked against its
@@ -339,19 +339,22 @@ class PluginEnforcement:
         ``bound`` (kube-scheduler binds; the plan holds its capacity until the cache shows the
         bindings) and every reserved member is allowed. A Basic group's member is allowed at once.
         ``condition_by_scheduler``: kube-scheduler's pod-group cycle writes the group's
-        PodGroupInitiallyScheduled condition, so binding does not write it too."""
-        answer = self._permit(uid, group, reserved, node, condition_by_scheduler)
+        PodGroupInitiallyScheduled condition, so binding does not write it too. ``reserved_nodes``:
+        where kube-scheduler assumed each of ``reserved`` — the plugin reserved them against its
+        mirror, which may be older than the group's plan: one assumed off its planned node rejects
+        the call, none of them counted (allowed, it would bind where no plan put it)."""
+        answer = self._permit(uid, group, reserved, node, condition_by_scheduler, reserved_nodes or {})
         if reserved:
             self.changed()
         return answer
 
     def _permit(self, uid: str, key: str, reserved: tuple[str, ...], node: str,
-                condition_by_scheduler: bool) -> PermitAnswer:
+                condition_by_scheduler: bool, reserved_nodes: Mapping[str, str]) -> PermitAnswer:
         with self.lock:
             plan = self.book.get(key)
             if plan is not None and condition_by_scheduler:
                 plan.condition_by_scheduler = True
-            early = self._permit_now(plan, uid, key, reserved, node)
+            early = self._permit_now(plan, uid, key, reserved, node, reserved_nodes)
             if early is not None or plan is None:
                 return early or PermitAnswer("reject")
             self.metrics.barrier.labels(outcome="released").inc()
@@ -367,11 +370,16 @@ class PluginEnforcement:
         return PermitAnswer("allow", allow=allow)
 
     def _permit_now(self, plan: Plan | None, uid: str, key: str, reserved: tuple[str, ...],
-                    node: str) -> PermitAnswer | None:
+                    node: str, reserved_nodes: Mapping[str, str]) -> PermitAnswer | None:
         """The answer when it needs no record written (lock held), or None: the gang is complete
         and this call writes it. Calls may overlap: one while the record is being written is
         answered wait (the completing call's reply allows it)."""
         refused = not_planned_there(plan, key, uid, node if uid in reserved else "")
+        for member, where in reserved_nodes.items():
+            if refused or plan is None:
+                break
+            if member in reserved:
+                refused = plan.not_planned_there(member, where)
         if refused or plan is None:
             return PermitAnswer("reject", refused)
         if reserved and plan.state is PlanState.PLANNED:

@@ -105,7 +105,7 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
     def Permit(self, request: pb.PermitRequest, context: grpc.ServicerContext) -> pb.PermitReply:
         _checked(request)
         answer = self.enforcement.permit(request.pod_uid, request.group, tuple(request.reserved_uids), request.node,
-                                         request.condition_by_scheduler)
+                                         request.condition_by_scheduler, dict(request.reserved_nodes))
         return pb.PermitReply(decision=DECISIONS[answer.decision], reason=answer.reason,
                               allow_uids=list(answer.allow), wait_seconds=answer.wait_seconds)
 

@@ -552,3 +552,24 @@ def test_members_waiting_when_the_placement_record_fails_are_streamed_for_reject
                                         node=reply.plan.assignments[uid(members[1])], reserved_uids=[uid(members[1])]))
     assert last.decision == pb.PermitReply.REJECT
     assert reject_uids(stub, lambda r: bool(r)) == sorted(uid(m) for m in members)
+
+
+def test_a_permit_call_naming_a_member_assumed_off_its_planned_node_is_rejected_and_counts_none(sim, cycle, stub):
+    """The plugin reserves members against its mirror, which may be older than the group's plan: a
+    call naming where each was assumed is rejected when one is not on its planned node, and none of
+    them counts as reserved (allowed, that member would bind where no plan put it)."""
+    members = gang(sim, "n", 3)
+    reply = plan_for(stub, members[0])
+    node_of = {uid(m): reply.plan.assignments[uid(m)] for m in members}
+    other = next(n for n in sim.cache.nodes if n != node_of[uid(members[1])])
+    nodes = {uid(members[0]): node_of[uid(members[0])], uid(members[1]): other}
+    answer = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/n",
+                                          node=node_of[uid(members[0])], reserved_uids=list(nodes),
+                                          reserved_nodes=nodes))
+    assert answer.decision == pb.PermitReply.REJECT and f"not {other}" in answer.reason
+    assert not cycle.plan_of("default/n").arrived
+    nodes = {uid(m): node_of[uid(m)] for m in members}
+    answer = stub.Permit(pb.PermitRequest(version=V1, pod_uid=uid(members[0]), group="default/n",
+                                          node=node_of[uid(members[0])], reserved_uids=list(nodes),
+                                          reserved_nodes=nodes))
+    assert answer.decision == pb.PermitReply.ALLOW and sorted(answer.allow_uids) == sorted(nodes)

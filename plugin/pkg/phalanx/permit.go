@@ -202,10 +202,12 @@ func (p *Plugin) permit(pod *v1.Pod, group, node string) {
 func (p *Plugin) permitBatch(group string, batch []permitting) {
 	first := batch[0]
 	uids := make([]string, len(batch))
+	nodes := make(map[string]string, len(batch))
 	for i, m := range batch {
 		uids[i] = string(m.pod.UID)
+		nodes[uids[i]] = m.node
 	}
-	reply, err := p.callPermit(p.ctx, group, first.node, uids)
+	reply, err := p.callPermit(p.ctx, group, first.node, uids, nodes)
 	if err != nil {
 		for _, m := range batch {
 			if wp := p.waitingPod(m.pod.UID); wp != nil {
@@ -229,11 +231,14 @@ func (p *Plugin) permitBatch(group string, batch []permitting) {
 }
 
 // callPermit is a Permit call, from either barrier (permitBatch; PreBind): it names the members
-// uids reserved (Reserve made no call when the mirror's plan agreed), the first of them on node.
-func (p *Plugin) callPermit(ctx context.Context, group, node string, uids []string) (reply *pb.PermitReply, err error) {
+// uids reserved (Reserve made no call when the mirror's plan agreed), the first of them on node,
+// and where each was assumed (nodes): the service's plan may be newer than the mirror they were
+// reserved against, and it rejects the call when one is not planned there.
+func (p *Plugin) callPermit(ctx context.Context, group, node string, uids []string, nodes map[string]string,
+) (reply *pb.PermitReply, err error) {
 	err = p.unary(ctx, p.args.RPCTimeout.Duration, func(ctx context.Context) (err error) {
 		reply, err = p.client.Permit(ctx, &pb.PermitRequest{Version: version, PodUid: uids[0], Group: group,
-			Node: node, ReservedUids: uids, ConditionByScheduler: p.conditionByScheduler})
+			Node: node, ReservedUids: uids, ReservedNodes: nodes, ConditionByScheduler: p.conditionByScheduler})
 		return err
 	})
 	return reply, err

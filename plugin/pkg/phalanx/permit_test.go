@@ -273,3 +273,21 @@ func TestASnapshotsLeftMembersAreRejectedAtTheBarrier(t *testing.T) {
 		t.Fatalf("rejected %v, want [uid-a]", r.handle.rejected)
 	}
 }
+
+// A Permit call names where kube-scheduler assumed each member it reports reserved: the service's
+// plan may be newer than the mirror they were reserved against.
+func TestPermitNamesTheNodeEachReservedMemberWasAssumedOn(t *testing.T) {
+	a := member("a", "g")
+	r := newRig(t, true, a)
+	r.svc.permit = &pb.PermitReply{Decision: pb.PermitReply_WAIT, Reason: "1 of 2 members reserved", WaitSeconds: 30}
+	if st, _ := r.plugin.Permit(context.Background(), framework.NewCycleState(), a, "n3"); st.Code() != fwk.Wait {
+		t.Fatalf("Permit: %v", st)
+	}
+	r.handle.wait(a)
+	waitFor(t, "a's Permit call", func() bool { return r.svc.Calls("Permit") == 1 })
+	r.svc.mu.Lock()
+	defer r.svc.mu.Unlock()
+	if got := r.svc.permitReq.GetReservedNodes(); len(got) != 1 || got["uid-a"] != "n3" {
+		t.Fatalf("reserved nodes %v, want map[uid-a:n3]", got)
+	}
+}

@@ -90,7 +90,7 @@ func (p *Plugin) PreBind(ctx context.Context, _ fwk.CycleState, pod *v1.Pod, nod
 	p.mu.Lock()
 	p.atPreBind[pod.UID] = gate
 	p.mu.Unlock()
-	reply, err := p.callPermit(ctx, group, node, []string{string(pod.UID)})
+	reply, err := p.callPermit(ctx, group, node, []string{string(pod.UID)}, map[string]string{string(pod.UID): node})
 	if err != nil || reply.GetDecision() != pb.PermitReply_WAIT {
 		// the completing member's reply may have allowed this one meanwhile: that decision stands
 		if d := p.leavePreBind(pod.UID, gate); d.allow {

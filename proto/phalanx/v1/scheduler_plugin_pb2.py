@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'proto/phalanx/v1/scheduler_plugin.proto\x12\nphalanx.v1\"S\n\x11PlanForPodRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x10\n\x08pod_json\x18\x02 \x01(\x0c\"\xf0\x01\n\x0fPlanForPodReply\x12\x34\n\x07verdict\x18\x01 \x01(\x0e\x32#.phalanx.v1.PlanForPodReply.Verdict\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x04plan\x18\x04 \x01(\x0b\x32\x15.phalanx.v1.GroupPlan\x12\x17\n\x0fmembers_missing\x18\x05 \x01(\x08\"K\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0b\n\x07PLANNED\x10\x01\x12\x08\n\x04WAIT\x10\x02\x12\x10\n\x0cNOT_A_MEMBER\x10\x03\"\xbb\x02\n\tGroupPlan\x12\r\n\x05group\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\x04\x12\r\n\x05state\x18\x03 \x01(\t\x12;\n\x0b\x61ssignments\x18\x04 \x03(\x0b\x32&.phalanx.v1.GroupPlan.AssignmentsEntry\x12\x0c\n\x04gang\x18\x05 \x01(\x08\x12\x10\n\x08reserved\x18\x06 \x03(\t\x12>\n\rtrade_classes\x18\x07 \x03(\x0b\x32\'.phalanx.v1.GroupPlan.TradeClassesEntry\x1a\x32\n\x10\x41ssignmentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11TradeClassesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x86\x01\n\x16ReportRejectionRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x10\n\x08pod_json\x18\x02 \x01(\x0c\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0e\n\x06plugin\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"5\n\x14ReportRejectionReply\x12\x0f\n\x07outcome\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\"\x95\x01\n\x0eReserveRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x13\n\x0btraded_with\x18\x05 \x01(\t\x12\x12\n\nsimulation\x18\x06 \x01(\x08\"*\n\x0cReserveReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"~\n\x10UnreserveRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"%\n\x0eUnreserveReply\x12\x13\n\x0breject_uids\x18\x01 \x03(\t\"\xa2\x01\n\rPermitRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x15\n\rreserved_uids\x18\x05 \x03(\t\x12\x1e\n\x16\x63ondition_by_scheduler\x18\x06 \x01(\x08\"\xc2\x01\n\x0bPermitReply\x12\x32\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32 .phalanx.v1.PermitReply.Decision\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nallow_uids\x18\x03 \x03(\t\x12\x14\n\x0cwait_seconds\x18\x04 \x01(\x01\"E\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04WAIT\x10\x02\x12\n\n\x06REJECT\x10\x03\"H\n\x18WatchReservationsRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\"|\n\x0fNodeReservation\x12\x39\n\x07\x61mounts\x18\x01 \x03(\x0b\x32(.phalanx.v1.NodeReservation.AmountsEntry\x1a.\n\x0c\x41mountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xf1\x01\n\x0cReservations\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12$\n\x05plans\x18\x02 \x03(\x0b\x32\x15.phalanx.v1.GroupPlan\x12\x32\n\x05nodes\x18\x03 \x03(\x0b\x32#.phalanx.v1.Reservations.NodesEntry\x12\x16\n\x0ewaiting_groups\x18\x04 \x03(\t\x12\x13\n\x0breject_uids\x18\x05 \x03(\t\x1aI\n\nNodesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.phalanx.v1.NodeReservation:\x02\x38\x01*K\n\x0f\x43ontractVersion\x12 \n\x1c\x43ONTRACT_VERSION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ONTRACT_VERSION_1\x10\x01\x32\xd1\x03\n\x0fSchedulerPlugin\x12H\n\nPlanForPod\x12\x1d.phalanx.v1.PlanForPodRequest\x1a\x1b.phalanx.v1.PlanForPodReply\x12W\n\x0fReportRejection\x12\".phalanx.v1.ReportRejectionRequest\x1a .phalanx.v1.ReportRejectionReply\x12?\n\x07Reserve\x12\x1a.phalanx.v1.ReserveRequest\x1a\x18.phalanx.v1.ReserveReply\x12\x45\n\tUnreserve\x12\x1c.phalanx.v1.UnreserveRequest\x1a\x1a.phalanx.v1.UnreserveReply\x12<\n\x06Permit\x12\x19.phalanx.v1.PermitRequest\x1a\x17.phalanx.v1.PermitReply\x12U\n\x11WatchReservations\x12$.phalanx.v1.WatchReservationsRequest\x1a\x18.phalanx.v1.Reservations0\x01\x42\x37Z5phalanx.dev/scheduler-plugin/gen/phalanx/v1;phalanxv1b\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\'proto/phalanx/v1/scheduler_plugin.proto\x12\nphalanx.v1\"S\n\x11PlanForPodRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x10\n\x08pod_json\x18\x02 \x01(\x0c\"\xf0\x01\n\x0fPlanForPodReply\x12\x34\n\x07verdict\x18\x01 \x01(\x0e\x32#.phalanx.v1.PlanForPodReply.Verdict\x12\x0c\n\x04node\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12#\n\x04plan\x18\x04 \x01(\x0b\x32\x15.phalanx.v1.GroupPlan\x12\x17\n\x0fmembers_missing\x18\x05 \x01(\x08\"K\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0b\n\x07PLANNED\x10\x01\x12\x08\n\x04WAIT\x10\x02\x12\x10\n\x0cNOT_A_MEMBER\x10\x03\"\xbb\x02\n\tGroupPlan\x12\r\n\x05group\x18\x01 \x01(\t\x12\n\n\x02id\x18\x02 \x01(\x04\x12\r\n\x05state\x18\x03 \x01(\t\x12;\n\x0b\x61ssignments\x18\x04 \x03(\x0b\x32&.phalanx.v1.GroupPlan.AssignmentsEntry\x12\x0c\n\x04gang\x18\x05 \x01(\x08\x12\x10\n\x08reserved\x18\x06 \x03(\t\x12>\n\rtrade_classes\x18\x07 \x03(\x0b\x32\'.phalanx.v1.GroupPlan.TradeClassesEntry\x1a\x32\n\x10\x41ssignmentsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a\x33\n\x11TradeClassesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\x86\x01\n\x16ReportRejectionRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x10\n\x08pod_json\x18\x02 \x01(\x0c\x12\x0c\n\x04node\x18\x03 \x01(\t\x12\x0e\n\x06plugin\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"5\n\x14ReportRejectionReply\x12\x0f\n\x07outcome\x18\x01 \x01(\t\x12\x0c\n\x04node\x18\x02 \x01(\t\"\x95\x01\n\x0eReserveRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x13\n\x0btraded_with\x18\x05 \x01(\t\x12\x12\n\nsimulation\x18\x06 \x01(\x08\"*\n\x0cReserveReply\x12\n\n\x02ok\x18\x01 \x01(\x08\x12\x0e\n\x06reason\x18\x02 \x01(\t\"~\n\x10UnreserveRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\"%\n\x0eUnreserveReply\x12\x13\n\x0breject_uids\x18\x01 \x03(\t\"\x9e\x02\n\rPermitRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\x12\x0f\n\x07pod_uid\x18\x02 \x01(\t\x12\r\n\x05group\x18\x03 \x01(\t\x12\x0c\n\x04node\x18\x04 \x01(\t\x12\x15\n\rreserved_uids\x18\x05 \x03(\t\x12\x1e\n\x16\x63ondition_by_scheduler\x18\x06 \x01(\x08\x12\x44\n\x0ereserved_nodes\x18\x07 \x03(\x0b\x32,.phalanx.v1.PermitRequest.ReservedNodesEntry\x1a\x34\n\x12ReservedNodesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xc2\x01\n\x0bPermitReply\x12\x32\n\x08\x64\x65\x63ision\x18\x01 \x01(\x0e\x32 .phalanx.v1.PermitReply.Decision\x12\x0e\n\x06reason\x18\x02 \x01(\t\x12\x12\n\nallow_uids\x18\x03 \x03(\t\x12\x14\n\x0cwait_seconds\x18\x04 \x01(\x01\"E\n\x08\x44\x65\x63ision\x12\x18\n\x14\x44\x45\x43ISION_UNSPECIFIED\x10\x00\x12\t\n\x05\x41LLOW\x10\x01\x12\x08\n\x04WAIT\x10\x02\x12\n\n\x06REJECT\x10\x03\"H\n\x18WatchReservationsRequest\x12,\n\x07version\x18\x01 \x01(\x0e\x32\x1b.phalanx.v1.ContractVersion\"|\n\x0fNodeReservation\x12\x39\n\x07\x61mounts\x18\x01 \x03(\x0b\x32(.phalanx.v1.NodeReservation.AmountsEntry\x1a.\n\x0c\x41mountsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x03:\x02\x38\x01\"\xf1\x01\n\x0cReservations\x12\x0f\n\x07version\x18\x01 \x01(\x04\x12$\n\x05plans\x18\x02 \x03(\x0b\x32\x15.phalanx.v1.GroupPlan\x12\x32\n\x05nodes\x18\x03 \x03(\x0b\x32#.phalanx.v1.Reservations.NodesEntry\x12\x16\n\x0ewaiting_groups\x18\x04 \x03(\t\x12\x13\n\x0breject_uids\x18\x05 \x03(\t\x1aI\n\nNodesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12*\n\x05value\x18\x02 \x01(\x0b\x32\x1b.phalanx.v1.NodeReservation:\x02\x38\x01*K\n\x0f\x43ontractVersion\x12 \n\x1c\x43ONTRACT_VERSION_UNSPECIFIED\x10\x00\x12\x16\n\x12\x43ONTRACT_VERSION_1\x10\x01\x32\xd1\x03\n\x0fSchedulerPlugin\x12H\n\nPlanForPod\x12\x1d.phalanx.v1.PlanForPodRequest\x1a\x1b.phalanx.v1.PlanForPodReply\x12W\n\x0fReportRejection\x12\".phalanx.v1.ReportRejectionRequest\x1a .phalanx.v1.ReportRejectionReply\x12?\n\x07Reserve\x12\x1a.phalanx.v1.ReserveRequest\x1a\x18.phalanx.v1.ReserveReply\x12\x45\n\tUnreserve\x12\x1c.phalanx.v1.UnreserveRequest\x1a\x1a.phalanx.v1.UnreserveReply\x12<\n\x06Permit\x12\x19.phalanx.v1.PermitRequest\x1a\x17.phalanx.v1.PermitReply\x12U\n\x11WatchReservations\x12$.phalanx.v1.WatchReservationsRequest\x1a\x18.phalanx.v1.Reservations0\x01\x42\x37Z5phalanx.dev/scheduler-plugin/gen/phalanx/v1;phalanxv1b\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,12 +36,14 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GROUPPLAN_ASSIGNMENTSENTRY']._serialized_options = b'8\001'
   _globals['_GROUPPLAN_TRADECLASSESENTRY']._loaded_options = None
   _globals['_GROUPPLAN_TRADECLASSESENTRY']._serialized_options = b'8\001'
+  _globals['_PERMITREQUEST_RESERVEDNODESENTRY']._loaded_options = None
+  _globals['_PERMITREQUEST_RESERVEDNODESENTRY']._serialized_options = b'8\001'
   _globals['_NODERESERVATION_AMOUNTSENTRY']._loaded_options = None
   _globals['_NODERESERVATION_AMOUNTSENTRY']._serialized_options = b'8\001'
   _globals['_RESERVATIONS_NODESENTRY']._loaded_options = None
   _globals['_RESERVATIONS_NODESENTRY']._serialized_options = b'8\001'
-  _globals['_CONTRACTVERSION']._serialized_start=2062
-  _globals['_CONTRACTVERSION']._serialized_end=2137
+  _globals['_CONTRACTVERSION']._serialized_start=2186
+  _globals['_CONTRACTVERSION']._serialized_end=2261
   _globals['_PLANFORPODREQUEST']._serialized_start=55
   _globals['_PLANFORPODREQUEST']._serialized_end=138
   _globals['_PLANFORPODREPLY']._serialized_start=141
@@ -67,21 +69,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_UNRESERVEREPLY']._serialized_start=1217
   _globals['_UNRESERVEREPLY']._serialized_end=1254
   _globals['_PERMITREQUEST']._serialized_start=1257
-  _globals['_PERMITREQUEST']._serialized_end=1419
-  _globals['_PERMITREPLY']._serialized_start=1422
-  _globals['_PERMITREPLY']._serialized_end=1616
-  _globals['_PERMITREPLY_DECISION']._serialized_start=1547
-  _globals['_PERMITREPLY_DECISION']._serialized_end=1616
-  _globals['_WATCHRESERVATIONSREQUEST']._serialized_start=1618
-  _globals['_WATCHRESERVATIONSREQUEST']._serialized_end=1690
-  _globals['_NODERESERVATION']._serialized_start=1692
-  _globals['_NODERESERVATION']._serialized_end=1816
-  _globals['_NODERESERVATION_AMOUNTSENTRY']._serialized_start=1770
-  _globals['_NODERESERVATION_AMOUNTSENTRY']._serialized_end=1816
-  _globals['_RESERVATIONS']._serialized_start=1819
-  _globals['_RESERVATIONS']._serialized_end=2060
-  _globals['_RESERVATIONS_NODESENTRY']._serialized_start=1987
-  _globals['_RESERVATIONS_NODESENTRY']._serialized_end=2060
-  _globals['_SCHEDULERPLUGIN']._serialized_start=2140
-  _globals['_SCHEDULERPLUGIN']._serialized_end=2605
+  _globals['_PERMITREQUEST']._serialized_end=1543
+  _globals['_PERMITREQUEST_RESERVEDNODESENTRY']._serialized_start=1491
+  _globals['_PERMITREQUEST_RESERVEDNODESENTRY']._serialized_end=1543
+  _globals['_PERMITREPLY']._serialized_start=1546
+  _globals['_PERMITREPLY']._serialized_end=1740
+  _globals['_PERMITREPLY_DECISION']._serialized_start=1671
+  _globals['_PERMITREPLY_DECISION']._serialized_end=1740
+  _globals['_WATCHRESERVATIONSREQUEST']._serialized_start=1742
+  _globals['_WATCHRESERVATIONSREQUEST']._serialized_end=1814
+  _globals['_NODERESERVATION']._serialized_start=1816
+  _globals['_NODERESERVATION']._serialized_end=1940
+  _globals['_NODERESERVATION_AMOUNTSENTRY']._serialized_start=1894
+  _globals['_NODERESERVATION_AMOUNTSENTRY']._serialized_end=1940
+  _globals['_RESERVATIONS']._serialized_start=1943
+  _globals['_RESERVATIONS']._serialized_end=2184
+  _globals['_RESERVATIONS_NODESENTRY']._serialized_start=2111
+  _globals['_RESERVATIONS_NODESENTRY']._serialized_end=2184
+  _globals['_SCHEDULERPLUGIN']._serialized_start=2264
+  _globals['_SCHEDULERPLUGIN']._serialized_end=2729
 # @@protoc_insertion_point(module_scope)

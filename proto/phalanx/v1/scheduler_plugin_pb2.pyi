@@ -145,20 +145,29 @@ class UnreserveReply(_message.Message):
     def __init__(self, reject_uids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class PermitRequest(_message.Message):
-    __slots__ = ("version", "pod_uid", "group", "node", "reserved_uids", "condition_by_scheduler")
+    __slots__ = ("version", "pod_uid", "group", "node", "reserved_uids", "condition_by_scheduler", "reserved_nodes")
+    class ReservedNodesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     VERSION_FIELD_NUMBER: _ClassVar[int]
     POD_UID_FIELD_NUMBER: _ClassVar[int]
     GROUP_FIELD_NUMBER: _ClassVar[int]
     NODE_FIELD_NUMBER: _ClassVar[int]
     RESERVED_UIDS_FIELD_NUMBER: _ClassVar[int]
     CONDITION_BY_SCHEDULER_FIELD_NUMBER: _ClassVar[int]
+    RESERVED_NODES_FIELD_NUMBER: _ClassVar[int]
     version: ContractVersion
     pod_uid: str
     group: str
     node: str
     reserved_uids: _containers.RepeatedScalarFieldContainer[str]
     condition_by_scheduler: bool
-    def __init__(self, version: _Optional[_Union[ContractVersion, str]] = ..., pod_uid: _Optional[str] = ..., group: _Optional[str] = ..., node: _Optional[str] = ..., reserved_uids: _Optional[_Iterable[str]] = ..., condition_by_scheduler: _Optional[bool] = ...) -> None: ...
+    reserved_nodes: _containers.ScalarMap[str, str]
+    def __init__(self, version: _Optional[_Union[ContractVersion, str]] = ..., pod_uid: _Optional[str] = ..., group: _Optional[str] = ..., node: _Optional[str] = ..., reserved_uids: _Optional[_Iterable[str]] = ..., condition_by_scheduler: _Optional[bool] = ..., reserved_nodes: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class PermitReply(_message.Message):
     __slots__ = ("decision", "reason", "allow_uids", "wait_seconds")

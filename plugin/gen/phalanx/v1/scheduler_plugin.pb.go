@@ -834,8 +834,13 @@ type PermitRequest struct {
 	// PodGroupInitiallyScheduled condition itself: the service does not write it at binding too
 	// (one writer, one API write fewer per group).
 	ConditionByScheduler bool `protobuf:"varint,6,opt,name=condition_by_scheduler,json=conditionByScheduler,proto3" json:"condition_by_scheduler,omitempty"`
-	unknownFields        protoimpl.UnknownFields
-	sizeCache            protoimpl.SizeCache
+	// Optional: the node kube-scheduler assumed each of reserved_uids on. The group's plan may have
+	// changed since the client reserved them (the client's mirror was older): when one of them is
+	// not planned on its node, none is counted and the call is rejected (allowed, it would bind
+	// where no plan put it).
+	ReservedNodes map[string]string `protobuf:"bytes,7,rep,name=reserved_nodes,json=reservedNodes,proto3" json:"reserved_nodes,omitempty" protobuf_key:"bytes,1,opt,name=key" protobuf_val:"bytes,2,opt,name=value"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *PermitRequest) Reset() {
@@ -908,6 +913,13 @@ func (x *PermitRequest) GetConditionByScheduler() bool {
 		return x.ConditionByScheduler
 	}
 	return false
+}
+
+func (x *PermitRequest) GetReservedNodes() map[string]string {
+	if x != nil {
+		return x.ReservedNodes
+	}
+	return nil
 }
 
 type PermitReply struct {
@@ -1215,14 +1227,18 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\x06reason\x18\x05 \x01(\tR\x06reason\"1\n" +
 	"\x0eUnreserveReply\x12\x1f\n" +
 	"\vreject_uids\x18\x01 \x03(\tR\n" +
-	"rejectUids\"\xe4\x01\n" +
+	"rejectUids\"\xfb\x02\n" +
 	"\rPermitRequest\x125\n" +
 	"\aversion\x18\x01 \x01(\x0e2\x1b.phalanx.v1.ContractVersionR\aversion\x12\x17\n" +
 	"\apod_uid\x18\x02 \x01(\tR\x06podUid\x12\x14\n" +
 	"\x05group\x18\x03 \x01(\tR\x05group\x12\x12\n" +
 	"\x04node\x18\x04 \x01(\tR\x04node\x12#\n" +
 	"\rreserved_uids\x18\x05 \x03(\tR\freservedUids\x124\n" +
-	"\x16condition_by_scheduler\x18\x06 \x01(\bR\x14conditionByScheduler\"\xec\x01\n" +
+	"\x16condition_by_scheduler\x18\x06 \x01(\bR\x14conditionByScheduler\x12S\n" +
+	"\x0ereserved_nodes\x18\a \x03(\v2,.phalanx.v1.PermitRequest.ReservedNodesEntryR\rreservedNodes\x1a@\n" +
+	"\x12ReservedNodesEntry\x12\x10\n" +
+	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
+	"\x05value\x18\x02 \x01(\tR\x05value:\x028\x01\"\xec\x01\n" +
 	"\vPermitReply\x12<\n" +
 	"\bdecision\x18\x01 \x01(\x0e2 .phalanx.v1.PermitReply.DecisionR\bdecision\x12\x16\n" +
 	"\x06reason\x18\x02 \x01(\tR\x06reason\x12\x1d\n" +
@@ -1278,7 +1294,7 @@ func file_proto_phalanx_v1_scheduler_plugin_proto_rawDescGZIP() []byte {
 }
 
 var file_proto_phalanx_v1_scheduler_plugin_proto_enumTypes = make([]protoimpl.EnumInfo, 3)
-var file_proto_phalanx_v1_scheduler_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 18)
+var file_proto_phalanx_v1_scheduler_plugin_proto_msgTypes = make([]protoimpl.MessageInfo, 19)
 var file_proto_phalanx_v1_scheduler_plugin_proto_goTypes = []any{
 	(ContractVersion)(0),             // 0: phalanx.v1.ContractVersion
 	(PlanForPodReply_Verdict)(0),     // 1: phalanx.v1.PlanForPodReply.Verdict
@@ -1299,8 +1315,9 @@ var file_proto_phalanx_v1_scheduler_plugin_proto_goTypes = []any{
 	(*Reservations)(nil),             // 16: phalanx.v1.Reservations
 	nil,                              // 17: phalanx.v1.GroupPlan.AssignmentsEntry
 	nil,                              // 18: phalanx.v1.GroupPlan.TradeClassesEntry
-	nil,                              // 19: phalanx.v1.NodeReservation.AmountsEntry
-	nil,                              // 20: phalanx.v1.Reservations.NodesEntry
+	nil,                              // 19: phalanx.v1.PermitRequest.ReservedNodesEntry
+	nil,                              // 20: phalanx.v1.NodeReservation.AmountsEntry
+	nil,                              // 21: phalanx.v1.Reservations.NodesEntry
 }
 var file_proto_phalanx_v1_scheduler_plugin_proto_depIdxs = []int32{
 	0,  // 0: phalanx.v1.PlanForPodRequest.version:type_name -> phalanx.v1.ContractVersion
@@ -1312,29 +1329,30 @@ var file_proto_phalanx_v1_scheduler_plugin_proto_depIdxs = []int32{
 	0,  // 6: phalanx.v1.ReserveRequest.version:type_name -> phalanx.v1.ContractVersion
 	0,  // 7: phalanx.v1.UnreserveRequest.version:type_name -> phalanx.v1.ContractVersion
 	0,  // 8: phalanx.v1.PermitRequest.version:type_name -> phalanx.v1.ContractVersion
-	2,  // 9: phalanx.v1.PermitReply.decision:type_name -> phalanx.v1.PermitReply.Decision
-	0,  // 10: phalanx.v1.WatchReservationsRequest.version:type_name -> phalanx.v1.ContractVersion
-	19, // 11: phalanx.v1.NodeReservation.amounts:type_name -> phalanx.v1.NodeReservation.AmountsEntry
-	5,  // 12: phalanx.v1.Reservations.plans:type_name -> phalanx.v1.GroupPlan
-	20, // 13: phalanx.v1.Reservations.nodes:type_name -> phalanx.v1.Reservations.NodesEntry
-	15, // 14: phalanx.v1.Reservations.NodesEntry.value:type_name -> phalanx.v1.NodeReservation
-	3,  // 15: phalanx.v1.SchedulerPlugin.PlanForPod:input_type -> phalanx.v1.PlanForPodRequest
-	6,  // 16: phalanx.v1.SchedulerPlugin.ReportRejection:input_type -> phalanx.v1.ReportRejectionRequest
-	8,  // 17: phalanx.v1.SchedulerPlugin.Reserve:input_type -> phalanx.v1.ReserveRequest
-	10, // 18: phalanx.v1.SchedulerPlugin.Unreserve:input_type -> phalanx.v1.UnreserveRequest
-	12, // 19: phalanx.v1.SchedulerPlugin.Permit:input_type -> phalanx.v1.PermitRequest
-	14, // 20: phalanx.v1.SchedulerPlugin.WatchReservations:input_type -> phalanx.v1.WatchReservationsRequest
-	4,  // 21: phalanx.v1.SchedulerPlugin.PlanForPod:output_type -> phalanx.v1.PlanForPodReply
-	7,  // 22: phalanx.v1.SchedulerPlugin.ReportRejection:output_type -> phalanx.v1.ReportRejectionReply
-	9,  // 23: phalanx.v1.SchedulerPlugin.Reserve:output_type -> phalanx.v1.ReserveReply
-	11, // 24: phalanx.v1.SchedulerPlugin.Unreserve:output_type -> phalanx.v1.UnreserveReply
-	13, // 25: phalanx.v1.SchedulerPlugin.Permit:output_type -> phalanx.v1.PermitReply
-	16, // 26: phalanx.v1.SchedulerPlugin.WatchReservations:output_type -> phalanx.v1.Reservations
-	21, // [21:27] is the sub-list for method output_type
-	15, // [15:21] is the sub-list for method input_type
-	15, // [15:15] is the sub-list for extension type_name
-	15, // [15:15] is the sub-list for extension extendee
-	0,  // [0:15] is the sub-list for field type_name
+	19, // 9: phalanx.v1.PermitRequest.reserved_nodes:type_name -> phalanx.v1.PermitRequest.ReservedNodesEntry
+	2,  // 10: phalanx.v1.PermitReply.decision:type_name -> phalanx.v1.PermitReply.Decision
+	0,  // 11: phalanx.v1.WatchReservationsRequest.version:type_name -> phalanx.v1.ContractVersion
+	20, // 12: phalanx.v1.NodeReservation.amounts:type_name -> phalanx.v1.NodeReservation.AmountsEntry
+	5,  // 13: phalanx.v1.Reservations.plans:type_name -> phalanx.v1.GroupPlan
+	21, // 14: phalanx.v1.Reservations.nodes:type_name -> phalanx.v1.Reservations.NodesEntry
+	15, // 15: phalanx.v1.Reservations.NodesEntry.value:type_name -> phalanx.v1.NodeReservation
+	3,  // 16: phalanx.v1.SchedulerPlugin.PlanForPod:input_type -> phalanx.v1.PlanForPodRequest
+	6,  // 17: phalanx.v1.SchedulerPlugin.ReportRejection:input_type -> phalanx.v1.ReportRejectionRequest
+	8,  // 18: phalanx.v1.SchedulerPlugin.Reserve:input_type -> phalanx.v1.ReserveRequest
+	10, // 19: phalanx.v1.SchedulerPlugin.Unreserve:input_type -> phalanx.v1.UnreserveRequest
+	12, // 20: phalanx.v1.SchedulerPlugin.Permit:input_type -> phalanx.v1.PermitRequest
+	14, // 21: phalanx.v1.SchedulerPlugin.WatchReservations:input_type -> phalanx.v1.WatchReservationsRequest
+	4,  // 22: phalanx.v1.SchedulerPlugin.PlanForPod:output_type -> phalanx.v1.PlanForPodReply
+	7,  // 23: phalanx.v1.SchedulerPlugin.ReportRejection:output_type -> phalanx.v1.ReportRejectionReply
+	9,  // 24: phalanx.v1.SchedulerPlugin.Reserve:output_type -> phalanx.v1.ReserveReply
+	11, // 25: phalanx.v1.SchedulerPlugin.Unreserve:output_type -> phalanx.v1.UnreserveReply
+	13, // 26: phalanx.v1.SchedulerPlugin.Permit:output_type -> phalanx.v1.PermitReply
+	16, // 27: phalanx.v1.SchedulerPlugin.WatchReservations:output_type -> phalanx.v1.Reservations
+	22, // [22:28] is the sub-list for method output_type
+	16, // [16:22] is the sub-list for method input_type
+	16, // [16:16] is the sub-list for extension type_name
+	16, // [16:16] is the sub-list for extension extendee
+	0,  // [0:16] is the sub-list for field type_name
 }
 
 func init() { file_proto_phalanx_v1_scheduler_plugin_proto_init() }
@@ -1348,7 +1366,7 @@ func file_proto_phalanx_v1_scheduler_plugin_proto_init() {
 			GoPackagePath: reflect.TypeOf(x{}).PkgPath(),
 			RawDescriptor: unsafe.Slice(unsafe.StringData(file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc), len(file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc)),
 			NumEnums:      3,
-			NumMessages:   18,
+			NumMessages:   19,
 			NumExtensions: 0,
 			NumServices:   1,
 		},
