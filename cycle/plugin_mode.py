@@ -375,11 +375,9 @@ class PluginEnforcement:
         and this call writes it. Calls may overlap: one while the record is being written is
         answered wait (the completing call's reply allows it)."""
         refused = not_planned_there(plan, key, uid, node if uid in reserved else "")
-        for member, where in reserved_nodes.items():
-            if refused or plan is None:
-                break
-            if member in reserved:
-                refused = plan.not_planned_there(member, where)
+        if not refused and plan is not None:  # every reported member on its planned node, or the first why not
+            refused = next(filter(None, (plan.not_planned_there(u, where) for u, where in reserved_nodes.items()
+                                         if u in reserved)), "")
         if refused or plan is None:
             return PermitAnswer("reject", refused)
         if reserved and plan.state is PlanState.PLANNED:
