@@ -130,8 +130,9 @@ class ControlPlane:
                  apiserver_feature_gates: FeatureGates = APISERVER_FEATURE_GATES,
                  runtime_config: str | None = APISERVER_RUNTIME_CONFIG,
                  controller_manager_feature_gates: FeatureGates = CONTROLLER_MANAGER_FEATURE_GATES,
-                 controllers: str = CONTROLLERS):
+                 controllers: str = CONTROLLERS, controller_manager_args: tuple[str, ...] = ()):
         self.workdir, self.binaries = workdir, binaries
+        self.controller_manager_args = controller_manager_args
         self.apiserver_feature_gates = apiserver_feature_gates
         self.runtime_config = runtime_config
         self.controller_manager_feature_gates = controller_manager_feature_gates
@@ -268,6 +269,7 @@ class ControlPlane:
         ]
         if gates := gates_arg(self.controller_manager_feature_gates):
             argv.append(f"--feature-gates={gates}")
+        argv += self.controller_manager_args
         kcm = self._spawn("kube-controller-manager", argv)
         kcm.wait_ready(lambda: _insecure_get(f"https://127.0.0.1:{port}/healthz")[0] == 200, timeout=60)
         # Controllers are really running once the service-account controller made "default".

@@ -721,7 +721,29 @@ class FaultRun:
         return [{"type": "controller", "sts": name, "problems": problems,
                  "pods": {p["metadata"]["name"]: p["spec"].get("nodeName") for p in members},
                  "gates": {p["metadata"]["name"]: [g["name"] for g in p["spec"].get("schedulingGates") or []]
-                           for p in members}}]
+                           for p in members}, **self._sts_evidence(name)}]
+
+    def _sts_evidence(self, name: str) -> dict:
+        """What the StatefulSet controller made of ``name``: the object's generation against its
+        status, the Events about it, and kube-controller-manager's log lines naming it."""
+        out: dict = {}
+        try:
+            sts = self.rest.get_or_none(f"/apis/apps/v1/namespaces/{self.ns}/statefulsets/{name}") or {}
+            status = sts.get("status") or {}
+            out["sts_status"] = {"generation": sts.get("metadata", {}).get("generation"),
+                                 "observedGeneration": status.get("observedGeneration"),
+                                 "replicas": status.get("replicas"), "spec_replicas": sts.get("spec", {}).get("replicas")}
+            events = self.rest.list_items(f"/api/v1/namespaces/{self.ns}/events",
+                                          fieldSelector=f"involvedObject.name={name}")
+            out["sts_events"] = [f"{e.get('reason')}: {e.get('message')}" for e in events][-12:]
+        except Exception as err:  # evidence only: the violation is already counted
+            out["sts_evidence_error"] = str(err)
+        kcm = next((c for c in self.plane.components if c.name == "kube-controller-manager"), None)
+        if kcm is not None and kcm.log.exists():
+            lines = kcm.log.read_text(errors="replace").splitlines()
+            out["kcm_log"] = [line for line in lines if name in line or (
+                "statefulset" in line.lower() and any(w in line.lower() for w in ("watch", "reflector", "error")))][-30:]
+        return out
 
     def revive(self) -> None:
         """Bring back whatever died on its own, so the run goes on (the crash is already counted)."""
@@ -806,7 +828,10 @@ def summarize(rows: list[dict]) -> dict:
 def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
     """A control plane of its own, with KWOK (a fault run kills its API server). Its work
     directory is removed afterwards unless ``plane.keep_logs`` was set or PHALANX_E2E_KEEP=1."""
-    plane = ControlPlane(Path(tempfile.mkdtemp(prefix=prefix)), locate())
+    # The StatefulSet controller's own log at -v=4 (its syncs), the evidence of a ``controller``
+    # violation where the StatefulSet's pods never appeared.
+    plane = ControlPlane(Path(tempfile.mkdtemp(prefix=prefix)), locate(),
+                         controller_manager_args=("--vmodule=stateful*=4",))
     plane.keep_logs = os.environ.get("PHALANX_E2E_KEEP") == "1"
     try:
         plane.start()
