@@ -115,8 +115,8 @@ class SimSoak:
         self.rng = random.Random(self.seed)
         self.sim = SimCluster()
         self.sim.add_nodes(zones=1, racks_per_zone=self.racks, nodes_per_rack=self.nodes_per_rack, gpus=8)
-        self.phalanx = build(ServeOptions(http_addr="127.0.0.1:0", grpc_addr="", http_threads=200,
-                                          barrier_timeout=10.0, plan_ttl=30.0), sim=self.sim).start()
+        self.phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="",
+                                          http_threads=200, barrier_timeout=10.0, plan_ttl=30.0), sim=self.sim).start()
         self.cycle = self.phalanx.cycle
         self.planned: dict[str, set[str]] = {}  # pod uid -> nodes a plan named for it
         self._planned_lock = threading.Lock()

@@ -151,3 +151,16 @@ def test_a_deleted_group_is_forgotten_by_the_queue_policies_at_the_next_requeue_
     sim.delete("PodGroup", "default/g")
     cycle.requeue.prune()
     assert cycle.queue_policies.bound_at == {}
+
+
+def test_the_simulated_soak_runs_a_short_churn_and_drains():
+    """The simulated soak builds its served extender like the benchmarks do (loopback, no
+    authentication: a simulated cluster has no API server to review tokens) and its drain empties
+    the cluster; a few seconds of churn, no invariant violated."""
+    from bench.soak_bench import SimSoak
+
+    result = SimSoak(duration=4.0, interval=2.0, quiet=1.5, rest_every=600.0, log=lambda _: None).run()
+    assert result["violations"] == []
+    assert sum(result["actions"].values()) > 0 and result["created"]["units"] > 0
+    last = result["samples"][-1]
+    assert last["drained"] and last["live"]["pods"] == 0 and last["live"]["groups"] == 0
