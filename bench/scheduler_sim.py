@@ -193,6 +193,12 @@ class SimulatedScheduler:
         group = pod_group_name(pod_json)
         return f"{pod_json['metadata'].get('namespace', 'default')}/{group}" if group else pod_json["metadata"]["uid"]
 
+    def backoff_of(self, unit: str) -> float | None:
+        """Seconds until ``unit`` (a group's namespace/name, or a pod's uid) is tried again, or
+        None when it is not backing off."""
+        entry = self._backoff.get(unit)
+        return None if entry is None else round(max(0.0, entry[0] - time.monotonic()), 1)
+
     def _back_off(self, unit: str, now: float) -> None:
         if self.backoff:
             delay = min(MAX_BACKOFF, self._backoff.get(unit, (0.0, self.backoff / 2))[1] * 2)

@@ -164,3 +164,36 @@ def test_the_simulated_soak_runs_a_short_churn_and_drains():
     assert sum(result["actions"].values()) > 0 and result["created"]["units"] > 0
     last = result["samples"][-1]
     assert last["drained"] and last["live"]["pods"] == 0 and last["live"]["groups"] == 0
+
+
+class _Queue:
+    failed: dict = {}
+
+
+class _Cycle:
+    queue, explanations, book = _Queue(), {}, {}
+
+    @staticmethod
+    def clock() -> float:
+        return 0.0
+
+
+class _Scheduler:
+    @staticmethod
+    def backoff_of(unit: str) -> float | None:
+        return 4.0
+
+
+def test_a_gang_short_at_a_rest_is_late_when_whole_within_the_grace_and_a_violation_when_not():
+    from bench.soak_bench import SimSoak
+
+    soak = object.__new__(SimSoak)  # the rest's grace only: no served extender behind it
+    soak.grace, soak.cycle, soak.scheduler = 1.2, _Cycle(), _Scheduler()
+    states = iter([{"a": (3, 1, []), "b": (2, 0, [])}, {"a": (3, 3, []), "b": (2, 0, [])}])
+    soak._gang_state = lambda: next(states, {"b": (2, 0, [])})
+    found = [{"type": "partial_gang", "group": "a"}, {"type": "fits_unbound", "group": "b"},
+             {"type": "no_rest", "inflight": 1}]
+    kept, late = soak._grace(found)
+    assert [x["group"] for x in late] == ["a"] and late[0]["after_s"] < 1.2 and not late[0]["gone"]
+    assert [v["type"] for v in kept] == ["fits_unbound", "no_rest"]
+    assert kept[0]["grace_s"] == 1.2 and kept[0]["scheduler_retry_in_s"] == 4.0 and kept[0]["plans"] == []
