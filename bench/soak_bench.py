@@ -149,6 +149,13 @@ class SimSoak:
             with self._planned_lock:
                 for uid, node in dict(data.get("assignments") or {}).items():
                     self.planned.setdefault(uid, set()).add(node)
+        elif kind == "reslotted":  # two identical members of a plan traded their planned nodes
+            uids = {f"{p['metadata'].get('namespace')}/{p['metadata']['name']}": p["metadata"]["uid"]
+                    for p in self.sim.list("Pod")}
+            with self._planned_lock:
+                for key, node in ((data.get("pod"), data.get("node")), (data.get("partner"), data.get("was"))):
+                    if key in uids and node:
+                        self.planned.setdefault(uids[key], set()).add(node)
 
     # the simulated kube-scheduler: its own thread, paused never (it is the cluster's scheduler)
     def _schedule(self) -> None:

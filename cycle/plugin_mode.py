@@ -277,7 +277,8 @@ class PluginEnforcement:
             return f"phalanx: pods {uid} and {partner} do not trade nodes (not in one trade class)"
         was = plan.assignments[uid]
         plan.swap(uid, partner)
-        self.cycle.status.emit("reslotted", group=plan.group, pod=plan.members[uid].key, node=node, was=was)
+        self.cycle.status.emit("reslotted", group=plan.group, pod=plan.members[uid].key, node=node, was=was,
+                               partner=plan.members[partner].key)
         return ""
 
     def _arrive(self, plan: Plan, uids: Iterable[str]) -> None:

@@ -412,7 +412,8 @@ class WorkloadCycle:
         if not partner:
             return ""
         plan.swap(pod.uid, partner)
-        self.status.emit("reslotted", group=plan.group, pod=pod.key, node=plan.assignments[pod.uid], was=mine)
+        self.status.emit("reslotted", group=plan.group, pod=pod.key, node=plan.assignments[pod.uid], was=mine,
+                         partner=plan.members[partner].key)
         return plan.assignments[pod.uid]
 
     def _release_rejected(self, plan: Plan, pod: Pod, detail: str = "was filtered out") -> None:

@@ -150,11 +150,16 @@ def test_verdicts_are_bounded_and_swept(monkeypatch, clock):
 # -- re-slot before re-plan ----------------------------------------------------------------------
 def test_a_rejected_member_swaps_with_an_unanswered_identical_member(sim, cycle, solves):
     pods = make_gang(sim, "g", 2, gpu=4)  # one node each
+    events: list = []
+    cycle.subscribe(lambda kind, data: events.append(dict(data)) if kind == "reslotted" else None)
     cycle.place_group("default/g")  # planned, nobody answered yet
     plan = cycle.plan_of("default/g")
     mine, theirs = plan.assignments[uid(pods[0])], plan.assignments[uid(pods[1])]
     answer = verbs.filter(cycle, pods[0], [n for n in all_nodes(sim) if n != mine])
     assert answer.nodes == [theirs]
+    # listeners learn both sides of the trade (a checker of "bound where planned" follows it)
+    assert events == [{"group": "default/g", "pod": "default/g-0", "node": theirs, "was": mine,
+                       "partner": "default/g-1"}]
     assert cycle.plan_of("default/g") is plan and plan.assignments[uid(pods[1])] == mine
     assert len(solves) == 1 and released(cycle, replans.FILTERED_OUT) == 0
     assert verbs.filter(cycle, pods[1], all_nodes(sim)).nodes == [mine]
