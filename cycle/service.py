@@ -241,6 +241,12 @@ class WorkloadCycle:
         # a gang's members at its barrier (plugin mode: waiting at Permit, assumed by kube-scheduler)
         # are waiting for a plan that is gone: the plugin adapter has them rejected
         arrived = tuple(sorted(plan.arrived)) if plan.gang else ()
+        if not plan.bound and not any(self.cache.bound_node(uid) for uid in plan.assignments) \
+                and (plan.gang or not (plan.answered or plan.arrived)):
+            # nothing of this plan bound nor about to (a gang's members bind only through a plan; a
+            # Basic member answered may still be bound): the domain it was planned in holds none of
+            # the group, so the next plan may go elsewhere (bound members keep theirs in the solver)
+            self.domains.pop(key, None)
         if to is PlanState.FAILED:
             self.status.event(key, names.EVENT_BIND_FAILED, change.why, "Warning")
             self.status.emit("bind_failed", group=key, error=change.why, arrived=arrived)

@@ -15,7 +15,7 @@ from extender import verbs
 
 from .k8s_objects import pod, podgroup
 from .test_cycle_learning import clock, cycle, released  # noqa: F401 - the fake clock and a cycle on it
-from .test_cycle_service import all_nodes, condition, make_gang
+from .test_cycle_service import RACK, all_nodes, condition, make_gang
 
 
 def uid(p):
@@ -602,3 +602,20 @@ def test_a_deletion_pruned_partly_makes_the_thread_wake_for_the_full_prune(sim, 
     requeue._full_prune -= FULL_PRUNE_INTERVAL  # the interval passed: the wake's prune is the full one
     requeue.prune_step()
     assert "default/gone" not in service.status.conditions
+
+
+def test_a_gang_whose_plan_ended_unbound_is_not_held_to_that_rack(sim, cycle, clock):
+    """The rack a plan named is kept for the group only while something of it bound: a gang whose
+    plan expired with nothing bound is placed wherever it fits next (it was held to the first rack
+    for good, found by the soak as a gang left unbound with another rack free)."""
+    pods = make_gang(sim, "g", 2, gpu=4, key=RACK)  # a whole rack
+    cycle.place_group("default/g")
+    first = sim.get("Node", next(iter(cycle.plan_of("default/g").assignments.values())))
+    rack = first["metadata"]["labels"][RACK]
+    clock.now += 61.0
+    cycle.check_timers()
+    assert cycle.plan_of("default/g") is None
+    for i, n in enumerate(n for n in all_nodes(sim) if sim.get("Node", n)["metadata"]["labels"][RACK] == rack):
+        sim.create(pod(f"f-{i}", None, gpu=4, node=n))  # that rack fills up meanwhile
+    answer = verbs.filter(cycle, pods[0], all_nodes(sim))
+    assert answer.nodes and sim.get("Node", answer.nodes[0])["metadata"]["labels"][RACK] != rack
