@@ -125,6 +125,14 @@ def _no_host(problem: Problem, d: int) -> tuple[str, str]:
         eligible = in_domain & shape.eligibility.mask
         if not eligible.any():
             return "no eligible node", ELIGIBILITY
+        cut = problem.snapshot.cut
+        if cut is not None and not (eligible & ~cut).any():
+            # taken out before the solve, not full: kube-scheduler's filters, the domain the group
+            # keeps, another gang's hold or the queue's domain choice
+            return "no node here is open to the group (filtered out, held, or outside the domain it keeps)", \
+                ELIGIBILITY
+        if cut is not None:
+            eligible &= ~cut
         free = problem.snapshot.free[eligible]
         worst = None
         for j in np.nonzero(shape.vec)[0]:

@@ -54,6 +54,8 @@ class Snapshot:
         #: pods planned by other groups but not bound yet (kube-scheduler has them assumed): they
         #: count for inter-pod constraints and host ports, never for capacity (``reserved`` does)
         self.assumed: tuple[Pod, ...] = ()
+        #: nodes :meth:`only_nodes` took out (shown full, though not for their usage), or None
+        self.cut: np.ndarray | None = None
         #: namespace -> labels, for affinity terms with a namespaceSelector
         self.namespaces: Mapping[str, Mapping[str, str]] = dict(namespaces or {})
         self.volumes: VolumeInventory = volumes or VolumeInventory()
@@ -157,6 +159,7 @@ class Snapshot:
             return self
         clone = self._clone()
         clone.used[~keep] = np.maximum(clone.used[~keep], clone.allocatable[~keep])
+        clone.cut = ~keep if self.cut is None else self.cut | ~keep
         return clone
 
     def without_pods(self, uids: Iterable[str]) -> "Snapshot":

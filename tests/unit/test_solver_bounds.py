@@ -100,3 +100,17 @@ def test_a_gang_of_cpu_pods_on_many_empty_racks_is_solved_in_one_domain():
 def test_a_node_the_gang_fills_exactly_wins_and_prunes_every_other_rack():
     bound = [Pod(f"b{k}", f"b{k}", PodSpec({"cpu": 1000}), node="n-017-03") for k in range(8)]
     _assert_one_rack_tried(Snapshot(_cpu_racks(40, 5), bound), "n-017-03", 0)
+
+
+def test_a_domain_taken_out_before_the_solve_is_explained_as_closed_not_as_full():
+    """Nodes ``only_nodes`` took out (kube-scheduler's filters, a kept domain, a hold) read as full
+    to the solver; the explanation says they are closed to the group, not that a pod's cpu is
+    missing on them."""
+    from .solver_builders import cluster, gang
+
+    snapshot = Snapshot(cluster(racks=2, per_rack=2)).only_nodes(["n-0-0", "n-0-1"])
+    result = place(snapshot, gang("g", 20, gpus=1, key=RACK), SolveOptions())
+    assert not result.assignments
+    message = result.explanation.message()
+    assert "rack r1: no node here is open to the group" in message, message
+    assert "needs 20 nvidia.com/gpu, 16 free" in message and "cpu" not in message, message
