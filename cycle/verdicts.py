@@ -159,8 +159,13 @@ class Verdicts:
         terms, spread, host ports) AND neither pod mounts volumes (``pod.volumes`` empty) — each
         StatefulSet pod has its own PersistentVolumeClaim, so kube-scheduler's verdict for pod-0
         says nothing about pod-1's volume topology. Among siblings the ``fresh`` pod's verdict
-        (the pod of the current filter call) is preferred, then the most recent. Members with
-        neither, or whose verdict excluded nothing, are not named: unrestricted."""
+        (the pod of the current filter call) is preferred, then the most recent. A member's own
+        verdict older than such a sibling's is lifted where the sibling's no longer excludes a node
+        (kube-scheduler judged the same pod there since; it never adds an exclusion): kube-scheduler
+        retries a gang's members one at a time, so the members not retried kept what they learned
+        while a rack was full, and a gang whose first member saw the room free again still found
+        it closed. Members with neither, or whose verdict excluded nothing, are not named:
+        unrestricted."""
         pending = group.pending
         now = self.clock()
         with self._lock:
@@ -173,15 +178,21 @@ class Verdicts:
         if newest is not None and newest.portable:
             borrowed[newest.shape_key] = newest  # ...and the current call's above all
         allowed: dict[str, frozenset[str]] = {}
-        sets: dict[int, frozenset[str]] = {}  # one difference per distinct (interned) set
+        sets: dict[tuple[int, int], frozenset[str]] = {}  # one difference per distinct (interned) set
         for pod in pending:
             verdict = own.get(pod.uid)
+            newer = None
             if verdict is None and not pod.volumes:
                 verdict = borrowed.get(pod.spec.shape_key)
+            elif verdict is not None and verdict.portable:
+                newer = borrowed.get(pod.spec.shape_key)
+                if newer is None or newer.at <= verdict.at or verdict.excluded <= newer.excluded:
+                    newer = None
             if verdict is not None and verdict.excluded:
-                key = id(verdict.excluded)
+                key = (id(verdict.excluded), id(newer.excluded) if newer is not None else 0)
                 if key not in sets:
-                    sets[key] = frozenset(nodes - verdict.excluded)
+                    excluded = verdict.excluded if newer is None else verdict.excluded & newer.excluded
+                    sets[key] = frozenset(nodes - excluded)
                 allowed[pod.uid] = sets[key]
         return allowed
 

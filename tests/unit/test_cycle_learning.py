@@ -88,6 +88,46 @@ def test_a_verdict_is_borrowed_only_by_an_identical_sibling_without_volumes():
     assert store.allowed(group, nodes) == {"c": {"n2", "n3"}}
 
 
+def test_an_identical_siblings_later_verdict_lifts_what_it_no_longer_excludes_and_adds_nothing():
+    now = [0.0]
+    store = Verdicts(clock=lambda: now[0])
+    spec = PodSpec(requests={"cpu": 1000})
+    a, b, c = Pod("a", "db-0", spec), Pod("b", "db-1", spec), Pod("c", "db-2", spec)
+    claim = (VolumeClaim("default/data-db-3"),)
+    with_volume = Pod("v", "db-3", spec, volumes=claim)
+    group = PodGroup("default", "db", (a, b, c, with_volume), min_count=4)
+    nodes = {"n1", "n2", "n3"}
+    store.learn(b, frozenset({"n1", "n2"}))  # judged while n1 and n2 were full
+    store.learn(with_volume, frozenset({"n1", "n2"}))
+    now[0] = 5.0
+    store.learn(a, frozenset({"n2", "n3"}))  # judged later: n1 has room again, n3 is now full
+    allowed = store.allowed(group, nodes, fresh="a")
+    assert allowed["a"] == {"n1"} and allowed["c"] == {"n1"}  # own, and borrowed as before
+    assert allowed["b"] == {"n1", "n3"}  # n1 lifted by the later judgement; n3 not added to b's
+    assert allowed["v"] == {"n3"}  # a pod with volumes keeps its own verdict whole
+    now[0] = 9.0
+    store.learn(b, frozenset({"n1", "n2"}))  # b judged again, after a: its own verdict stands
+    assert store.allowed(group, nodes)["b"] == {"n3"}
+
+
+def test_a_rack_gang_is_placed_once_one_member_sees_the_freed_room_though_the_other_was_judged_before(
+        sim, cycle, clock):
+    from .test_cycle_service import RACK
+
+    pods = make_gang(sim, "g", 2, gpu=4, key=RACK)  # a whole rack
+    blockers = [sim.create(pod(f"b-{n}", None, gpu=4, node=n)) for n in all_nodes(sim)]
+    for p in reversed(pods):  # the cluster full: kube-scheduler's filters pass no node
+        assert verbs.filter(cycle, p, []).nodes == []
+    for b in blockers:
+        if sim.get("Node", b["spec"]["nodeName"])["metadata"]["labels"][RACK] == "r0":
+            sim.delete("Pod", f"default/{b['metadata']['name']}")
+    clock.now += 30.0  # past the group's backoff; only the first member is tried again
+    rack0 = [n for n in all_nodes(sim) if sim.get("Node", n)["metadata"]["labels"][RACK] == "r0"]
+    answer = verbs.filter(cycle, pods[0], rack0)
+    assert answer.nodes and answer.nodes[0] in rack0, answer
+    assert set(cycle.plan_of("default/g").assignments.values()) == set(rack0)
+
+
 def test_a_verdict_says_nothing_about_nodes_added_after_it(sim, cycle, solves):
     from .k8s_objects import node as k8s_node
     pods = make_gang(sim, "big", 5, gpu=4)  # 16 GPUs, 20 needed
