@@ -417,7 +417,8 @@ class SimSoak:
                          "failures": attempt.failures, "retry_in_s": round(attempt.retry_at - self.cycle.clock(), 1)},
                      scheduler_retry_in_s=retry,
                      plans=[p.state.value for p in list(self.cycle.book.values()) if p.group == key])
-        return [v for v in found if v.get("group") not in {x["group"] for x in late}], late
+        gone = {x["group"] for x in late}
+        return [v for v in found if v.get("group") not in gone], late
 
     def sample(self, window_started: float) -> dict:
         filters, self.scheduler.filter_ms = self.scheduler.filter_ms, []

@@ -185,9 +185,9 @@ class Verdicts:
             if verdict is None and not pod.volumes:
                 verdict = borrowed.get(pod.spec.shape_key)
             elif verdict is not None and verdict.portable:
-                newer = borrowed.get(pod.spec.shape_key)
-                if newer is None or newer.at <= verdict.at or verdict.excluded <= newer.excluded:
-                    newer = None
+                later = borrowed.get(pod.spec.shape_key)
+                if later is not None and later.at > verdict.at and not verdict.excluded <= later.excluded:
+                    newer = later  # lifts what it no longer excludes
             if verdict is not None and verdict.excluded:
                 key = (id(verdict.excluded), id(newer.excluded) if newer is not None else 0)
                 if key not in sets:

@@ -126,13 +126,13 @@ def _no_host(problem: Problem, d: int) -> tuple[str, str]:
         if not eligible.any():
             return "no eligible node", ELIGIBILITY
         cut = problem.snapshot.cut
-        if cut is not None and not (eligible & ~cut).any():
-            # taken out before the solve, not full: kube-scheduler's filters, the domain the group
-            # keeps, another gang's hold or the queue's domain choice
-            return "no node here is open to the group (filtered out, held, or outside the domain it keeps)", \
-                ELIGIBILITY
         if cut is not None:
-            eligible &= ~cut
+            eligible = eligible & ~cut
+            if not eligible.any():
+                # taken out before the solve, not full: kube-scheduler's filters, the domain the
+                # group keeps, another gang's hold or the queue's domain choice
+                return "no node here is open to the group (filtered out, held, or outside the domain it keeps)", \
+                    ELIGIBILITY
         free = problem.snapshot.free[eligible]
         worst = None
         for j in np.nonzero(shape.vec)[0]:
