@@ -9,7 +9,7 @@ listeners, threads), a bound method's object included — so what subscribed to 
 dashboard's history) is measured with it. A dict whose values are collections (e.g. node -> set of
 pod uids) also reports the total of its values' lengths under ``path[*]``, so a map whose inner sets
 grow is seen too. A collection with a limit of its own (a deque's ``maxlen``, or an entry of its
-class's ``SIZE_CAPS``: attribute -> most entries it keeps) is named ``path<=limit``. Used by
+(or the object's) ``SIZE_CAPS``: attribute -> most entries it keeps) is named ``path<=limit``. Used by
 ``phalanx bench soak`` and by the ``phalanx_internal_entries`` gauge.
 """
 
@@ -43,7 +43,7 @@ def collection_sizes(root: Any, prefix: str) -> dict[str, int]:
     todo: deque[tuple[str, Any]] = deque([(prefix, root)])
     while todo:
         path, obj = todo.popleft()
-        caps = getattr(type(obj), "SIZE_CAPS", {})
+        caps = getattr(obj, "SIZE_CAPS", {})  # the class's, or the object's own limits
         for name, value in _attributes(obj):
             where = f"{path}.{name.lstrip('_')}"
             cap = caps.get(name, getattr(value, "maxlen", None))

@@ -39,6 +39,7 @@ from cluster.sim import SimCluster
 from cluster.whatif import Compile
 from cycle import NamespaceLimits, WorkloadCycle, barrier_capacity
 from cycle.queue import QueuePolicy
+from extender.dashboard.history import GROUP_CAPACITY
 from extender.http import create_app, health_app
 from rpc import GrpcServer, GrpcTls, start_grpc_server
 from solver import SolveOptions
@@ -70,6 +71,7 @@ class ServeOptions:
     # how a what-if manifest becomes PodGroups: the controller's compiler, handed in by the command
     # (serve's entry points never import the controller); None: what-if is not served
     compile_manifest: Compile | None = None
+    history_groups: int = GROUP_CAPACITY  # groups the dashboard's history remembers (oldest forgotten first)
 
     @property
     def grpc_tls(self) -> GrpcTls | None:
@@ -218,7 +220,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed
-    app = create_app(cycle, ready, gate=gate, compile_manifest=options.compile_manifest)
+    app = create_app(cycle, ready, gate=gate, compile_manifest=options.compile_manifest,
+                     history_groups=options.history_groups)
     return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr,
                    grpc_tls=grpc_tls, gate=gate, compile_manifest=options.compile_manifest)
 

@@ -74,7 +74,9 @@ def _serve(args: argparse.Namespace) -> int:
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
                            health_addr=args.health_addr, queue_policy=_queue_policy(args),
                            plan_ahead=tuple(args.plan_ahead_for or ()), namespace_limits=_namespace_limits(args),
-                           provisioning=args.provisioning)
+                           provisioning=args.provisioning, history_groups=args.history_groups)
+    if args.history_groups < 1:
+        raise SystemExit("phalanx serve: --history-groups must be >= 1")
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     options.compile_manifest = compile_objects  # what-if compiles with the controller's own code
@@ -208,6 +210,18 @@ def _add_queue_policies(serve: argparse.ArgumentParser) -> None:
                             f"(default {DEFAULT_LOST_WORK_BUDGET:g}; 0: no budget)")
 
 
+#: the dashboard history's default size (extender.dashboard.history.GROUP_CAPACITY, which a unit
+#: test holds equal: importing it here would load the solver for every command's parser)
+HISTORY_GROUPS = 20000
+
+
+def _add_history(serve: argparse.ArgumentParser) -> None:
+    """``phalanx serve``'s bound on the dashboard's memory (docs/cli.md)."""
+    serve.add_argument("--history-groups", type=int, default=HISTORY_GROUPS, metavar="N",
+                       help=f"groups the dashboard's history remembers, the oldest forgotten first (default "
+                            f"{HISTORY_GROUPS}; each costs a few KiB)")
+
+
 def _add_namespace_limits(serve: argparse.ArgumentParser) -> None:
     """``phalanx serve``'s per-namespace limits on its own work (docs/operations.md, "Tenants")."""
     from cycle.tenants import DEFAULT_CYCLES_PER_SECOND, DEFAULT_MAX_PLANS, DEFAULT_MAX_RETRIES
@@ -282,6 +296,7 @@ def build_parser() -> argparse.ArgumentParser:
     serve.add_argument("--health-addr", default="",
                        help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
                             "(e.g. 0.0.0.0:8889; default: none)")
+    _add_history(serve)
     _add_queue_policies(serve)
     _add_namespace_limits(serve)
     serve.set_defaults(func=_serve)

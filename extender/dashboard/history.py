@@ -24,7 +24,8 @@ from cluster.cache import CacheEvent
 #: Events kept over all groups, and per group.
 LOG_CAPACITY = 5000
 GROUP_LOG_CAPACITY = 200
-#: Groups remembered (oldest forgotten first) so a long trace does not grow memory without bound.
+#: Groups remembered (oldest forgotten first) so a long trace does not grow memory without bound
+#: (``phalanx serve --history-groups``; each costs a few KiB: see docs/benchmarks.md, Soak).
 GROUP_CAPACITY = 20000
 
 
@@ -52,25 +53,32 @@ class GroupFacts:
 
 
 class GroupHistory:
-    # most entries each map keeps (cluster/sizes.py): the oldest group is dropped past the limit;
-    # plans are counted per solver path, of which there are a handful
-    SIZE_CAPS = {"groups": GROUP_CAPACITY, "paths": 16}
-
     def __init__(self, plan_of: Callable[[str], Any] = lambda key: None,
                  group_of_pod: Callable[[str], str] = lambda uid: "",
-                 clock: Callable[[], float] = time.time) -> None:
+                 clock: Callable[[], float] = time.time, capacity: int = GROUP_CAPACITY) -> None:
         """``plan_of(key)`` reads the cycle's current plan (to keep its optimality and gap);
-        ``group_of_pod(uid)`` maps a victim pod to its group (both are cheap dictionary reads)."""
+        ``group_of_pod(uid)`` maps a victim pod to its group (both are cheap dictionary reads);
+        ``capacity``: groups remembered, the oldest forgotten first."""
+        if capacity < 1:
+            raise ValueError(f"the dashboard's history must keep at least 1 group, not {capacity}")
+        self.capacity = capacity
         self._plan_of = plan_of
         self._group_of_pod = group_of_pod
         self._clock = clock
         self._lock = threading.Lock()
         self._seq = 0
         self.started = clock()
-        self.log: deque[LoggedEvent] = deque(maxlen=LOG_CAPACITY)
+        # never more events than groups remembered (a small history keeps a short log too)
+        self.log: deque[LoggedEvent] = deque(maxlen=min(LOG_CAPACITY, capacity))
         self.groups: dict[str, GroupFacts] = {}
         self.paths: Counter[str] = Counter()  # plans by solver path
         self.gaps: deque[dict] = deque(maxlen=500)  # certified gap of each exact plan
+
+    @property
+    def SIZE_CAPS(self) -> dict[str, int]:  # noqa: N802 - the name cluster/sizes.py reads
+        """Most entries each map keeps (cluster/sizes.py): the oldest group is dropped past the
+        limit; plans are counted per solver path, of which there are a handful."""
+        return {"groups": self.capacity, "paths": 16}
 
     # -- feeding ---------------------------------------------------------------------------
     def on_cycle_event(self, kind: str, data: Mapping[str, Any]) -> None:
@@ -160,7 +168,7 @@ class GroupHistory:
     def _facts(self, key: str, now: float) -> GroupFacts:
         facts = self.groups.get(key)
         if facts is None:
-            if len(self.groups) >= GROUP_CAPACITY:
+            if len(self.groups) >= self.capacity:
                 del self.groups[next(iter(self.groups))]
             facts = self.groups[key] = GroupFacts(first_seen=now)
         return facts

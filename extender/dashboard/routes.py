@@ -25,19 +25,20 @@ from cluster.whatif import Compile
 from cycle import WorkloadCycle
 
 from . import views, whatif
-from .history import GroupHistory
+from .history import GROUP_CAPACITY, GroupHistory
 
 STATIC = pathlib.Path(__file__).parent / "static"
 
 
 def dashboard_blueprint(cycle: WorkloadCycle, detail_limit: int = views.DETAIL_LIMIT,
-                        compile_manifest: Compile | None = None) -> Blueprint:
-    """The dashboard for ``cycle``; subscribes its history to the cycle's and the cache's events.
-    ``compile_manifest`` serves what-if (the controller's compiler, handed in by the command that
-    composes serve; None: what-if answers 501)."""
+                        compile_manifest: Compile | None = None, history_groups: int = GROUP_CAPACITY) -> Blueprint:
+    """The dashboard for ``cycle``; subscribes its history (``history_groups`` groups at most) to
+    the cycle's and the cache's events. ``compile_manifest`` serves what-if (the controller's
+    compiler, handed in by the command that composes serve; None: what-if answers 501)."""
     cache = cycle.cache
     history = GroupHistory(plan_of=cycle.plans.get,
-                           group_of_pod=lambda uid: getattr(getattr(cache.pods.get(uid), "pod", None), "group", ""))
+                           group_of_pod=lambda uid: getattr(getattr(cache.pods.get(uid), "pod", None), "group", ""),
+                           capacity=history_groups)
     cycle.subscribe(history.on_cycle_event)
     cache.subscribe(history.on_cache_event)
     bp = Blueprint("dashboard", __name__, static_folder=str(STATIC), static_url_path="/dashboard/static")

@@ -24,6 +24,7 @@ from cluster import names
 from cluster.whatif import Compile
 from cycle import BindError, WorkloadCycle
 from extender.dashboard import dashboard_blueprint
+from extender.dashboard.history import GROUP_CAPACITY
 from web import Gate, RequestMetrics, add_health_routes, json_endpoint, new_app, require_token
 
 from .. import verbs
@@ -37,11 +38,12 @@ VERBS = ("filter", "prioritize", "bind", "preempt")
 
 def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lambda: (True, "ok"),
                extra_registries: tuple[CollectorRegistry, ...] = (), gate: Gate | None = None,
-               compile_manifest: Compile | None = None) -> Flask:
+               compile_manifest: Compile | None = None, history_groups: int = GROUP_CAPACITY) -> Flask:
     """The extender's verbs, /healthz, /readyz, /metrics and the dashboard. With a ``gate``, every
     path but the verbs needs a bearer token it accepts (the verbs are kube-scheduler's: protected
     by client certificates or by listening on the pod's loopback, see :mod:`extender.server`).
-    ``compile_manifest`` serves the dashboard's what-if (:mod:`extender.dashboard.whatif`)."""
+    ``compile_manifest`` serves the dashboard's what-if (:mod:`extender.dashboard.whatif`);
+    ``history_groups``: the groups the dashboard's history keeps."""
     app = new_app("phalanx", MAX_BODY_BYTES, too_large_status=400)
     if gate is not None:
         require_token(app, gate, lambda path: path.startswith("/scheduler/"))
@@ -74,5 +76,6 @@ def create_app(cycle: WorkloadCycle, ready: Callable[[], tuple[bool, str]] = lam
         json_endpoint(app, f"/scheduler/{name}", name, handler, metrics, invalid=(wire.WireError,), oversize_status=400)
     add_health_routes(app, (registry, *extra_registries), ready)
     # the dashboard at / and its JSON API
-    app.register_blueprint(dashboard_blueprint(cycle, compile_manifest=compile_manifest))
+    app.register_blueprint(dashboard_blueprint(cycle, compile_manifest=compile_manifest,
+                                               history_groups=history_groups))
     return app

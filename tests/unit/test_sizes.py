@@ -6,6 +6,7 @@ from __future__ import annotations
 import threading
 from collections import deque
 
+import pytest
 from prometheus_client import generate_latest
 
 from bench.soak_bench import analyse
@@ -48,6 +49,23 @@ def test_walker_follows_listeners_and_names_limits():
     assert sizes["root.ring<=5"] == 3
     assert f"root.listeners[GroupHistory].groups<={GROUP_CAPACITY}" in sizes  # a bound method's object
     assert "root.many" in sizes and not any(k.startswith("root.many[") for k in sizes)  # long lists are data
+    assert not any("SIZE_CAPS" in k for k in sizes)  # the limits are not a collection of the history
+
+
+def test_history_keeps_its_configured_number_of_groups_and_names_it():
+    from extender.dashboard.history import GROUP_CAPACITY, GroupHistory
+    from phalanx_cli.main import HISTORY_GROUPS
+
+    assert HISTORY_GROUPS == GROUP_CAPACITY  # the CLI's default is the history's
+    history = GroupHistory(capacity=3)
+    for i in range(5):
+        history.on_cycle_event("unschedulable", {"group": f"ns/g{i}", "reason": "no room"})
+    assert list(history.groups) == ["ns/g2", "ns/g3", "ns/g4"]  # the oldest forgotten first
+    root = Leaf()
+    root.__dict__.update(listeners=[history.on_cycle_event])
+    assert collection_sizes(root, "root")["root.listeners[GroupHistory].groups<=3"] == 3
+    with pytest.raises(ValueError, match="at least 1 group"):
+        GroupHistory(capacity=0)
 
 
 def test_cycle_sizes_cover_its_helpers_and_are_exported():
@@ -183,6 +201,10 @@ class _Scheduler:
     def backoff_of(unit: str) -> float | None:
         return 4.0
 
+    @staticmethod
+    def last_try(unit: str) -> dict | None:
+        return {"pod": "b-0", "candidates": 3, "passed": 0, "reason": "no room", "ago_s": 2.0}
+
 
 def test_a_gang_short_at_a_rest_is_late_when_whole_within_the_grace_and_a_violation_when_not():
     from bench.soak_bench import SimSoak
@@ -197,3 +219,4 @@ def test_a_gang_short_at_a_rest_is_late_when_whole_within_the_grace_and_a_violat
     assert [x["group"] for x in late] == ["a"] and late[0]["after_s"] < 1.2 and not late[0]["gone"]
     assert [v["type"] for v in kept] == ["fits_unbound", "no_rest"]
     assert kept[0]["grace_s"] == 1.2 and kept[0]["scheduler_retry_in_s"] == 4.0 and kept[0]["plans"] == []
+    assert kept[0]["scheduler_last_try"]["candidates"] == 3  # what the scheduler saw and was told
