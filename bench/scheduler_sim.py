@@ -83,6 +83,7 @@ class SimulatedScheduler:
         self.backoff = backoff
         self._backoff: dict[str, tuple[float, float]] = {}  # group (or pod uid) -> (retry at, delay)
         self._retried: dict[str, str | None] = {}  # pod uid -> its retry annotation when last tried
+        self._last_try: dict[str, dict] = {}  # group (or pod uid) -> what its last try saw and was told
         self.cache: ClusterCache = sim.cache
         self.client = ExtenderClient(port)
         self._binder = ThreadPoolExecutor(max_workers=bind_threads, thread_name_prefix="sim-bind")
@@ -106,6 +107,8 @@ class SimulatedScheduler:
             self._retried.pop(uid, None)
         for unit in set(self._backoff) - units:
             self._backoff.pop(unit, None)
+        for unit in set(self._last_try) - units:
+            self._last_try.pop(unit, None)
 
     def pending(self) -> list[dict]:
         pods = [p for p in self.sim.list("Pod")
@@ -161,6 +164,7 @@ class SimulatedScheduler:
             return
         fits = snapshot.eligibility(pod.spec).mask & np.all(free >= vec, axis=1)
         candidates = names[fits].tolist()
+        self._last_try[unit] = {"at": now, "pod": pod_json["metadata"]["name"], "candidates": len(candidates)}
         if not candidates:
             stats.rejected += 1
             if self.post_filter and pod_group_name(pod_json):
@@ -172,6 +176,9 @@ class SimulatedScheduler:
         result = self.client.post("filter", args)
         self.filter_ms.append((time.perf_counter() - started) * 1000)
         feasible = result.get("NodeNames") or []
+        failed = result.get("FailedNodes") or result.get("FailedAndUnresolvableNodes") or {}
+        self._last_try[unit].update(passed=len(feasible), reason=next(iter(failed.values()), "")[:300]
+                                    or (result.get("Error") or "")[:300])
         if not feasible:
             stats.rejected += 1
             self._back_off(unit, now)
@@ -198,6 +205,13 @@ class SimulatedScheduler:
         None when it is not backing off."""
         entry = self._backoff.get(unit)
         return None if entry is None else round(max(0.0, entry[0] - time.monotonic()), 1)
+
+    def last_try(self, unit: str) -> dict | None:
+        """What ``unit``'s last try saw (its candidates after the scheduler's own filters) and was
+        told (the extender's passed nodes and first reason), with how long ago; None: never tried."""
+        entry = self._last_try.get(unit)
+        return None if entry is None else {**{k: v for k, v in entry.items() if k != "at"},
+                                          "ago_s": round(time.monotonic() - entry["at"], 1)}
 
     def _back_off(self, unit: str, now: float) -> None:
         if self.backoff:

@@ -59,7 +59,7 @@ from cluster.sim import SimCluster
 from cycle.plans import PlanState
 
 from . import run_suite
-from .soak_samples import churn_step, proc_status, record_sample
+from .soak_samples import SOAK_HISTORY_GROUPS, churn_step, proc_status, record_sample
 
 NS = "soak"
 GPU = "nvidia.com/gpu"
@@ -119,7 +119,8 @@ class SimSoak:
         self.sim = SimCluster()
         self.sim.add_nodes(zones=1, racks_per_zone=self.racks, nodes_per_rack=self.nodes_per_rack, gpus=8)
         self.phalanx = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="",
-                                          http_threads=200, barrier_timeout=10.0, plan_ttl=30.0), sim=self.sim).start()
+                                          http_threads=200, barrier_timeout=10.0, plan_ttl=30.0,
+                                          history_groups=SOAK_HISTORY_GROUPS), sim=self.sim).start()
         self.cycle = self.phalanx.cycle
         self.planned: dict[str, set[str]] = {}  # pod uid -> nodes a plan named for it
         self._planned_lock = threading.Lock()
@@ -415,7 +416,7 @@ class SimSoak:
             v.update(grace_s=self.grace, why=self.cycle.explanations.get(key, v.get("why", "")),
                      phalanx_backoff=None if attempt is None else {
                          "failures": attempt.failures, "retry_in_s": round(attempt.retry_at - self.cycle.clock(), 1)},
-                     scheduler_retry_in_s=retry,
+                     scheduler_retry_in_s=retry, scheduler_last_try=self.scheduler.last_try(key),
                      plans=[p.state.value for p in list(self.cycle.book.values()) if p.group == key])
         gone = {x["group"] for x in late}
         return [v for v in found if v.get("group") not in gone], late
@@ -476,6 +477,7 @@ class SimSoak:
             self.phalanx.stop()
         return {"mode": "simulated", "seed": self.seed, "duration_s": self.duration, "interval_s": self.interval,
                 "cluster": f"{self.racks} racks x {self.nodes_per_rack} nodes x 8 GPUs (+ up to 8 added)",
+                "history_groups": SOAK_HISTORY_GROUPS,
                 "actions": self.actions, "created": self.created, "rests": self.rests,
                 "violations": self.violations, "samples": self.samples}
 
@@ -575,7 +577,9 @@ def markdown(rows: list[dict]) -> str:
                 f"created {', '.join(f'{v} {k}' for k, v in run['created'].items())}. "
                 f"Rests: {len(run['rests'])} ({sum(not r['at_rest'] for r in run['rests'])} not reached"
                 f"{_grace_note(run['rests'])}). "
-                f"Samples: {a['samples']} every {run['interval_s']:.0f} s, the first {a['warmup_samples']} warm-up.",
+                f"Samples: {a['samples']} every {run['interval_s']:.0f} s, the first {a['warmup_samples']} warm-up. "
+                + (f"serve's dashboard history kept {run['history_groups']} groups (`--history-groups`)."
+                   if run.get("history_groups") else ""),
                 "",
                 f"**Invariant violations: {a['violations']}** {a['violation_types'] or ''}", "",
                 "| after warm-up | first third | last third | slope per hour |", "|---|---:|---:|---:|",

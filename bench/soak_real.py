@@ -40,7 +40,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from cluster import names
 
-from .soak_samples import churn_step, proc_status, record_sample
+from .soak_samples import SOAK_HISTORY_GROUPS, churn_step, proc_status, record_sample
 
 E2E = Path(__file__).resolve().parents[1] / "tests" / "e2e"
 LOW, HIGH = "soak-low", "soak-high"
@@ -109,7 +109,8 @@ class RealSoak:
         # controller and webhooks), its units, its rest rule and its invariants
         self.fr = fr = FaultRun(plane, FaultConfig(seed=self.seed, faults=0, kinds={"controller": 1.0},
                                                    racks=self.racks, nodes_per_rack=self.nodes_per_rack,
-                                                   rest_timeout=90.0, log=self.log))
+                                                   rest_timeout=90.0, log=self.log,
+                                                   serve_args=("--history-groups", str(SOAK_HISTORY_GROUPS))))
         for name, value in ((LOW, 0), (HIGH, 1000)):
             plane.rest.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", missing_ok=True)
             plane.rest.create("/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(name, value))
@@ -147,6 +148,7 @@ class RealSoak:
                 "interval_s": self.interval,
                 "cluster": f"{fr.cfg.racks} racks x {fr.cfg.nodes_per_rack} nodes x {fr.cfg.cpu_per_node} CPUs "
                            f"(+ up to 6 added), one-CPU pods",
+                "history_groups": SOAK_HISTORY_GROUPS,
                 "actions": self.actions, "created": self.created, "rests": self.rests,
                 "violations": self.violations, "samples": self.samples}
 

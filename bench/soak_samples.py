@@ -7,6 +7,12 @@ import pathlib
 import random
 from typing import Any, Callable
 
+# the dashboard's history (groups remembered, and as many events) a soak's serve keeps: a bound
+# history fills for its first groups and then stays put, and at the default (20,000 groups, ~2.3
+# KiB each, docs/benchmarks.md) it would still be filling at the end of an hour; a small one is full
+# within the warm-up, so what still grows after it is something else
+SOAK_HISTORY_GROUPS = 100
+
 
 # -- process readings --------------------------------------------------------------------------
 def proc_status(pid: int | str = "self") -> dict[str, int]:

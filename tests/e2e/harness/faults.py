@@ -103,6 +103,7 @@ class FaultConfig:
     trigger_timeout: float = 25.0
     max_companions: int = 2
     max_plain: int = 8
+    serve_args: tuple[str, ...] = ()  # more flags of phalanx serve (the soak bounds its dashboard history)
     log: Callable[[str], None] = print
 
 
@@ -179,7 +180,8 @@ class Rig:
     phalanx-scheduler with the plugin on serve's gRPC port), both restartable."""
 
     def __init__(self, plane: ControlPlane, scheduler_name: str, barrier_timeout: float, mode: str = "extender",
-                 plan_ahead: tuple[str, ...] | None = None):
+                 plan_ahead: tuple[str, ...] | None = None, serve_args: tuple[str, ...] = ()):
+        self.serve_args = serve_args  # more flags of phalanx serve
         self.plane, self.scheduler_name, self.barrier_timeout, self.mode = plane, scheduler_name, barrier_timeout, mode
         # as the chart deploys it: serve plans ahead for the profile (or the profiles given)
         self.plan_ahead = (scheduler_name,) if plan_ahead is None else plan_ahead
@@ -202,6 +204,7 @@ class Rig:
                 "--insecure-loopback-no-auth"]  # the rig polls /readyz on loopback
         for profile in self.plan_ahead:
             argv += ["--plan-ahead-for", profile]
+        argv += self.serve_args
         self.serve_starts += 1
         self.serve = Component("phalanx-serve", argv, self.plane.workdir / "logs" / "phalanx-serve.log", cwd=ROOT)
         with open(self.serve.log, "ab") as f:
@@ -296,7 +299,7 @@ class FaultRun:
         self.ns = f"faults-{tag}"
         self.node_prefix = f"fault-{tag}"
         self.scheduler_name = f"phalanx-faults-{tag}"
-        self.rig = Rig(plane, self.scheduler_name, cfg.barrier_timeout, cfg.mode)
+        self.rig = Rig(plane, self.scheduler_name, cfg.barrier_timeout, cfg.mode, serve_args=cfg.serve_args)
         self.changed = threading.Condition()
         self.records: dict[str, dict[str, set[str]]] = {}  # podgroup -> pod -> nodes ever recorded
         self.events: dict[str, list[str]] = {}  # podgroup -> reasons seen, in order
