@@ -305,7 +305,7 @@ class SimSoak:
     def _violation(self, v: dict) -> None:
         v["t"] = round(time.monotonic() - self.started, 1)
         self.violations.append(v)
-        self.log(f"VIOLATION {json.dumps(v)[:400]}")
+        self.log(f"VIOLATION {json.dumps(v)[:3000]}")
 
     def _fits(self, min_count: int, gpus: int, rack: bool, free: dict[str, int], racks: dict[str, str]) -> bool:
         per_domain: dict[str, int] = {}

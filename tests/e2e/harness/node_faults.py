@@ -17,12 +17,17 @@ are ``FaultRun``'s; the first generation of the victim (lost by design) is not c
 
 - ``not_evicted_whole``: a first-generation member still live and bound ``EVICT_BOUND`` s after
   the loss;
-- ``not_replaced``: the new generation not all bound ``REPLACE_BOUND`` s after it was created.
+- ``not_replaced``: the new generation not all bound ``REPLACE_BOUND`` s after it was created
+  while it fit the free CPUs (in one rack for a rack gang) of the schedulable nodes then; when it
+  did not fit (the lost node took room with it and the rest is spread over the racks), not all
+  bound ``REPLACE_BOUND`` s after the node came back.
 """
 
 from __future__ import annotations
 
 import time
+
+from cluster.quantity import parse_quantity
 
 from .faults import RACK, UNIT_LABEL, FaultRun, Unit, retry
 from .nodes import create_node, delete_node, set_not_ready
@@ -82,11 +87,50 @@ class NodeLossRun(FaultRun):
         row["replaced_s"] = self._wait(lambda: len(self._live_bound(again)) == size, REPLACE_BOUND, created)
         row["loss"] = {"node": node, "first_left_bound": sorted(self._live_bound(first)),
                        "second_bound": len(self._live_bound(again))}
+        if row["replaced_s"] is None:  # did it fit? (and what phalanx said on the PodGroup)
+            room = self.free_cpu_by_rack()
+            row["loss"].update(free_cpu_by_rack=room, fit=max(room.values(), default=0) >= size if rack
+                               else sum(room.values()) >= size, condition=self.scheduled_condition(name))
         if kind == "node-deleted":  # the node comes back (its stuck pods then finish terminating)
             retry(lambda: create_node(self.rest, node, cpu=self.cfg.cpu_per_node, rack=node_rack))
         else:
             retry(lambda: set_not_ready(self.rest, node, False))
+        if row["replaced_s"] is None and not row["loss"]["fit"]:  # room comes back with the node
+            row["replaced_after_node_back_s"] = self._wait(lambda: len(self._live_bound(again)) == size,
+                                                           REPLACE_BOUND, time.monotonic())
         return {**row, "recovery_s": round(time.monotonic() - lost_at, 2)}
+
+    def free_cpu_by_rack(self) -> dict[str, int]:
+        """Free CPUs per rack on the nodes a pod may be scheduled to (not cordoned, no NoSchedule or
+        NoExecute taint), requests of the pods bound there subtracted (terminating ones included:
+        they hold their room until they are gone)."""
+        nodes = retry(lambda: self.rest.list_items("/api/v1/nodes"))
+        pods = retry(lambda: self.rest.list_items("/api/v1/pods"))
+        used: dict[str, int] = {}  # milli-CPUs
+        for p in pods:
+            where = p["spec"].get("nodeName")
+            if where and (p.get("status") or {}).get("phase") not in ("Succeeded", "Failed"):
+                used[where] = used.get(where, 0) + sum(
+                    parse_quantity(((c.get("resources") or {}).get("requests") or {}).get("cpu", "0"), "cpu")
+                    for c in p["spec"].get("containers") or [])
+        room: dict[str, int] = {}
+        for n in nodes:
+            if n["spec"].get("unschedulable") or any(t.get("effect") in ("NoSchedule", "NoExecute")
+                                                     for t in n["spec"].get("taints") or []):
+                continue
+            name, rack_of = n["metadata"]["name"], (n["metadata"].get("labels") or {}).get(RACK, "")
+            free = parse_quantity((n.get("status") or {}).get("allocatable", {}).get("cpu", "0"), "cpu") - used.get(name, 0)
+            room[rack_of] = room.get(rack_of, 0) + max(0, free) // 1000
+        return room
+
+    def scheduled_condition(self, group: str) -> str:
+        """The PodGroup's scheduling condition as phalanx wrote it (reason: message), or ""."""
+        try:
+            obj = self.rest.get(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups/{group}")
+        except Exception:  # noqa: BLE001 - evidence only
+            return ""
+        return "; ".join(f"{c.get('type')}={c.get('status')} {c.get('reason', '')}: {c.get('message', '')}"
+                         for c in (obj.get("status") or {}).get("conditions") or [])[:600]
 
     def check(self, pods: list[dict], groups: list[dict], shot: dict) -> list[dict]:
         violations = [v for v in super().check(pods, groups, shot)
@@ -94,7 +138,8 @@ class NodeLossRun(FaultRun):
         if shot["kind"] in NODE_KINDS and shot.get("bound_at_kill"):
             if shot["evicted_s"] is None:
                 violations.append({"type": "not_evicted_whole", "group": shot["victim"], **shot["loss"]})
-            if shot["replaced_s"] is None:
+            if shot["replaced_s"] is None and (shot["loss"].get("fit", True)
+                                               or shot.get("replaced_after_node_back_s") is None):
                 violations.append({"type": "not_replaced", "group": shot["victim"], **shot["loss"]})
         return violations
 
