@@ -449,7 +449,8 @@ class NetFaultRun(FaultRun):
             fault, _ = split_kind(shot["kind"])
             waited, pods, groups, late = self.wait_bound(BIND_BOUND_S[fault])
             shot["bound_wait_s"] = waited
-            violations += [{"type": "not_bound_in_time", "bound_s": BIND_BOUND_S[fault], **g} for g in late]
+            violations += [{"type": "not_bound_in_time", "bound_s": BIND_BOUND_S[fault], **g,
+                            "serve": self.serve_view(g["group"])} for g in late]
             if "plain_bound_s" in shot and shot["plain_bound_s"] is None:
                 violations.append({"type": "plain_blocked", "bound_s": PLAIN_BOUND_S})
             lost, pods, groups = self.wait_status(STATUS_BOUND_S)
@@ -516,6 +517,20 @@ class NetFaultRun(FaultRun):
                 out.append({"group": unit.name, "min_count": unit.min_count, "rack": unit.rack, "room": room,
                             "topology": RACK if unit.rack else None, "events": self.reasons(unit.name)[-8:]})
         return out
+
+    def serve_view(self, group: str) -> dict:
+        """What phalanx serve says of ``group`` (its dashboard's view: plan, explanation, the last
+        events of its timeline, condition), as evidence of a violation; {} when serve does not answer."""
+        url = f"http://127.0.0.1:{self.rig.serve_port}/api/v1/podgroups/{self.ns}/{group}"
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                view = json.loads(response.read())
+        except (OSError, ValueError, urllib.error.URLError):
+            return {}
+        if isinstance(view.get("timeline"), list):
+            view["timeline"] = view["timeline"][-12:]
+        view["pods"] = [{k: p.get(k) for k in ("name", "node", "phase", "gated")} for p in view.get("pods") or []]
+        return view
 
     def check_footprint(self, shot: dict) -> list[dict]:
         serve = self.rig.serve
