@@ -530,6 +530,12 @@ class NetFaultRun(FaultRun):
         if isinstance(view.get("timeline"), list):
             view["timeline"] = view["timeline"][-12:]
         view["pods"] = [{k: p.get(k) for k in ("name", "node", "phase", "gated")} for p in view.get("pods") or []]
+        try:  # the write dispatcher's counters: were the retry touches (kind "nudge") written?
+            with urllib.request.urlopen(f"http://127.0.0.1:{self.rig.serve_port}/metrics", timeout=5) as response:
+                view["dispatch"] = [line for line in response.read().decode().splitlines()
+                                    if line.startswith((names.METRIC_DISPATCH_WRITES, names.METRIC_DISPATCH_QUEUED))]
+        except (OSError, urllib.error.URLError):
+            pass
         return view
 
     def check_footprint(self, shot: dict) -> list[dict]:
