@@ -69,14 +69,14 @@ def _serve(args: argparse.Namespace) -> int:
     if bool(args.kubeconfig) == bool(args.sim):
         raise SystemExit("phalanx serve: give exactly one of --kubeconfig PATH or --sim FILE")
     _log_to_stderr(logging.WARNING)
+    if args.history_groups < 1:
+        raise SystemExit("phalanx serve: --history-groups must be >= 1")
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
                            health_addr=args.health_addr, queue_policy=_queue_policy(args),
                            plan_ahead=tuple(args.plan_ahead_for or ()), namespace_limits=_namespace_limits(args),
                            provisioning=args.provisioning, history_groups=args.history_groups)
-    if args.history_groups < 1:
-        raise SystemExit("phalanx serve: --history-groups must be >= 1")
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     options.compile_manifest = compile_objects  # what-if compiles with the controller's own code
