@@ -10,7 +10,11 @@ kube-scheduler's bind phase runs one goroutine per pod, so a gang member's bind 
 - A Basic group's member binds at once, as planned: its plan is ``binding`` from the first member on
   and ``bound`` once every planned member is.
 - A pod without a group binds at once; a gang member without a plan is refused (never a pod phalanx
-  did not plan).
+  did not plan), and so is a member of a PodGroup phalanx has not seen. A bind call names only the
+  pod, and phalanx's cache may not have seen the pod yet (its watch lagging kube-scheduler's, as
+  under a slow API-server link): the group a filter call named is remembered by the pod's uid, so
+  a member planned while unseen, whose plan was released before its bind call came, is refused
+  rather than bound alone as a pod without a group.
 
 Any exception while binding finishes the plan as ``failed``: no plan stays in ``binding``. The
 barrier's deadline is on the injected clock; waiters sleep on the cycle's condition and wake on
@@ -21,6 +25,7 @@ call checks).
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
@@ -42,6 +47,10 @@ log = logging.getLogger("phalanx.cycle")
 #: among them) to land; past it the record is not written and the gang not bound (it is planned
 #: again), since a removal landing after the record would leave bound members unrecorded
 RECORD_FLUSH_SECONDS = 5.0
+#: group members whose filter call was answered and whose bind call has not come, remembered by uid
+#: at most (the oldest forgotten first: ~150 bytes each; a forgotten one is remembered again at its
+#: next filter call, which kube-scheduler makes before any bind)
+MAX_FILTERED_MEMBERS = 50_000
 
 
 class BindError(RuntimeError):
@@ -61,6 +70,15 @@ class Binding:
         self.clock = clock
         self.barrier_timeout = barrier_timeout
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
+        self._filtered: OrderedDict[str, str] = OrderedDict()  # pod uid -> group key its filter call named
+
+    def filtered(self, uid: str, group: str) -> None:
+        """A group member's filter call was answered (lock held): its bind call is judged as a
+        member's even if the cache has not seen the pod."""
+        self._filtered[uid] = group
+        self._filtered.move_to_end(uid)
+        if len(self._filtered) > MAX_FILTERED_MEMBERS:
+            self._filtered.popitem(last=False)
 
     def pod_name(self, uid: str) -> str:
         record = self.cache.pods.get(uid)
@@ -80,10 +98,14 @@ class Binding:
         :class:`BindError` otherwise."""
         with self.lock:
             plan = self.book.of_member(uid)
+            named = self._filtered.pop(uid, "")
         if plan is None:
             record = self.cache.pods.get(uid)
-            group = record.pod.group if record else ""
-            if group and group in self.cache.podgroups and self._is_gang(group):
+            group = record.pod.group if record else named
+            if group and group not in self.cache.podgroups:
+                raise BindError(f"phalanx: pod {namespace}/{name} names podgroup {group}, which phalanx "
+                                "has not seen; not binding")
+            if group and self._is_gang(group):
                 raise BindError(f"phalanx: pod {namespace}/{name} of podgroup {group} has no plan; not binding")
             self._bind_one(namespace, name, uid, node)  # pods without a group (or Basic groups)
             with self.lock:

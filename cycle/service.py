@@ -284,6 +284,7 @@ class WorkloadCycle:
         passed = frozenset(candidates)
         self.verdicts.learn(pod, frozenset(self.cache.nodes.keys() - passed))
         with self.lock:
+            self.binding.filtered(pod.uid, pod.group)  # its bind call names only the pod
             self.planner.expire()
             self.planner.release_throttled()
             return self.answer_member(pod, pod.group, passed)

@@ -619,3 +619,46 @@ def test_a_gang_whose_plan_ended_unbound_is_not_held_to_that_rack(sim, cycle, cl
         sim.create(pod(f"f-{i}", None, gpu=4, node=n))  # that rack fills up meanwhile
     answer = verbs.filter(cycle, pods[0], all_nodes(sim))
     assert answer.nodes and sim.get("Node", answer.nodes[0])["metadata"]["labels"][RACK] != rack
+
+
+def test_a_member_planned_before_the_cache_saw_it_is_not_bound_alone_once_its_plan_was_released(sim, cycle,
+                                                                                                   monkeypatch):
+    """A bind call names only the pod. Under a slow API-server link phalanx's watch lags
+    kube-scheduler's: a member is planned from its filter call alone, its plan is released for a
+    new member (also unseen) and re-made without it, and then its bind call comes. Unknown to the
+    cache and in no plan, it must be refused as a gang member without a plan, never bound alone as
+    a pod without a group; a plain pod the cache has not seen still binds."""
+    lagging = {"g-0", "g-2", "solo"}
+    held = []
+    publish = sim._publish
+
+    def lagging_watch(kind, event, obj):
+        if kind == "Pod" and obj["metadata"]["name"] in lagging:
+            held.append((kind, event, obj))
+        else:
+            publish(kind, event, obj)
+
+    monkeypatch.setattr(sim, "_publish", lagging_watch)
+    sim.create(podgroup("g", 2))
+    seen = sim.create(pod("g-1", "g"))
+    first, late = sim.create(pod("g-0", "g")), sim.create(pod("g-2", "g"))
+    assert uid(first) not in sim.cache.pods and uid(late) not in sim.cache.pods
+    node = plan_for(cycle, sim, [first])[uid(first)]  # planned with g-1, from its filter call alone
+    assert set(cycle.plans["default/g"].assignments) == {uid(first), uid(seen)}
+    plan_for(cycle, sim, [late])  # a new member: re-planned with g-1 and g-2 (g-0 still unseen)
+    assert set(cycle.plans["default/g"].assignments) == {uid(late), uid(seen)}
+
+    with pytest.raises(BindError, match="podgroup default/g has no plan"):
+        cycle.bind("default", "g-0", uid(first), node)
+    assert not sim.get("Pod", "default/g-0")["spec"].get("nodeName")
+
+    solo = sim.create(pod("solo"))
+    answer = verbs.filter(cycle, solo, all_nodes(sim))
+    cycle.bind("default", "solo", uid(solo), answer.nodes[0])
+    assert sim.get("Pod", "default/solo")["spec"]["nodeName"] == answer.nodes[0]
+
+    for kind, event, obj in held:  # the watch catches up: g-0 is planned with its group again
+        publish(kind, event, obj)
+    planned = plan_for(cycle, sim, [first, late, seen])
+    assert bind_gang(cycle, [first, late, seen], planned) == []
+    assert all(sim.get("Pod", f"default/g-{i}")["spec"].get("nodeName") for i in range(3))
