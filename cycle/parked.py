@@ -11,31 +11,55 @@ its own filters left no node) may be the last one: the cache had not yet seen a 
 or the lifting of its scheduling gate. Once the cache shows the group with its members, every
 parked member is touched, so one of them makes the group's cycle (and its preemption) run.
 
+A member may name a PodGroup the cache has not seen yet (its watch lagging kube-scheduler's, as
+under a slow API-server link): it is answered "does not exist yet" and parked *unseen*. Such a
+group is *young* for :data:`UNSEEN_GRACE` seconds after its last parking, and the prune of groups a
+re-list dropped keeps it: forgetting it would leave its members untouched when the PodGroup lands and its
+plan forms, and kube-scheduler would hold them until its own periodic flush (minutes).
+
 Bounded: a pod leaves when it is filtered again, deleted or bound, a group when its PodGroup is
-deleted, its plan takes the pods or its members are complete.
+deleted, its plan takes the pods or its members are complete, and a group the cache never shows
+once it is no longer young.
 """
 
 from __future__ import annotations
 
 import threading
-from typing import Collection, Iterable
+import time
+from typing import Callable, Collection, Iterable
+
+#: seconds a group parked without its PodGroup in the cache is kept by the prune (see the module's
+#: doc): far beyond any watch lag phalanx has met, short against kube-scheduler's periodic flush
+UNSEEN_GRACE = 60.0
 
 
 class ParkedMembers:
-    def __init__(self) -> None:
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
         self._lock = threading.Lock()
+        self.clock = clock
         self._by_group: dict[str, dict[str, tuple[str, str]]] = {}
         self._group_of: dict[str, str] = {}
         self._incomplete: set[str] = set()  # groups whose members were parked "waiting for members"
+        self._unseen_at: dict[str, float] = {}  # group -> when a member was last parked without it in the cache
 
-    def park(self, group: str, uid: str, namespace: str, name: str, incomplete: bool = False) -> None:
+    def park(self, group: str, uid: str, namespace: str, name: str, incomplete: bool = False,
+             unseen: bool = False) -> None:
         """``incomplete``: answered because the group had fewer than minCount schedulable members
-        (as the cache saw it): such members are touched again once it has them (:meth:`complete`)."""
+        (as the cache saw it): such members are touched again once it has them (:meth:`complete`).
+        ``unseen``: the cache had not seen the group's PodGroup."""
         with self._lock:
             self._by_group.setdefault(group, {})[uid] = (namespace, name)
             self._group_of[uid] = group
+            if unseen:
+                self._unseen_at[group] = self.clock()
             if incomplete:
                 self._incomplete.add(group)
+
+    def young(self) -> set[str]:
+        """Groups a member of which was parked unseen less than :data:`UNSEEN_GRACE` seconds ago."""
+        since = self.clock() - UNSEEN_GRACE
+        with self._lock:
+            return {g for g, at in self._unseen_at.items() if at > since}
 
     def waits_for_members(self, group: str) -> bool:
         with self._lock:
@@ -65,6 +89,7 @@ class ParkedMembers:
                     out.append(ref)
             if not parked:
                 del self._by_group[group]
+                self._unseen_at.pop(group, None)
             return out
 
     def forget_pod(self, uid: str) -> None:
@@ -77,10 +102,12 @@ class ParkedMembers:
                 parked.pop(uid, None)
                 if not parked:
                     del self._by_group[group]
+                    self._unseen_at.pop(group, None)
 
     def forget_group(self, group: str) -> None:
         with self._lock:
             self._incomplete.discard(group)
+            self._unseen_at.pop(group, None)
             for uid in self._by_group.pop(group, {}):
                 self._group_of.pop(uid, None)
 
@@ -92,15 +119,19 @@ class ParkedMembers:
         """Every parked member of ``group`` (namespace, name), no longer parked."""
         with self._lock:
             parked = self._by_group.pop(group, {})
+            self._unseen_at.pop(group, None)
             for uid in parked:
                 self._group_of.pop(uid, None)
             return list(parked.values())
 
     def prune(self, groups: Collection[str]) -> None:
-        """Forget the members of groups not in ``groups`` (after a re-list). Pods are left to
-        their own events: the cache may not have seen a pod that filter already parked."""
+        """Forget the members of groups not in ``groups`` (after a re-list; the caller keeps the
+        young ones). Pods are left to their own events: the cache may not have seen a pod that
+        filter already parked."""
         with self._lock:
             self._incomplete &= set(groups)
+            for group in [g for g in self._unseen_at if g not in groups]:
+                del self._unseen_at[group]
             for group in [g for g in self._by_group if g not in groups]:
                 for uid in self._by_group.pop(group):
                     self._group_of.pop(uid, None)

@@ -257,13 +257,16 @@ class Requeue:
             for table in (self.book, planner.explanations, planner.domains, self.capacity.waiting,
                           self.status.conditions, self.queue.failed, self.replans.groups):
                 gone.update(k for k in table if k not in live)
-            for key in gone - set(live):
+            # a group whose member was parked moments ago without its PodGroup in the cache is
+            # one the cache has not seen yet, not one a re-list dropped: kept (see cycle.parked)
+            kept = set(live) | (self.parked.young() - set(deleted))
+            for key in gone - kept:
                 self._forget_group(key)
-            self.parked.prune(live)
+            self.parked.prune(kept)
             planner.policies.prune(set(live))
             self.status.prune(live)
             planner.smallest.prune(live)
-            self.inbox.prune(live)
+            self.inbox.prune(kept)
             self.recorded.prune(live)
             self.tenants.prune(live)
             planner.provisioning.prune(live)

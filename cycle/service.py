@@ -147,7 +147,7 @@ class WorkloadCycle:
         self.domains: dict[str, tuple[str, str]] = {}  # group -> (topology key, domain) it keeps
         self.queue = PodGroupQueue(clock)
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
-        self.parked = ParkedMembers()  # members answered "no node": touched when their plan forms
+        self.parked = ParkedMembers(clock)  # members answered "no node": touched when their plan forms
         self.recorded = RecordedHolds(cache)  # partly bound gangs' records hold their nodes
         self.heap = Heap(returned=self.metrics.heap_returned.inc)  # settled once the caches are synced; see heap.py
         self.replans = ReplanBudget()  # group -> plans released since it last bound
@@ -432,7 +432,8 @@ class WorkloadCycle:
         """Park a member answered while its group looked incomplete, and have the requeue thread
         check the group once more: an event that completed it may have landed meanwhile.
         ``preempting``: answered at kube-scheduler's preemption call (its own filters left no node)."""
-        self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True)
+        self.parked.park(key, pod.uid, pod.namespace, pod.name, incomplete=True,
+                         unseen=key not in self.cache.podgroups)
         self.inbox.arrived(key, preempting)
 
     # -- prioritize --------------------------------------------------------------------------

@@ -374,3 +374,48 @@ def test_a_member_answered_while_the_cache_lagged_is_touched_once_the_group_is_c
     # kube-scheduler retries a pod its own filters rejected only when they may pass now, never for
     # a touch: after a preemption call phalanx runs the group's cycle itself
     assert ("default/g" in cycle.plans) == (verb == "preempt")
+
+
+def test_members_parked_before_the_cache_saw_their_podgroup_survive_a_prune_and_are_touched(sim, cycle, clock,
+                                                                                           monkeypatch):
+    """Under a slow API-server link a member's filter call can come before phalanx's watch brings
+    its PodGroup: it is answered "does not exist yet" and parked. A prune of groups a re-list
+    dropped runs meanwhile (it runs every second while deletions come in): the group is not in
+    the cache, but it is young and kept, so when the PodGroup lands its members are touched and
+    kube-scheduler retries them. A group the cache never shows is forgotten once no longer young."""
+    held = []
+    publish = sim._publish
+
+    def lagging_watch(kind, event, obj):
+        if kind == "PodGroup" and obj["metadata"]["name"] == "g":
+            held.append((kind, event, obj))
+        else:
+            publish(kind, event, obj)
+
+    monkeypatch.setattr(sim, "_publish", lagging_watch)
+    sim.create(podgroup("g", 2))
+    members = [sim.create(pod(f"g-{i}", "g")) for i in range(2)]
+    for member in members:
+        assert verbs.filter(cycle, member, all_nodes(sim)).nodes == []
+    assert "does not exist yet" in cycle.explanations["default/g"]
+    assert len(cycle.parked) == 2
+    cycle.requeue.prune(full=True)  # the PodGroup is not in the cache: dropped by a re-list?
+    assert len(cycle.parked) == 2  # no: parked a moment ago, kept
+
+    for kind, event, obj in held:  # the watch catches up
+        publish(kind, event, obj)
+    cycle.requeue.members_arrived()
+    cycle.requeue.touch_parked()
+    cycle.flush()
+    touched = {p["metadata"]["name"] for p in sim.list("Pod")
+               if names.ANNOTATION_RETRY in (p["metadata"].get("annotations") or {})}
+    assert touched == {"g-0", "g-1"}
+    assert len(cycle.parked) == 0
+
+    stray = sim.create(pod("s-0", "never"))  # names a PodGroup that never comes
+    assert verbs.filter(cycle, stray, all_nodes(sim)).nodes == []
+    cycle.requeue.prune(full=True)
+    assert len(cycle.parked) == 1
+    clock.now += 61.0
+    cycle.requeue.prune(full=True)
+    assert len(cycle.parked) == 0 and "default/never" not in cycle.explanations
