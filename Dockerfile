@@ -15,9 +15,12 @@ FROM python:3.11-slim
 RUN groupadd --gid 65532 phalanx \
  && useradd --uid 65532 --gid 65532 --no-create-home --home-dir /nonexistent --shell /usr/sbin/nologin phalanx
 COPY --from=build /opt/phalanx /opt/phalanx
+# GLIBC_TUNABLES: no per-thread cache of freed chunks (serve's ~300 threads would fill theirs over
+# hours and keep it resident; docs/design.md), set here so `phalanx serve` need not re-execute itself
 ENV PATH=/opt/phalanx/bin:$PATH \
     PYTHONDONTWRITEBYTECODE=1 \
-    PYTHONUNBUFFERED=1
+    PYTHONUNBUFFERED=1 \
+    GLIBC_TUNABLES=glibc.malloc.tcache_count=0
 USER 65532:65532
 WORKDIR /tmp
 ENTRYPOINT ["phalanx"]

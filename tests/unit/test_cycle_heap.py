@@ -115,3 +115,30 @@ def test_without_malloc_trim_nothing_is_read_or_trimmed():
     heap = Heap(trim=None, resident=lambda: read.append(1) or 1 << 30)
     assert heap.release_if_grown() == 0 and read == []
     assert heap.next_look() == float("inf")  # the requeue thread does not wake for it
+
+
+def test_the_allocator_env_turns_glibcs_per_thread_cache_off_once_and_keeps_an_operators_choice():
+    from cycle.heap import allocator_env
+    assert allocator_env({"A": "1"}, "glibc 2.36") == {"A": "1", "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+    assert allocator_env({"GLIBC_TUNABLES": "glibc.malloc.arena_max=4"}, "glibc 2.36") == {
+        "GLIBC_TUNABLES": "glibc.malloc.arena_max=4:glibc.malloc.tcache_count=0"}
+    assert allocator_env({"GLIBC_TUNABLES": "glibc.malloc.tcache_count=7"}, "glibc 2.36") is None
+    assert allocator_env({}, "") is None  # musl, macOS: nothing to set
+
+
+def test_serve_and_bench_re_execute_themselves_with_the_cache_off_and_only_once():
+    """The real re-execution: a process that calls it runs again from the start with the variable
+    set (glibc reads it only at start), and the second run goes on."""
+    import os
+    import subprocess
+    import sys
+
+    from cycle.heap import libc_name
+    if not libc_name().startswith("glibc"):
+        pytest.skip("not glibc: nothing is re-executed")
+    code = ("import os; print('start', flush=True); from phalanx_cli.main import _without_tcache; "
+            "_without_tcache(); print(os.environ['GLIBC_TUNABLES'])")
+    env = {k: v for k, v in os.environ.items() if k != "GLIBC_TUNABLES"}
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
+                         cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))).stdout
+    assert out.split("\n") == ["start", "start", "glibc.malloc.tcache_count=0", ""]
