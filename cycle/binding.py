@@ -25,13 +25,14 @@ call checks).
 from __future__ import annotations
 
 import logging
+import threading
 from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable
 
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
-from cluster.cache import ClusterCache
+from cluster.cache import CacheEvent, ClusterCache
 from cluster.convert import placement_annotation
 from solver import Policy
 
@@ -58,6 +59,7 @@ class BindError(RuntimeError):
 
 
 class Binding:
+    SIZE_CAPS = {"_filtered": MAX_FILTERED_MEMBERS}  # see cluster/sizes.py
     def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, writer: ClusterWriter,
                  status: StatusWriter, metrics: CycleMetrics, clock: Callable[[], float],
                  barrier_timeout: float, bind_workers: int = 16) -> None:
@@ -71,14 +73,24 @@ class Binding:
         self.barrier_timeout = barrier_timeout
         self._binder = ThreadPoolExecutor(max_workers=bind_workers, thread_name_prefix="phalanx-bind")
         self._filtered: OrderedDict[str, str] = OrderedDict()  # pod uid -> group key its filter call named
+        self._filtered_lock = threading.Lock()  # a leaf: the cache's listener takes it, not the cycle's
+        cache.subscribe(self._on_cache_change)
 
     def filtered(self, uid: str, group: str) -> None:
-        """A group member's filter call was answered (lock held): its bind call is judged as a
-        member's even if the cache has not seen the pod."""
-        self._filtered[uid] = group
-        self._filtered.move_to_end(uid)
-        if len(self._filtered) > MAX_FILTERED_MEMBERS:
-            self._filtered.popitem(last=False)
+        """A group member's filter call was answered: its bind call is judged as a member's even if
+        the cache has not seen the pod."""
+        with self._filtered_lock:
+            self._filtered[uid] = group
+            self._filtered.move_to_end(uid)
+            if len(self._filtered) > MAX_FILTERED_MEMBERS:
+                self._filtered.popitem(last=False)
+
+    def _on_cache_change(self, event: CacheEvent) -> None:
+        """A pod the cache shows bound or deleted needs no remembered group (a re-list that drops
+        one unseen leaves it to the bound on the map)."""
+        if event.kind == "Pod" and (event.pod is None or event.pod.pod.node):
+            with self._filtered_lock:
+                self._filtered.pop(event.key, None)
 
     def pod_name(self, uid: str) -> str:
         record = self.cache.pods.get(uid)
@@ -98,6 +110,7 @@ class Binding:
         :class:`BindError` otherwise."""
         with self.lock:
             plan = self.book.of_member(uid)
+        with self._filtered_lock:
             named = self._filtered.pop(uid, "")
         if plan is None:
             record = self.cache.pods.get(uid)

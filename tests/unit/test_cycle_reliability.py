@@ -662,3 +662,17 @@ def test_a_member_planned_before_the_cache_saw_it_is_not_bound_alone_once_its_pl
     planned = plan_for(cycle, sim, [first, late, seen])
     assert bind_gang(cycle, [first, late, seen], planned) == []
     assert all(sim.get("Pod", f"default/g-{i}")["spec"].get("nodeName") for i in range(3))
+
+
+def test_the_group_a_filter_call_named_is_forgotten_once_the_pod_is_bound_or_deleted(sim, cycle):
+    """What bind remembers per member stays within the pending ones: a member refused at filter and
+    then deleted, and one bound, leave nothing behind."""
+    sim.create(podgroup("g", 3))
+    members = [sim.create(pod(f"g-{i}", "g")) for i in range(2)]
+    for member in members:
+        assert verbs.filter(cycle, member, all_nodes(sim)).nodes == []  # 2 of 3: waiting for members
+    assert len(cycle.binding._filtered) == 2
+    sim.delete("Pod", "default/g-0")
+    assert set(cycle.binding._filtered) == {uid(members[1])}
+    sim.update("Pod", "default/g-1", lambda p: p["spec"].update(nodeName=all_nodes(sim)[0]))
+    assert len(cycle.binding._filtered) == 0
