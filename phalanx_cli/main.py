@@ -44,7 +44,8 @@ def _bench(args: argparse.Namespace) -> int:
         extra = {"duration": args.duration * 60 if args.duration else None, "real": args.real}
     if args.trace or args.cluster:
         extra.update(_given_trace(args.trace, args.cluster))
-    _without_tcache()
+    if args.whole_process:
+        _without_tcache()
     return module.main(quick=args.quick, json_path=args.json, seeds=args.seeds, **extra)
 
 
@@ -85,7 +86,8 @@ def _serve(args: argparse.Namespace) -> int:
 
     if bool(args.kubeconfig) == bool(args.sim):
         raise SystemExit("phalanx serve: give exactly one of --kubeconfig PATH or --sim FILE")
-    _without_tcache()
+    if args.whole_process:
+        _without_tcache()
     _log_to_stderr(logging.WARNING)
     if args.history_groups < 1:
         raise SystemExit("phalanx serve: --history-groups must be >= 1")
@@ -102,7 +104,7 @@ def _serve(args: argparse.Namespace) -> int:
 
     try:
         return serve(options, kubeconfig=args.kubeconfig, sim_file=args.sim)
-    except (FlavorUnavailable, ValueError) as err:
+    except (FlavorUnavailable, ValueError, OSError) as err:  # OSError: a --sim file that cannot be read
         raise SystemExit(f"phalanx serve: {err}") from None
 
 
@@ -347,6 +349,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    # this process's own command line (not a caller's argv, as in tests): serve and bench may
+    # re-execute it (see _without_tcache)
+    args.whole_process = argv is None
     return args.func(args)
 
 

@@ -142,3 +142,18 @@ def test_serve_and_bench_re_execute_themselves_with_the_cache_off_and_only_once(
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, check=True,
                          cwd=os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))).stdout
     assert out.split("\n") == ["start", "start", "glibc.malloc.tcache_count=0", ""]
+
+
+def test_a_caller_running_the_cli_in_its_own_process_is_never_re_executed(tmp_path, monkeypatch):
+    """Only the process whose own command line is phalanx's re-executes itself: ``main(argv)``
+    called with an argv (a test, an embedding program) must not replace its caller."""
+    import os
+
+    from phalanx_cli.main import main
+    execs = []
+    monkeypatch.delenv("GLIBC_TUNABLES", raising=False)
+    monkeypatch.setattr(os, "execve", lambda *a: execs.append(a))
+    with pytest.raises(SystemExit, match="phalanx serve: .*absent.yaml"):  # said, not a traceback
+        main(["serve", "--sim", str(tmp_path / "absent.yaml"), "--insecure-loopback-no-auth",
+              "--http-addr", "127.0.0.1:0", "--grpc-addr", ""])
+    assert execs == []
