@@ -53,6 +53,7 @@ from typing import Callable
 log = logging.getLogger(__name__)
 
 #: glibc's tunable of the per-thread cache's depth, and serve's value (see the module's doc)
+TUNABLES_VARIABLE = "GLIBC_TUNABLES"
 TCACHE_TUNABLE = "glibc.malloc.tcache_count"
 TCACHE_COUNT = 0
 
@@ -78,11 +79,11 @@ def allocator_env(environ: dict[str, str], libc: str) -> dict[str, str] | None:
     already names the tunable (the operator's choice, or this process re-executed)."""
     if not libc.startswith("glibc"):
         return None
-    tunables = environ.get("GLIBC_TUNABLES", "")
+    tunables = environ.get(TUNABLES_VARIABLE, "")
     if TCACHE_TUNABLE in tunables:
         return None
     setting = f"{TCACHE_TUNABLE}={TCACHE_COUNT}"
-    return {**environ, "GLIBC_TUNABLES": f"{tunables}:{setting}" if tunables else setting}
+    return {**environ, TUNABLES_VARIABLE: f"{tunables}:{setting}" if tunables else setting}
 
 
 def libc_name() -> str:
