@@ -60,6 +60,7 @@ class BindError(RuntimeError):
 
 class Binding:
     SIZE_CAPS = {"_filtered": MAX_FILTERED_MEMBERS}  # see cluster/sizes.py
+
     def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, writer: ClusterWriter,
                  status: StatusWriter, metrics: CycleMetrics, clock: Callable[[], float],
                  barrier_timeout: float, bind_workers: int = 16) -> None:

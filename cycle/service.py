@@ -283,8 +283,8 @@ class WorkloadCycle:
         # phalanx knows (a C-level copy of the keys, safe while the cache's thread adds nodes)
         passed = frozenset(candidates)
         self.verdicts.learn(pod, frozenset(self.cache.nodes.keys() - passed))
+        self.binding.filtered(pod.uid, pod.group)  # its bind call names only the pod (own leaf lock)
         with self.lock:
-            self.binding.filtered(pod.uid, pod.group)  # its bind call names only the pod
             self.planner.expire()
             self.planner.release_throttled()
             return self.answer_member(pod, pod.group, passed)

@@ -14,7 +14,6 @@ def _without_tcache() -> None:
     reads only at start (see cycle.heap): serve's resident size then stays flat, and a benchmark
     measures serve as it runs. Nothing happens where it is set already or the C library is not glibc."""
     import os
-    import sys
 
     from cycle.heap import allocator_env, libc_name
 
