@@ -11,8 +11,9 @@ from cluster import names
 
 def _without_tcache() -> None:
     """Re-execute this process once with glibc's per-thread cache of freed chunks off, which it
-    reads only at start (see cycle.heap): serve's resident size then stays flat, and a benchmark
-    measures serve as it runs. Nothing happens where it is set already or the C library is not glibc."""
+    reads only at start (see cycle.heap): serve's resident size then grows a quarter as fast (the
+    soaks in docs/benchmarks.md), and a benchmark measures serve as it runs. Nothing happens where
+    it is set already or the C library is not glibc."""
     import os
 
     from cycle.heap import allocator_env, libc_name
