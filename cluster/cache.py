@@ -477,16 +477,42 @@ class ClusterCache:
             records = [self.pods[u] for u in uids if self.pods[u].active and not self.pods[u].terminating]
         return sorted(records, key=lambda r: r.pod.name)
 
+    # the rule's one home (docs/design.md: phalanx/gang-history)
+    def finished_members(self, group_key: str) -> list[PodRecord]:
+        """Members that ran and finished and still count toward the gang's minCount, one per slot.
+
+        A member finishes only after it ran, and a gang member runs only once its gang was placed
+        whole, so a finished member is itself the record that the gang was admitted: no state to
+        keep, the same after a restart and in both API flavors. A slot is what a replacement
+        keeps: an Indexed Job's completion index, else the pod's name (StatefulSet and
+        LeaderWorkerSet pods are recreated under their name). A Succeeded member's slot is done
+        for good; a Failed one counts while no live member holds its slot — its owner has not
+        replaced it (yet), or never will (a Job's index past its backoffLimitPerIndex). A Failed
+        pod of a Job without completion indexes does not count: that Job replaces it under a
+        new name. Terminating pods never count."""
+        with self._lock:
+            records = [self.pods[u] for u in self.pods_by_group.get(group_key, ())]
+        held = {_slot(r) for r in records if r.active and not r.terminating}
+        finished: dict[str, PodRecord] = {}
+        # a Succeeded one stands for its slot
+        for r in sorted(records, key=lambda r: (r.phase != "Succeeded", r.pod.name)):
+            if r.active or r.terminating or _slot(r) in held:
+                continue
+            if r.phase == "Failed" and r.owner_kind == "Job" and names.LABEL_JOB_COMPLETION_INDEX not in r.labels:
+                continue
+            finished.setdefault(_slot(r), r)
+        return sorted(finished.values(), key=lambda r: r.pod.name)
+
     def podgroup(self, group_key: str, members: list[PodRecord] | None = None) -> PodGroup | None:
-        """The solver's view of a PodGroup with its current (non-gated) members, or None when the
-        PodGroup object does not exist (yet)."""
+        """The solver's view of a PodGroup with its current (non-gated) members and the count of
+        its finished ones, or None when the PodGroup object does not exist (yet)."""
         with self._lock:
             record = self.podgroups.get(group_key)
         if record is None:
             return None
         records = members if members is not None else self.members(group_key)
         pods = tuple(r.pod for r in records if not r.gated)
-        return podgroup_of(record, pods, self.priority_classes)
+        return podgroup_of(record, pods, self.priority_classes, finished=len(self.finished_members(group_key)))
 
     def invalid_members(self, group_key: str) -> list[InvalidPod]:
         """Pods naming the group that failed to convert (the group cannot be complete without them)."""
@@ -545,6 +571,12 @@ class ClusterCache:
         if self._inventory is None:
             self._inventory = volume_inventory(self.persistent_volumes.values(), self.claims, self.csinodes)
         return self._inventory
+
+
+def _slot(record: PodRecord) -> str:
+    """What a member's replacement keeps: an Indexed Job's completion index, else the pod's name."""
+    index = record.labels.get(names.LABEL_JOB_COMPLETION_INDEX)
+    return f"index {index}" if index is not None else record.pod.name
 
 
 def priority_value(obj: Mapping[str, Any]) -> int:

@@ -887,9 +887,10 @@ def podgroup_record(obj: JSON, spec: GroupSpec | None = None) -> PodGroupRecord:
 
 
 def podgroup_of(record: PodGroupRecord, members: tuple[Pod, ...] = (),
-                priority_classes: Mapping[str, int] | None = None) -> PodGroup:
-    """The PodGroup the solver places, with its member pods. The priority is the value of
-    ``spec.priorityClassName``, else ``spec.priority``, else the members' highest."""
+                priority_classes: Mapping[str, int] | None = None, finished: int = 0) -> PodGroup:
+    """The PodGroup the solver places, with its member pods and the count of its finished ones.
+    The priority is the value of ``spec.priorityClassName``, else ``spec.priority``, else the
+    members' highest."""
     spec = record.spec
     # the class wins when it resolves: the API server defaults spec.priority to 0 even when a
     # priorityClassName is set, as pods' spec.priority is only filled in by admission
@@ -912,4 +913,5 @@ def podgroup_of(record: PodGroupRecord, members: tuple[Pod, ...] = (),
         # the text as written: PodGroup converts it, and rejects a bad one naming the group
         preemption_policy=cast(PreemptionPolicy, spec.preemption_policy),
         default_preference=record.default_preference,
+        finished=finished,
     )

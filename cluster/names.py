@@ -76,6 +76,9 @@ ANNOTATION_LWS_SIZE = "leaderworkerset.sigs.k8s.io/size"  # pods: the group size
 ANNOTATION_LWS_LEADER_NAME = "leaderworkerset.sigs.k8s.io/leader-name"  # worker pods: their leader
 ANNOTATION_LWS_EXCLUSIVE_TOPOLOGY = "leaderworkerset.sigs.k8s.io/exclusive-topology"
 LABEL_POD_INDEX = "apps.kubernetes.io/pod-index"  # set by the StatefulSet controller
+# set by the Job controller on an Indexed Job's pods (label and annotation): the pod's index, which
+# its replacement keeps
+LABEL_JOB_COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 # phalanx's, for LWS: the leader pod's group incarnation (workers inherit it; see controller/lws.py),
 # and on the PodGroups phalanx creates for an LWS, the scheduling level (replica, whole, role).
 LABEL_LWS_INCARNATION = "scheduling.phalanx.dev/lws-incarnation"
@@ -89,6 +92,11 @@ REASON_SCHEDULER_ERROR = "SchedulerError"
 REASON_NAMESPACE_LIMIT = "NamespaceLimit"
 #: PodGroupInitiallyScheduled=False: minCount exceeds the pods every schedulable node together can run
 REASON_MIN_COUNT_TOO_LARGE = "MinCountTooLarge"
+#: phalanx's, beside it once a gang was admitted: False while members it lost (or that joined it)
+#: wait — the reason and message say for what — and True again once they go to binding
+CONDITION_MEMBERS_SCHEDULED = "scheduling.phalanx.dev/MembersScheduled"
+REASON_WAITING_FOR_MEMBERS = "WaitingForMembers"
+REASON_MEMBERS_SCHEDULED = "MembersScheduled"
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 

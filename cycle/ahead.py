@@ -115,8 +115,10 @@ class PlanAhead:
         if record is None or record.spec.policy is not Policy.GANG:
             return False
         members = self.cache.members(key)
-        if len(members) < record.spec.min_count or any(r.pod.node for r in members):
-            return False  # not complete yet, or partly bound (the placement record's path)
+        if any(r.pod.node for r in members) or self.cache.finished_members(key):
+            return False  # partly bound or ran before: the placement record's path, or a repair
+        if len(members) < record.spec.min_count:
+            return False  # not complete yet
         pending = [r for r in members if not r.gated]
         if not pending or any(r.scheduler_name not in self.schedulers for r in pending):
             return False

@@ -148,6 +148,7 @@ class Planner:
                 message = f"podgroup {key}: member {invalid[0].pod} is malformed: {invalid[0].error}"
                 self.status.set_status(key, False, names.REASON_UNSCHEDULABLE, message)
                 return message
+            self.status.members_waiting(key, group.missing_members)
             return group.missing_members
         return group
 
@@ -174,9 +175,11 @@ class Planner:
         if recorded is None or not group.bound or not group.pending:
             return None
         assignments = {p.uid: recorded.pods[p.name] for p in group.pending if p.name in recorded.pods}
+        if not assignments:  # it names none of them (a Job's replacement has a name of its own)
+            return None  # a cycle places them, in the bound members' domain
         snapshot = self.snapshot_for(group.key)
         try:
-            if not assignments or any(n not in candidates for n in assignments.values()):
+            if any(n not in candidates for n in assignments.values()):
                 raise PlacementInvalid("recorded nodes are not among the candidates")
             assert_placement_valid(snapshot, group, assignments)
         except PlacementInvalid as err:

@@ -448,4 +448,6 @@ class PluginEnforcement:
         pods = self.cache.pods
         uids = list(self.cache.pods_by_group.get(key, ()))  # a copy: the cache's thread may add members meanwhile
         live = sum(1 for r in map(pods.get, uids) if r is not None and r.active and not r.terminating)
-        return bool(uids) and live < record.spec.min_count
+        if not uids or live >= record.spec.min_count:
+            return False
+        return live + len(self.cache.finished_members(key)) < record.spec.min_count  # phalanx/gang-history

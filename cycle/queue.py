@@ -198,7 +198,7 @@ def plan_holds(snapshot: Snapshot, waiting: Sequence[Waiting], running: Sequence
             continue
         vec, elig = _shape(snapshot, group)
         values, ids = snapshot.domains(group.topology_key)
-        need = max(group.min_count - len(group.bound), 1) if group.policy is Policy.GANG else 1
+        need = max(group.needed, 1) if group.policy is Policy.GANG else 1
         best: tuple[Any, ...] | None = None
         for d, value in enumerate(values):
             mask = (ids == d) & ~taken & elig

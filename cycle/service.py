@@ -551,7 +551,8 @@ class WorkloadCycle:
             return self.book.get(key)
 
     def group_state(self, key: str) -> str:
-        """One word for operators: waiting, planned, binding, scheduled, unschedulable, pending."""
+        """One word for operators: waiting, planned, binding, scheduled, finished (every member
+        that counts has finished), unschedulable, pending."""
         with self.lock:
             self.planner.expire()
             plan = self.book.get(key)
@@ -566,7 +567,10 @@ class WorkloadCycle:
         bound = sum(1 for m in members if m.pod.node)
         if members and bound >= min(min_count, len(members)) and bound == len(members):
             return "scheduled"
-        if "waiting for members" in reason or len(members) < min_count:
+        finished = len(self.cache.finished_members(key))
+        if not members and finished:
+            return "finished"
+        if "waiting for members" in reason or len(members) + finished < min_count:
             return "waiting"
         if reason:
             return "unschedulable"

@@ -7,8 +7,12 @@ broken one never breaks scheduling.
 
 The ``PodGroupInitiallyScheduled`` condition as upstream's gang scheduling writes it: ``True``
 once the group's members go to binding and never back to ``False``; ``False`` with reason
-``Unschedulable`` (or ``SchedulerError``) and the explanation otherwise. The last condition
-queued wins over the cache's copy, which lags the dispatcher.
+``Unschedulable`` (or ``SchedulerError``) and the explanation otherwise. Once it is ``True``, what
+the gang's later members wait for (a lost member's replacement, a member that joined) goes on
+phalanx's ``scheduling.phalanx.dev/MembersScheduled`` beside it: ``False`` with which members are
+pending, running and finished and why they wait, ``True`` again when they go to binding (written
+only after it was ``False``: a gang that never waits again gets no second condition). The last
+condition queued wins over the cache's copy, which lags the dispatcher.
 """
 
 from __future__ import annotations
@@ -61,6 +65,12 @@ class TouchStamps:
         return datetime.fromtimestamp(seconds, timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{rest:06d}Z"
 
 
+def _names(head: str, names_: list[str], shown: int = 3) -> str:
+    """``head`` and up to ``shown`` names: "2 pending (a, b)", "5 running (a, b, c, +2)"."""
+    more = f", +{len(names_) - shown}" if len(names_) > shown else ""
+    return f"{head} ({', '.join(names_[:shown])}{more})"
+
+
 def podgroup_obj(key: str) -> str:
     """The dispatcher's ordering key for a PodGroup's writes."""
     return f"PodGroup/{key}"
@@ -71,7 +81,8 @@ class StatusWriter:
         self.cache = cache
         self.writer = writer
         self.dispatcher = dispatcher
-        self.conditions: dict[str, Condition] = {}  # group -> the last condition queued (the cache lags)
+        # group -> condition type -> the last condition queued (the cache lags)
+        self.conditions: dict[str, dict[str, Condition]] = {}
         self.touches = TouchStamps()
         self._listeners: list[Listener] = []
 
@@ -92,24 +103,59 @@ class StatusWriter:
 
     # the rule's one home (docs/design.md: KEP-6277/initially-scheduled)
     def set_status(self, key: str, ok: bool, reason: str, message: str) -> None:
-        """Queue ``PodGroupInitiallyScheduled`` on ``key`` (True: scheduled; never back to False)."""
+        """Queue ``PodGroupInitiallyScheduled`` on ``key`` (True: scheduled; never back to False);
+        once it is True, ``MembersScheduled`` instead (see the module's docstring)."""
         record = self.cache.podgroups.get(key)
         if record is None:
             return  # the group is gone (or not seen yet): nothing to write on
-        current = self.conditions.get(key) or record.condition(names.CONDITION_INITIALLY_SCHEDULED)
-        if current and current.status == "True":
+        current = self._current(key, names.CONDITION_INITIALLY_SCHEDULED)
+        if current is None or current.status != "True":
+            self._put(key, names.CONDITION_INITIALLY_SCHEDULED, ok, reason, message)
             return  # never back to False; True -> True keeps its lastTransitionTime
+        members = self._current(key, names.CONDITION_MEMBERS_SCHEDULED)
+        if not ok:
+            self._put(key, names.CONDITION_MEMBERS_SCHEDULED, False, reason, f"{self.members_note(key)}: {message}")
+        elif members is not None and members.status == "False":
+            self._put(key, names.CONDITION_MEMBERS_SCHEDULED, True, names.REASON_MEMBERS_SCHEDULED, message)
+
+    def members_waiting(self, key: str, message: str) -> None:
+        """A gang already scheduled waits for members (a lost one's replacement not created yet):
+        ``MembersScheduled`` says so. Nothing is written for a gang not yet scheduled: waiting for
+        members is how every gang starts."""
+        current = self._current(key, names.CONDITION_INITIALLY_SCHEDULED)
+        if current is not None and current.status == "True":
+            self.set_status(key, False, names.REASON_WAITING_FOR_MEMBERS, message)
+
+    def members_note(self, key: str) -> str:
+        """Which members of ``key`` are pending, running and finished (a few names each)."""
+        live = self.cache.members(key)
+        parts = [_names(f"{len(rows)} {what}", [r.pod.name for r in rows]) for what, rows in (
+            ("pending", [r for r in live if not r.pod.node]), ("running", [r for r in live if r.pod.node]),
+            ("finished", self.cache.finished_members(key))) if rows]
+        return f"podgroup {key} was scheduled; members " + ", ".join(parts or ["none"])
+
+    def _current(self, key: str, type_: str) -> Condition | None:
+        queued = self.conditions.get(key, {}).get(type_)
+        record = self.cache.podgroups.get(key)
+        return queued or (record.condition(type_) if record else None)
+
+    def _put(self, key: str, type_: str, ok: bool, reason: str, message: str) -> None:
+        """Queue condition ``type_`` on ``key`` unless it says this already; the patch carries
+        every condition queued for the group over the cache's copy."""
+        current = self._current(key, type_)
         status = "True" if ok else "False"
         message = message[:MAX_MESSAGE]
         same_status = current is not None and current.status == status
         if current is not None and same_status and current.message == message:
             return
-        condition = Condition(names.CONDITION_INITIALLY_SCHEDULED, status, reason, message,
+        condition = Condition(type_, status, reason, message,
                               current.last_transition_time if current and same_status else now_rfc3339())
-        self.conditions[key] = condition
-        others = [c.to_json() for c in record.conditions if c.type != names.CONDITION_INITIALLY_SCHEDULED]
+        queued = self.conditions.setdefault(key, {})
+        queued[type_] = condition
+        record = self.cache.podgroups.get(key)
+        others = [c.to_json() for c in (record.conditions if record else ()) if c.type not in queued]
         namespace, name = key.split("/", 1)
-        patch = {"conditions": others + [condition.to_json()]}
+        patch = {"conditions": others + [c.to_json() for c in queued.values()]}
         self.submit(key, "status", lambda: self.writer.patch_podgroup_status(namespace, name, patch),
                     coalesce=f"status:{key}")
 

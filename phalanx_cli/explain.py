@@ -22,6 +22,7 @@ CALL_TIMEOUT = 10.0  # seconds: a server that does not answer is reported, not w
 def render(reply: pb.ExplainGroupReply, plan: pb.Plan | None) -> str:
     lines = [f"podgroup {reply.namespace}/{reply.name}: {reply.state}",
              f"  members: {reply.members_existing} exist, {reply.members_bound} bound"
+             + (f", {reply.members_finished} finished" if reply.members_finished else "")
              + (f" (minCount {reply.min_count})" if reply.min_count else "")]
     if reply.owner_kind:
         lines.append(f"  owner: {reply.owner_kind} {reply.namespace}/{reply.owner_name}"

@@ -138,6 +138,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         return pb.ExplainGroupReply(namespace=request.namespace, name=request.name, state=summary.state,
                                     explanation=summary.explanation, members_existing=summary.members_existing,
                                     members_bound=summary.members_bound, min_count=summary.min_count,
+                                    members_finished=summary.members_finished,
                                     owner_kind=owner.kind, owner_name=owner.name, owner_level=owner.level,
                                     smallest_change=self.cycle.smallest.texts.get(key, ""))
 
@@ -222,6 +223,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         summary = pb.GroupSummary(namespace=namespace, name=name, state=self.cycle.group_state(key),
                                   members_existing=len(members),
                                   members_bound=sum(1 for m in members if m.pod.node),
+                                  members_finished=len(self.cache.finished_members(key)),
                                   explanation=self.cycle.explanations.get(key, ""))
         try:
             group = self.cache.podgroup(key, members)

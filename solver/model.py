@@ -521,6 +521,9 @@ class PodGroup:
     #: kubernetes.io/hostname with maxSkew 1 among the group's members, like kube-scheduler's soft
     #: default spreading of a controller's pods)
     default_preference: str = "pack"
+    #: members that ran and finished and still count toward minCount: the gang's history
+    #: (docs/design.md: phalanx/gang-history); they are not in ``members`` and hold no capacity
+    finished: int = 0
 
     def __post_init__(self) -> None:
         if not self.name:
@@ -537,6 +540,8 @@ class PodGroup:
             ) from None
         if isinstance(self.min_count, bool) or not isinstance(self.min_count, int) or self.min_count < 1:
             raise InvalidInput(f"podgroup {self.key}: minCount must be an integer >= 1, got {self.min_count!r}")
+        if isinstance(self.finished, bool) or not isinstance(self.finished, int) or self.finished < 0:
+            raise InvalidInput(f"podgroup {self.key}: finished members must be an integer >= 0, got {self.finished!r}")
         if self.disruption_mode is DisruptionMode.ALL and self.policy is Policy.BASIC:
             raise InvalidInput(f"podgroup {self.key}: disruptionMode all requires the gang policy")
         uids = [p.uid for p in self.members]
@@ -562,17 +567,21 @@ class PodGroup:
     # these rules' one home (docs/design.md: KEP-6277/gang-all-or-nothing, LWS/whole-level-surge)
     @property
     def needed(self) -> int:
-        """How many pending members must be placed for the placement to count."""
+        """How many pending members must be placed for the placement to count: minCount less the
+        bound members and the finished ones (a gang that ran repairs what it lost: phalanx/gang-history)."""
         if self.policy is Policy.BASIC:
             return 1 if self.pending else 0
-        return max(0, self.min_count - len(self.bound))
+        return max(0, self.min_count - len(self.bound) - self.finished)
 
     # the rule's one home (docs/design.md: KEP-6277/gang-waits-for-members)
     @property
     def missing_members(self) -> str:
-        """Why a gang cannot be placed yet — fewer than minCount members exist — or "" when it can."""
-        if self.policy is Policy.GANG and len(self.members) < self.min_count:
-            return f"podgroup {self.key}: waiting for members, {len(self.members)} of {self.min_count} exist"
+        """Why a gang cannot be placed yet — fewer than minCount members exist, finished ones
+        counted (phalanx/gang-history) — or "" when it can."""
+        count = len(self.members) + self.finished
+        if self.policy is Policy.GANG and count < self.min_count:
+            finished = f" ({self.finished} of them finished)" if self.finished else ""
+            return f"podgroup {self.key}: waiting for members, {count} of {self.min_count} exist{finished}"
         return ""
 
     def check_ready(self) -> None:

@@ -79,7 +79,8 @@ def refusal(reply: Reply, what: str) -> str:
 
 
 # -- top -----------------------------------------------------------------------------------------
-STATE_ORDER = ("binding", "planned", "preempting", "unschedulable", "pending", "waiting for members", "scheduled")
+STATE_ORDER = ("binding", "planned", "preempting", "unschedulable", "pending", "waiting for members", "scheduled",
+               "finished")
 
 
 def _in_namespace(rows: list[dict], namespace: str | None) -> list[dict]:

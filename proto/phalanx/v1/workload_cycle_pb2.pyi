@@ -100,7 +100,7 @@ class ExplainGroupRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ExplainGroupReply(_message.Message):
-    __slots__ = ("namespace", "name", "state", "explanation", "members_existing", "members_bound", "min_count", "owner_kind", "owner_name", "owner_level", "smallest_change")
+    __slots__ = ("namespace", "name", "state", "explanation", "members_existing", "members_bound", "min_count", "owner_kind", "owner_name", "owner_level", "smallest_change", "members_finished")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -112,6 +112,7 @@ class ExplainGroupReply(_message.Message):
     OWNER_NAME_FIELD_NUMBER: _ClassVar[int]
     OWNER_LEVEL_FIELD_NUMBER: _ClassVar[int]
     SMALLEST_CHANGE_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FINISHED_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     state: str
@@ -123,7 +124,8 @@ class ExplainGroupReply(_message.Message):
     owner_name: str
     owner_level: str
     smallest_change: str
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., explanation: _Optional[str] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., min_count: _Optional[int] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., owner_level: _Optional[str] = ..., smallest_change: _Optional[str] = ...) -> None: ...
+    members_finished: int
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., explanation: _Optional[str] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., min_count: _Optional[int] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., owner_level: _Optional[str] = ..., smallest_change: _Optional[str] = ..., members_finished: _Optional[int] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ("namespace",)
@@ -138,7 +140,7 @@ class ListGroupsReply(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[GroupSummary, _Mapping]]] = ...) -> None: ...
 
 class GroupSummary(_message.Message):
-    __slots__ = ("namespace", "name", "state", "policy", "min_count", "members_existing", "members_bound", "topology_key", "domain", "explanation")
+    __slots__ = ("namespace", "name", "state", "policy", "min_count", "members_existing", "members_bound", "topology_key", "domain", "explanation", "members_finished")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -149,6 +151,7 @@ class GroupSummary(_message.Message):
     TOPOLOGY_KEY_FIELD_NUMBER: _ClassVar[int]
     DOMAIN_FIELD_NUMBER: _ClassVar[int]
     EXPLANATION_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FINISHED_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     state: str
@@ -159,7 +162,8 @@ class GroupSummary(_message.Message):
     topology_key: str
     domain: str
     explanation: str
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., policy: _Optional[str] = ..., min_count: _Optional[int] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., topology_key: _Optional[str] = ..., domain: _Optional[str] = ..., explanation: _Optional[str] = ...) -> None: ...
+    members_finished: int
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., policy: _Optional[str] = ..., min_count: _Optional[int] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., topology_key: _Optional[str] = ..., domain: _Optional[str] = ..., explanation: _Optional[str] = ..., members_finished: _Optional[int] = ...) -> None: ...
 
 class WatchEventsRequest(_message.Message):
     __slots__ = ("namespace", "name")
