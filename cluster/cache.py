@@ -492,11 +492,14 @@ class ClusterCache:
         new name. Terminating pods never count."""
         with self._lock:
             records = [self.pods[u] for u in self.pods_by_group.get(group_key, ())]
+        ended = [r for r in records if not r.active and not r.terminating]
+        if not ended:
+            return []  # the common case, on every cycle's path: one pass, nothing built
         held = {_slot(r) for r in records if r.active and not r.terminating}
         finished: dict[str, PodRecord] = {}
         # a Succeeded one stands for its slot
-        for r in sorted(records, key=lambda r: (r.phase != "Succeeded", r.pod.name)):
-            if r.active or r.terminating or _slot(r) in held:
+        for r in sorted(ended, key=lambda r: (r.phase != "Succeeded", r.pod.name)):
+            if _slot(r) in held:
                 continue
             if r.phase == "Failed" and r.owner_kind == "Job" and names.LABEL_JOB_COMPLETION_INDEX not in r.labels:
                 continue

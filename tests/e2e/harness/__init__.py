@@ -7,7 +7,7 @@ Public surface (the conftest wires these into pytest fixtures):
 - ``ControlPlane.rest``: the project's REST client (``cluster.kube.Kube``) with the admin's client
   certificate;
 - nodes played by KWOK (``kwok.py``, started by ``ControlPlane.start``): ``node``, ``create_node``,
-  ``delete_node``, ``set_not_ready``, ``deletions_held``;
+  ``delete_node``, ``set_not_ready``, ``deletions_held``, ``finish_pod``;
 - object builders: ``workload``, ``podgroup_template``, ``podgroup``, ``pod``, ``statefulset``, ``job``,
   ``priority_class``, ``create``, ``path``;
 - bounded waits: ``wait_for``, ``wait_all_bound``, ``assert_none_bound``, ``podgroup_conditions``,
@@ -24,6 +24,7 @@ from .controlplane import (
     release_workdir,
     scheduler_config,
 )
+from .kwok import finish_pod
 from .nodes import GPU, RACK, ZONE, create_node, delete_node, deletions_held, node, set_not_ready
 from .objects import (
                       SCHEDULING_API,
@@ -45,7 +46,7 @@ __all__ = [
     "Binaries", "MissingBinaries", "locate", "read_versions", "ControlPlane", "Scheduler",
     "scheduler_config", "phalanx_scheduler_config", "PHALANX_MODES", "MODE_BINARY",
     "release_workdir",
-    "GPU", "RACK", "ZONE", "create_node", "delete_node", "deletions_held", "node", "set_not_ready",
+    "GPU", "RACK", "ZONE", "create_node", "delete_node", "deletions_held", "finish_pod", "node", "set_not_ready",
     "SCHEDULING_API", "STATEFULSET_SCHEDULING_ANNOTATION", "create", "job", "path", "path_of", "pod",
     "podgroup", "podgroup_template", "priority_class", "statefulset", "workload",
     "assert_none_bound", "bound", "placement", "podgroup_conditions", "pods", "wait_all_bound", "wait_for", "wait_gone",

@@ -32,10 +32,13 @@ from .process import Component, free_port, free_ports
 FeatureGates = Mapping[str, bool] | str | None
 
 # GenericWorkload serves scheduling.k8s.io workloads/podgroups (beta, off by default in 1.37);
-# beta API groups are also off by default, hence the runtime-config.
-APISERVER_FEATURE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}
+# beta API groups are also off by default, hence the runtime-config. WorkloadWithJob (alpha) keeps a
+# Job's spec.scheduling and has the Job controller make its Workload and PodGroup; it also gives a
+# new Job without spec.scheduling a Basic pair, unless its pod template names a group already (as
+# every other Job of the suite does).
+APISERVER_FEATURE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "WorkloadWithJob": True}
 APISERVER_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
-CONTROLLER_MANAGER_FEATURE_GATES = {"GenericWorkload": True}
+CONTROLLER_MANAGER_FEATURE_GATES = {"GenericWorkload": True, "WorkloadWithJob": True}
 # All on-by-default controllers (statefulset, garbage collector, podgroup-protection-controller with
 # GenericWorkload, node lifecycle and taint eviction, ...) except node IPAM, which has no pod CIDRs
 # to hand out (KWOK assigns pod IPs).

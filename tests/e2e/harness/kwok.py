@@ -10,19 +10,23 @@ it builds), with the stages below instead of KWOK's defaults:
 - pods (bound to a managed node): ``pod-ready`` makes a pod Running and Ready, with a pod IP from
   KWOK's CIDR and the node's InternalIP as host IP, at once (OrderedReady StatefulSets progress at
   full speed); ``pod-delete`` finishes a graceful deletion at once (what a kubelet does when the
-  containers are gone), except for pods labelled ``HOLD_DELETION_LABEL``.
+  containers are gone), except for pods labelled ``HOLD_DELETION_LABEL``; ``pod-succeeded`` and
+  ``pod-failed`` end a running pod's containers with the exit code a test labels it with
+  (``FINISH_LABEL``: 0 puts it in phase Succeeded, any other code in Failed), as a kubelet reports
+  a finished pod (:func:`finish_pod`).
 
-Job pods stay Running (nothing completes them). The stage format is KWOK's ``Stage`` API
+Pods run until then: a Job's pods finish only when a test finishes them. The stage format is KWOK's ``Stage`` API
 (kwok.x-k8s.io/v1alpha1); the templates are Go templates over the object.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import yaml
 
-from .nodes import E2E_NODE_LABEL, HOLD_DELETION_LABEL, NOT_READY_LABEL
+from .nodes import E2E_NODE_LABEL, FINISH_LABEL, HOLD_DELETION_LABEL, NOT_READY_LABEL
 
 # Pod IPs: KWOK hands them out of this range and takes them back when a pod goes. Kept apart from
 # the apiserver's service range (10.0.0.0/24) and from the nodes' InternalIPs (10.1.x.y).
@@ -90,6 +94,43 @@ startTime: {{ $now | Quote }}
 """
 
 
+_POD_FINISHED = """{{ $now := Now }}
+conditions:
+- {type: Ready, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+- {type: ContainersReady, status: "False", reason: PodCompleted, lastTransitionTime: {{ $now | Quote }}}
+containerStatuses:
+{{ range .spec.containers }}
+- name: {{ .name | Quote }}
+  image: {{ .image | Quote }}
+  ready: false
+  started: false
+  restartCount: 0
+  state: {terminated: {exitCode: EXIT, reason: REASON, finishedAt: {{ $now | Quote }}}}
+{{ end }}
+phase: PHASE
+"""
+
+
+def _finished(phase: str) -> dict:
+    """The stage that ends a pod labelled ``FINISH_LABEL`` with an exit code (0: Succeeded)."""
+    code = '{{ index $.metadata.labels "' + FINISH_LABEL + '" }}'  # ($: the pod, inside the range)
+    exit_code, reason, operator = ("0", "Completed", "In") if phase == "Succeeded" else (code, "Error", "NotIn")
+    template = _POD_FINISHED.replace("EXIT", exit_code).replace("REASON", reason).replace("PHASE", phase)
+    return _stage(f"pod-{phase.lower()}", "Pod", [
+        {"key": ".metadata.deletionTimestamp", "operator": "DoesNotExist"},
+        {"key": ".status.phase", "operator": "In", "values": ["Running"]},
+        {"key": _LABEL.format(FINISH_LABEL), "operator": "Exists"},
+        {"key": _LABEL.format(FINISH_LABEL), "operator": operator, "values": ["0"]},
+    ], {"statusTemplate": template})
+
+
+def finish_pod(rest: Any, namespace: str, name: str, exit_code: int = 0) -> None:
+    """Have KWOK end pod ``namespace/name``'s containers with ``exit_code`` (0: Succeeded, else
+    Failed), as its kubelet would."""
+    rest.patch(f"/api/v1/namespaces/{namespace}/pods/{name}",
+               {"metadata": {"labels": {FINISH_LABEL: str(exit_code)}}})
+
+
 def stages() -> list[dict]:
     """The Stage objects the harness runs KWOK with (see the module docstring)."""
     not_ready = _LABEL.format(NOT_READY_LABEL)
@@ -110,6 +151,8 @@ def stages() -> list[dict]:
             {"key": ".metadata.deletionTimestamp", "operator": "Exists"},
             {"key": _LABEL.format(HOLD_DELETION_LABEL), "operator": "DoesNotExist"},
         ], {"delete": True}),
+        _finished("Succeeded"),
+        _finished("Failed"),
     ]
 
 

@@ -24,6 +24,9 @@ GPU = "nvidia.com/gpu"
 E2E_NODE_LABEL = "phalanx.dev/e2e-node"
 NOT_READY_LABEL = "phalanx.dev/e2e-node-not-ready"
 HOLD_DELETION_LABEL = "phalanx.dev/e2e-hold-deletion"
+# a running pod labelled with it has its containers end with that exit code and goes to phase
+# Succeeded (0) or Failed, as a kubelet reports a finished pod (harness/kwok.py)
+FINISH_LABEL = "phalanx.dev/e2e-finish"
 
 _node_ips = itertools.count(1)
 
