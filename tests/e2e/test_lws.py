@@ -16,6 +16,7 @@ from harness import (
     bound,
     create,
     deletions_held,
+    finish_pod,
     placement,
     pods,
     priority_class,
@@ -287,6 +288,29 @@ def test_a_gang_replica_is_preempted_as_one_unit_with_disruption_mode_all(rest, 
     wait_for(lambda: not victims & {p["metadata"]["uid"] for p in live(members(rest, namespace, "low"))}, 60,
              "every pod of the low replica evicted")
     assert not bound(members(rest, namespace, "low"))
+
+
+def test_a_worker_that_fails_under_restart_policy_none_is_recreated_and_binds_back_into_its_replicas_rack(
+        rest, namespace, nodes, phalanx_lws):
+    """A worker's containers exit 1 (KWOK reports the pod Failed). Under ``restartPolicy: None`` LWS
+    keeps the group; the worker StatefulSet deletes the Failed pod and recreates it under its name
+    (a gang's history: docs/design.md): the PodGroup stays, the new pod is a repair and binds into
+    the replica's rack, though the other rack is empty."""
+    for rack in ("fa", "fb"):
+        for i in range(3):
+            nodes.add(f"wf-{rack}-{i}", cpu="1", rack=rack)
+    make_lws(rest, namespace, leaderworkerset("wf", size=3, resources={"cpu": "1"}, restart_policy="None",
+                                              scheduling={"replica": RACKED}))
+    first = replica_bound(rest, namespace, "wf", 0, 3, timeout=90)
+    [home] = racks_of(rest, first)
+    [group] = {group_of(p) for p in members(rest, namespace, "wf")}
+    [worker] = [p for p in members(rest, namespace, "wf") if p["metadata"]["name"] == "wf-0-1"]
+    finish_pod(rest, namespace, "wf-0-1", exit_code=1)
+    again = wait_for(lambda: (b := placement(bound(live(members(rest, namespace, "wf"))))) and len(b) == 3
+                     and worker["metadata"]["uid"] not in {p["metadata"]["uid"] for p in members(rest, namespace, "wf")}
+                     and b, 90, "the failed worker recreated and bound")
+    assert racks_of(rest, again) == {home}
+    assert {group_of(p) for p in members(rest, namespace, "wf")} == {group}  # the same gang, repaired
 
 
 def test_a_replica_that_loses_a_node_is_recreated_by_lws_and_bound_whole_in_a_rack_with_room(
