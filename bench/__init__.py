@@ -3,8 +3,12 @@ registered here under the name ``phalanx bench NAME`` takes."""
 
 import json
 import pathlib
+import sys
 import time
-from typing import Callable
+from typing import Any, Callable
+
+#: the end-to-end harness: the suites that run a real control plane start it with its code
+E2E = pathlib.Path(__file__).resolve().parents[1] / "tests" / "e2e"
 
 SUITES = {
     "solver": "bench.solver_bench",
@@ -23,6 +27,19 @@ SUITES = {
     "soak": "bench.soak_bench",
     "whatif": "bench.whatif_bench",
 }
+
+
+def control_plane_binaries(suite: str) -> Any:
+    """The e2e control plane's binaries (``harness.locate``), or SystemExit with the one line that
+    says how to build them — before the suite makes a work directory or starts anything."""
+    if str(E2E) not in sys.path:
+        sys.path.insert(0, str(E2E))
+    from harness import MissingBinaries, locate
+
+    try:
+        return locate()
+    except MissingBinaries as err:
+        raise SystemExit(f"phalanx bench {suite}: {err}") from None
 
 
 def run_suite(run: Callable[..., list[dict]], markdown: Callable[[list[dict]], str], params: dict,

@@ -11,7 +11,6 @@ The target is data: ``TARGET_P99_MS``.
 from __future__ import annotations
 
 import shutil
-import sys
 import tempfile
 import threading
 import time
@@ -21,12 +20,11 @@ from typing import Any
 
 import numpy as np
 
-from . import run_suite
+from . import control_plane_binaries, run_suite
 
 TARGET_P99_MS = 200.0
 FULL = dict(counts=(10, 50, 100), replicas=3, seeds=3)
 QUICK = dict(counts=(50,), replicas=3, seeds=1)
-E2E = Path(__file__).resolve().parents[1] / "tests" / "e2e"
 
 
 def _watch_arrivals(kube: Any, path: str, rv: str, arrivals: dict[str, float], halt: threading.Event) -> None:
@@ -97,12 +95,12 @@ def measure(rest: Any, kube: Any, namespace: str, count: int, replicas: int = 3,
 
 
 def run(counts: tuple[int, ...], replicas: int, seeds: int) -> list[dict]:
-    sys.path.insert(0, str(E2E))
-    from harness import ControlPlane, locate
+    binaries = control_plane_binaries("controller")
+    from harness import ControlPlane
     from phalanx_controller import PhalanxController
 
     workdir = Path(tempfile.mkdtemp(prefix="phalanx-bench-controller-"))
-    plane = ControlPlane(workdir, locate()).start()
+    plane = ControlPlane(workdir, binaries).start()
     rows = []
     try:
         phalanx = PhalanxController(plane)

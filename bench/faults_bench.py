@@ -26,9 +26,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from pathlib import Path
 
-from . import run_suite
+from . import E2E, control_plane_binaries, run_suite
 
 FULL = dict(faults=220, seeds=1, net_faults=120)
 QUICK = dict(faults=12, seeds=1, net_faults=12)
@@ -42,10 +41,10 @@ NET_WEIGHTS = {
                **{f"net-{f}-{link}": 0.08 for f in ("blackhole", "reset", "latency", "bandwidth", "partition")
                   for link in ("serve", "apiserver")}, "api-throttle": 0.05, "api-refuse": 0.05},
 }
-E2E = Path(__file__).resolve().parents[1] / "tests" / "e2e"
 
 
 def run(faults: int, seeds: int, net_faults: int = 0) -> list[dict]:
+    control_plane_binaries("faults")
     rows = run_kills(faults, seeds)
     return rows + run_network(net_faults, seeds) if net_faults else rows
 

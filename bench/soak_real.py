@@ -33,16 +33,15 @@ import sys
 import threading
 import time
 import urllib.request
-from pathlib import Path
 from typing import Any, Callable
 
 from prometheus_client.parser import text_string_to_metric_families
 
 from cluster import names
 
+from . import E2E, control_plane_binaries
 from .soak_samples import SOAK_HISTORY_GROUPS, churn_step, proc_status, record_sample
 
-E2E = Path(__file__).resolve().parents[1] / "tests" / "e2e"
 LOW, HIGH = "soak-low", "soak-high"
 
 
@@ -91,7 +90,7 @@ class RealSoak:
 
     # -- run ----------------------------------------------------------------------------------
     def run(self) -> dict:
-        sys.path.insert(0, str(E2E))
+        control_plane_binaries("soak")
         from harness.faults import fault_control_plane
 
         with fault_control_plane("phalanx-bench-soak-") as plane:

@@ -62,6 +62,9 @@ def _name(obj: JSON, kind: str) -> str:
 _mapping, _list, _text, _string_map = fields.mapping, fields.items, fields.text, fields.string_map
 
 
+INT32_MAX = 2**31 - 1
+
+
 def _integer(value: Any, where: str, default: int | None = None) -> int:
     if value is None and default is not None:
         return default
@@ -473,6 +476,8 @@ def podgroup_spec(obj: JSON) -> GroupSpec:
     if gang:
         path = f"{where}: spec.schedulingPolicy.gang"
         min_count = _integer(_mapping(policy_spec["gang"], path).get("minCount"), f"{path}.minCount", default=1)
+        if not 1 <= min_count <= INT32_MAX:  # upstream's validation: an int32, at least 1
+            raise InvalidInput(f"{path}.minCount must be between 1 and {INT32_MAX}, got {min_count}")
     path = f"{where}: spec.schedulingConstraints.topology"
     topology = _items(_mapping(spec.get("schedulingConstraints"), f"{where}: spec.schedulingConstraints")
                       .get("topology"), path)

@@ -489,11 +489,17 @@ def json_pointer(*parts: str | int) -> str:
 
 def owned_pod_json(template: JSON, name: str, namespace: str, owner: Mapping[str, Any]) -> dict[str, Any]:
     """The pod a workload controller (StatefulSet, Job) creates from its pod ``template``: the
-    template's metadata and spec, named ``name``, controlled by ``owner`` (an ownerReference)."""
-    meta = copy.deepcopy(dict(template.get("metadata") or {}))
+    template's metadata and spec, named ``name``, controlled by ``owner`` (an ownerReference).
+    Raises MalformedObject when the template's metadata or spec is not an object."""
+    parts = {part: template.get(part) or {} for part in ("metadata", "spec")}
+    for part, value in parts.items():
+        if not isinstance(value, Mapping):
+            raise MalformedObject(f"{owner.get('kind', 'owner')} {owner.get('name', '')}: template.{part}: "
+                                  f"Invalid value: must be an object")
+    meta = copy.deepcopy(dict(parts["metadata"]))
     meta.update(name=name, namespace=namespace, ownerReferences=[{**owner, "controller": True}])
     return {"apiVersion": "v1", "kind": "Pod", "metadata": meta,
-            "spec": copy.deepcopy(dict(template.get("spec") or {"containers": []}))}
+            "spec": copy.deepcopy(dict(parts["spec"] or {"containers": []}))}
 
 
 class PatchTestFailed(ValueError):

@@ -142,8 +142,23 @@ class SimCluster:
                 self._reconcile_statefulset(sts)
 
     def load_yaml(self, text: str) -> builtins.list[Object]:
-        """Create every object of a multi-document YAML manifest."""
-        return [self.create(doc) for doc in yaml.safe_load_all(text) if doc]
+        """Create every object of a multi-document YAML manifest (the ``--sim`` file: Nodes, Pods —
+        bound ones with ``spec.nodeName`` —, PodGroups, PriorityClasses, StatefulSets, ...; see
+        docs/operations.md). Raises ValueError naming the document that cannot be created."""
+        try:
+            documents = [doc for doc in yaml.safe_load_all(text) if doc]
+        except yaml.YAMLError as err:
+            raise ValueError(f"not YAML: {err}") from None
+        created = []
+        for i, doc in enumerate(documents, 1):
+            meta = doc.get("metadata") if isinstance(doc, dict) else None
+            if not isinstance(meta, dict) or not isinstance(meta.get("name") or meta.get("generateName"), str):
+                raise ValueError(f"document {i}: not a Kubernetes object with metadata.name")
+            try:
+                created.append(self.create(doc))
+            except (WriteError, KeyError, TypeError, AttributeError, ValueError) as err:
+                raise ValueError(f"document {i} ({doc.get('kind')} {meta.get('name')}): {err}") from None
+        return created
 
     def _publish(self, kind: str, event: str, obj: Mapping[str, Any]) -> None:
         if kind in CACHED_KINDS:

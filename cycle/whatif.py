@@ -86,6 +86,9 @@ class WhatIfAnswer:
     pdb_violations: int = 0
     explanation: str = ""
     order: int = 1  # the group's place in the order the manifest's groups were planned in (1 first)
+    #: members (names) the placement leaves out — beyond minCount, they would wait — and why
+    waiting: tuple[str, ...] = ()
+    waiting_why: str = ""
 
 
 class WhatIf:
@@ -96,11 +99,11 @@ class WhatIf:
         self.lock, self.cache, self.planner, self.preemption, self.options = lock, cache, planner, preemption, options
 
     def plan(self, drafts: tuple[DraftGroup, ...]) -> list[WhatIfAnswer]:
+        """Every draft's answer; raises InvalidInput, naming the draft, for one that is no group the
+        solver can take (the doors answer it as a refusal of the manifest)."""
         with self.lock:
             snapshot = self.planner.snapshot_for("", refresh=False)
-            groups = [(podgroup_of(draft.record, draft.members_with_volumes(
-                self.cache.claims, self.cache.persistent_volumes, self.cache.storage_classes),
-                self.cache.priority_classes), draft.source) for draft in drafts]
+            groups = [(self._group(draft), draft.source) for draft in drafts]
         order = tuple(range(len(groups)))
         answers = self._in_order(groups, order, snapshot)
         fitting = sum(a.verdict == FITS for a in answers)
@@ -111,6 +114,14 @@ class WhatIf:
             if placed > fitting:
                 order, fitting = other, placed
         return answers if order == tuple(range(len(groups))) else self._in_order(groups, order, snapshot)
+
+    def _group(self, draft: DraftGroup) -> PodGroup:
+        try:
+            return podgroup_of(draft.record, draft.members_with_volumes(
+                self.cache.claims, self.cache.persistent_volumes, self.cache.storage_classes),
+                self.cache.priority_classes)
+        except InvalidInput as err:
+            raise InvalidInput(f"{draft.source}: {err}") from None
 
     def _in_order(self, groups: Sequence[tuple[PodGroup, str]], order: tuple[int, ...],
                   snapshot: Snapshot) -> list[WhatIfAnswer]:
@@ -146,7 +157,9 @@ class WhatIf:
             return replace(blank, explanation=f"phalanx: {err}"), snapshot
         pods = {p.uid: p for p in group.pending}
         if placement.assignments:
-            return self._fits(blank, placement, pods), _with_group(snapshot, placement.assignments, pods)
+            after = _with_group(snapshot, placement.assignments, pods)
+            answer = self._fits(blank, placement, pods)
+            return self._left_out(answer, group, placement.assignments, after), after
         explanation = placement.explanation.message() if placement.explanation else "no placement"
         preemption = self._preemption(group, snapshot)
         if preemption is None:
@@ -163,6 +176,24 @@ class WhatIf:
             return self.preemption.plan(group, snapshot)
         except InvalidInput:
             return None
+
+    def _left_out(self, answer: WhatIfAnswer, group: PodGroup, placed: Mapping[str, str],
+                  after: Snapshot) -> WhatIfAnswer:
+        """``answer`` with the members the placement leaves out (it placed at least minCount) and
+        why not one more fits: the solver asked for one of them beside the placed ones."""
+        left = [p for p in group.pending if p.uid not in placed]
+        if not left:
+            return answer
+        members = tuple(replace(p, node=placed[p.uid]) if p.uid in placed else p for p in group.members)
+        one_more = replace(group, members=members, min_count=len(group.members) - len(left) + 1, finished=0)
+        try:
+            retry = place(after, one_more, self.options)
+        except InvalidInput as err:
+            why = f"phalanx: {err}"
+        else:
+            why = (retry.explanation.message() if retry.explanation else
+                   "the solver kept them out for its objective; they would be placed as they come")
+        return replace(answer, waiting=tuple(sorted(p.name for p in left)), waiting_why=why)
 
     @staticmethod
     def _fits(blank: WhatIfAnswer, placement: Placement, pods: Mapping[str, Pod]) -> WhatIfAnswer:

@@ -238,6 +238,7 @@ def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | 
     scheme = "https" if options.tls_cert else "http"
     print(f"phalanx serving the extender on {scheme}://{options.http_addr}/scheduler "
           f"({'simulated cluster ' + sim_file if sim_file else 'API server'})", flush=True)
+    print(f"phalanx dashboard: {scheme}://{options.http_addr}/", flush=True)
     if phalanx.health is not None:
         print(f"phalanx serving /healthz and /readyz on http://{options.health_addr}", flush=True)
     if phalanx.grpc is not None:

@@ -36,6 +36,7 @@ TIME_SCALE = 600.0
 MAX_JOB_SECONDS = 6 * 3600.0
 JOB_EVERY = 0.5  # wall seconds between trace arrivals
 TICK = 0.25
+GRPC_PORT = 50051  # the default address `phalanx explain` and `phalanx whatif` dial
 
 
 def demo_cluster() -> SimCluster:
@@ -52,11 +53,13 @@ def demo_cluster() -> SimCluster:
 
 
 class Demo:
-    def __init__(self, port: int, out: TextIO) -> None:
+    def __init__(self, port: int, out: TextIO, grpc_port: int | None = GRPC_PORT) -> None:
         self.out = out
         self.sim = demo_cluster()
-        # the dashboard on loopback for whoever runs the demo: no API server to review a token with
-        options = ServeOptions(insecure_loopback_no_auth=True, http_addr=f"127.0.0.1:{port}", grpc_addr="off",
+        # the dashboard and gRPC (explain, whatif) on loopback for whoever runs the demo: no API
+        # server to review a token with
+        grpc_addr = "off" if grpc_port is None else f"127.0.0.1:{grpc_port}"
+        options = ServeOptions(insecure_loopback_no_auth=True, http_addr=f"127.0.0.1:{port}", grpc_addr=grpc_addr,
                                http_threads=400, barrier_timeout=20.0, plan_ttl=60.0,
                                compile_manifest=compile_objects)  # the dashboard's what-if form
         self.phalanx: Phalanx = build(options, sim=self.sim)
@@ -256,24 +259,34 @@ class Demo:
                 + f"; GPUs in use {used}/{total}")
 
 
-def run_demo(port: int = 8080, duration: float | None = None, headless: bool = False, out: TextIO | None = None) -> int:
+def run_demo(port: int = 8080, duration: float | None = None, headless: bool = False, out: TextIO | None = None,
+             grpc_port: int | None = GRPC_PORT) -> int:
     import sys
 
     out = out or sys.stdout
     logging.basicConfig(level=logging.ERROR, format="%(levelname)s %(name)s: %(message)s")
-    demo = Demo(port, out)
+    demo = Demo(port, out, grpc_port)
     done = threading.Event()
     if threading.current_thread() is threading.main_thread():
         for sig in (signal.SIGINT, signal.SIGTERM):
             signal.signal(sig, lambda *_: (done.set(), demo.stop.set()))
     started = time.monotonic()
-    demo.start()
+    try:
+        demo.start()
+    except (OSError, RuntimeError) as err:  # a port in use (HTTP: OSError; gRPC: RuntimeError)
+        demo.close()
+        raise SystemExit(f"phalanx demo: {err} (--port and --grpc-port choose others; 0: any free one)") from None
     nodes = ZONES * RACKS * NODES
     demo.say(f"phalanx demo — simulated cluster: {ZONES} zones x {RACKS} racks x {NODES} nodes of {GPUS} GPUs "
              f"({nodes} nodes, {nodes * GPUS:,} GPUs) + {CPU_NODES} CPU-only nodes")
     demo.say("kube-scheduler's part is played by a simulated scheduler over the real extender protocol "
              "(filter, prioritize, bind, preempt)")
     demo.say(f"dashboard: {demo.url}" + ("" if headless else "   ← open it in a browser; Ctrl-C stops the demo"))
+    if demo.phalanx.grpc is not None:
+        addr = f"127.0.0.1:{demo.phalanx.grpc.port}"
+        flag = "" if addr == f"127.0.0.1:{GRPC_PORT}" else f" --grpc-addr {addr}"
+        demo.say(f"gRPC: {addr}   ← try: phalanx explain demo/too-big{flag}; "
+                 f"phalanx whatif -f examples/gang-statefulset.yaml{flag}")
     try:
         demo.run_scenarios()
         demo.trace_stream()

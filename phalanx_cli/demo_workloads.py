@@ -75,10 +75,14 @@ def stories() -> list[Workload]:
     db = {"cpu": "4", "memory": "16Gi"}
     gpu8 = {"cpu": "16", "memory": "64Gi", GPU: "8"}
     claim = [{"name": "shared", "resourceClaimName": "shared-accelerator"}]
+    # a quorum database as its charts write it: one replica a node (required anti-affinity)
+    one_a_node = {"podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+        {"labelSelector": {"matchLabels": {"app": "cockroach"}}, "topologyKey": names.LABEL_HOSTNAME}]}}
     out = [
-        Workload("KEP-6277 user stories", "story 1: quorum database, never 3 of 5 (gang 5)", [f"{NS}/cockroach"],
+        Workload("KEP-6277 user stories", "story 1: quorum database, never 3 of 5, one replica a node (gang 5)",
+                 [f"{NS}/cockroach"],
                  [podgroup("cockroach", 5, priority=100),
-                  statefulset("cockroach", 5, pod_spec("cockroach", db, 100))]),
+                  statefulset("cockroach", 5, {**pod_spec("cockroach", db, 100), "affinity": one_a_node})]),
         Workload("KEP-6277 user stories", "story 2: 8 inference shards, disruptionMode all, inside one rack",
                  [f"{NS}/shards"],
                  [podgroup("shards", 8, names.LABEL_RACK, "all", priority=10),

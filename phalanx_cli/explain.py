@@ -67,10 +67,13 @@ class Credentials:
                 raise ValueError(f"no token in {token_file}")
         return cls(token, _read(ca), _read(cert), _read(key), server_name)
 
-    def channel(self, addr: str) -> grpc.Channel:
+    def channel(self, addr: str, max_message: int | None = None) -> grpc.Channel:
+        """A channel to ``addr``; ``max_message``: the largest message it may send (gRPC's 4 MiB
+        default otherwise)."""
+        options = [("grpc.max_send_message_length", max_message)] if max_message else []
         if self.ca is None:
-            return grpc.insecure_channel(addr)
-        options = [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
+            return grpc.insecure_channel(addr, options=options)
+        options += [("grpc.ssl_target_name_override", self.server_name)] if self.server_name else []
         return grpc.secure_channel(addr, grpc.ssl_channel_credentials(self.ca, self.key, self.cert), options=options)
 
     def metadata(self) -> list[tuple[str, str]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 
 from cluster import names
@@ -72,7 +73,7 @@ def _demo(args: argparse.Namespace) -> int:
         return run_solver_demo()
     from .demo import run_demo
 
-    return run_demo(port=args.port, duration=args.duration, headless=args.headless)
+    return run_demo(port=args.port, duration=args.duration, headless=args.headless, grpc_port=args.grpc_port)
 
 
 def _log_to_stderr(level: int) -> None:
@@ -150,7 +151,7 @@ def _whatif(args: argparse.Namespace) -> int:
     from .whatif import whatif
 
     return whatif(args.filename, args.grpc_addr, sys.stdout, _credentials(args, "whatif"), args.output,
-                  args.namespace)
+                  args.namespace, with_exit_code=args.exit_code)
 
 
 def _controller(args: argparse.Namespace) -> int:
@@ -208,6 +209,9 @@ def _add_whatif(sub: argparse._SubParsersAction) -> None:
     whatif.add_argument("-o", "--output", choices=OUTPUTS, default="table", help="output format (default table)")
     whatif.add_argument("-n", "--namespace", default="",
                         help="the namespace of objects that name none (default: default)")
+    whatif.add_argument("--exit-code", action="store_true",
+                        help="exit 0 when every group fits now, whole; 3 when one fits only by preempting; 4 when "
+                             "one does not fit or members of one would wait (1: no answer)")
     _add_grpc_client(whatif)
     whatif.set_defaults(func=_whatif)
 
@@ -283,6 +287,7 @@ def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="phalanx", description="All-or-nothing PodGroup placement for Kubernetes.")
+    parser.add_argument("--version", action="version", version=f"phalanx {_version()}")
     sub = parser.add_subparsers(dest="command", required=True)
 
     _add_bench(sub)
@@ -327,6 +332,9 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="phalanx, a simulated kube-scheduler and the dashboard on a simulated cluster: "
                                        "KEP-6277 stories, LWS groups, a gang that cannot fit, preemption, a trace")
     demo.add_argument("--port", type=int, default=8080, help="dashboard and extender HTTP port (default 8080; 0: any)")
+    demo.add_argument("--grpc-port", type=int, default=50051,
+                      help="gRPC port on 127.0.0.1 that `phalanx explain` and `phalanx whatif` reach (default 50051, "
+                           "their default; 0: any)")
     demo.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: until Ctrl-C)")
     demo.add_argument("--headless", action="store_true", help="no browser hint (for scripts and CI)")
     demo.add_argument("--solver-only", action="store_true",
@@ -347,12 +355,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("phalanx")
+    except PackageNotFoundError:  # run from a source tree that was never installed
+        return "(not installed)"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     # this process's own command line (not a caller's argv, as in tests): serve and bench may
     # re-execute it (see _without_tcache)
     args.whole_process = argv is None
-    return args.func(args)
+    try:
+        return args.func(args)
+    except BrokenPipeError:  # the reader went away (`phalanx whatif -o json | head`): not an error of ours
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so the interpreter's last flush does not fail again
+        return 0
 
 
 if __name__ == "__main__":

@@ -17,13 +17,25 @@ import grpc
 import yaml
 from google.protobuf import json_format
 
-from cluster.whatif import manifest_objects
+from cluster.whatif import MAX_MANIFEST_BYTES, manifest_objects, manifest_too_large
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
 from .explain import CALL_TIMEOUT, Credentials
 
 OUTPUTS = ("table", "json", "yaml")
+#: ``--exit-code``: every group fits now, whole | a group fits only by preempting | a group does not
+#: fit, or members of one would wait (1 stays an error: no answer)
+EXIT_FITS, EXIT_PREEMPTS, EXIT_SHORT = 0, 3, 4
+
+
+def exit_code(reply: pb.WhatIfReply) -> int:
+    """The ``--exit-code`` of an answer (the worst group's)."""
+    if any(g.verdict == "does-not-fit" or g.waiting for g in reply.groups):
+        return EXIT_SHORT
+    if any(g.verdict == "fits-after-preemption" for g in reply.groups):
+        return EXIT_PREEMPTS
+    return EXIT_FITS
 
 
 class ManifestError(ValueError):
@@ -70,6 +82,10 @@ def render_table(reply: pb.WhatIfReply) -> str:
                      + (f" (planned {_ordinal(g.order)}: the manifest's order fits fewer groups)" if reordered else ""))
         width = max((len(p) for p in g.nodes), default=0)
         lines += [f"  {pod:<{width}}  {node}" for pod, node in sorted(g.nodes.items())]
+        if g.waiting:
+            lines.append(f"  would wait ({len(g.waiting)} of {g.members} pods; minCount {g.min_count} placed): "
+                         + ", ".join(g.waiting[:10]) + (f", +{len(g.waiting) - 10}" if len(g.waiting) > 10 else ""))
+            lines.append(f"    why: {g.waiting_why}")
         if g.victims:
             lines.append(f"  would evict {len(g.victims)} pods (PDB violations: {g.pdb_violations}):")
             lines += [f"    {v.pod} (priority {v.priority}, {v.unit})" for v in g.victims]
@@ -88,14 +104,18 @@ def render(reply: pb.WhatIfReply, output: str) -> str:
 
 
 def whatif(paths: Sequence[str], addr: str, out: TextIO, credentials: Credentials = Credentials(),
-           output: str = "table", namespace: str = "") -> int:
+           output: str = "table", namespace: str = "", with_exit_code: bool = False) -> int:
     try:
         objects = read_objects(paths)
     except ManifestError as err:
         print(f"phalanx whatif: {err}", file=sys.stderr)
         return 1
     request = pb.WhatIfRequest(objects_json=[json.dumps(o) for o in objects], namespace=namespace)
-    with credentials.channel(addr) as channel:
+    size = sum(len(text) for text in request.objects_json)
+    if size > MAX_MANIFEST_BYTES:
+        print(f"phalanx whatif: {manifest_too_large(size).removeprefix('phalanx: ')}", file=sys.stderr)
+        return 1
+    with credentials.channel(addr, max_message=2 * MAX_MANIFEST_BYTES) as channel:
         try:
             reply = pb_grpc.WorkloadCycleStub(channel).WhatIf(request, timeout=CALL_TIMEOUT * 3,
                                                                metadata=credentials.metadata())
@@ -106,4 +126,4 @@ def whatif(paths: Sequence[str], addr: str, out: TextIO, credentials: Credential
                 print(f"phalanx whatif: {err.code().name.lower()}: {err.details()} (server {addr})", file=sys.stderr)
             return 1
     print(render(reply, output), file=out)
-    return 0
+    return exit_code(reply) if with_exit_code else 0

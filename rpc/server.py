@@ -8,7 +8,7 @@ from concurrent.futures import ThreadPoolExecutor
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
-from cluster.whatif import Compile
+from cluster.whatif import MAX_MANIFEST_BYTES, Compile
 from cycle import WorkloadCycle
 from cycle.plugin_mode import PluginEnforcement
 from proto.phalanx.v1 import scheduler_plugin_pb2 as plugin_pb
@@ -58,8 +58,12 @@ def start_grpc_server(cycle: WorkloadCycle, addr: str, workers: int = 32, max_wa
     hub = EventHub(queue_size, max_watchers)
     # no SO_REUSEPORT: a second serve on the same port must fail, not silently share its calls
     interceptors = [] if gate is None else [TokenInterceptor(gate, SERVICE_NAME)]
+    # a what-if manifest up to MAX_MANIFEST_BYTES is taken (the envelope on top); the servicer
+    # refuses a larger one by name
     server = grpc.server(ThreadPoolExecutor(max_workers=workers, thread_name_prefix="phalanx-grpc"),
-                         options=[("grpc.so_reuseport", 0)], interceptors=interceptors)
+                         options=[("grpc.so_reuseport", 0),
+                                  ("grpc.max_receive_message_length", 2 * MAX_MANIFEST_BYTES)],
+                         interceptors=interceptors)
     pb_grpc.add_WorkloadCycleServicer_to_server(WorkloadCycleServicer(cycle, hub, compile_manifest), server)
     plugin_pb_grpc.add_SchedulerPluginServicer_to_server(SchedulerPluginServicer(PluginEnforcement(cycle)), server)
     health_servicer = health.HealthServicer()

@@ -17,7 +17,7 @@ from typing import Any, Callable, Iterator, Mapping
 import grpc
 
 from cluster.convert import GroupOwner, placement_domain
-from cluster.whatif import Compile
+from cluster.whatif import MAX_MANIFEST_BYTES, Compile, manifest_too_large
 from cycle import Plan, WhatIfAnswer, WorkloadCycle
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
@@ -92,7 +92,8 @@ def whatif_message(answer: WhatIfAnswer) -> pb.WhatIfGroup:
         min_count=answer.min_count, policy=answer.policy, topology_key=answer.topology_key, domain=answer.domain,
         nodes=dict(answer.nodes), path=answer.path, optimal=answer.optimal,
         victims=[pb.WhatIfVictim(pod=v.pod, priority=v.priority, unit=v.unit) for v in answer.victims],
-        pdb_violations=answer.pdb_violations, explanation=answer.explanation, order=answer.order)
+        pdb_violations=answer.pdb_violations, explanation=answer.explanation, order=answer.order,
+        waiting=list(answer.waiting), waiting_why=answer.waiting_why)
     if answer.gap is not None:
         message.gap = answer.gap
     return message
@@ -176,6 +177,9 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
             raise Refusal(grpc.StatusCode.UNIMPLEMENTED, "phalanx: this serve was started without what-if")
         if request.namespace:
             checked_namespace(request.namespace)
+        size = sum(len(text) for text in request.objects_json)
+        if size > MAX_MANIFEST_BYTES:
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, manifest_too_large(size))
         objects = []
         for i, text in enumerate(request.objects_json):
             try:
@@ -187,7 +191,11 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         drafts = self.compile_manifest(objects, request.namespace or "default")
         if drafts.errors:
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "\n".join(e.describe() for e in drafts.errors))
-        return pb.WhatIfReply(groups=[whatif_message(a) for a in self.cycle.what_if(drafts.groups)])
+        try:
+            answers = self.cycle.what_if(drafts.groups)
+        except InvalidInput as err:  # a group the solver cannot take as drafted: the manifest's fault
+            raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
+        return pb.WhatIfReply(groups=[whatif_message(a) for a in answers])
 
     # -- answers -------------------------------------------------------------------------------
     def _existing(self, namespace: str, name: str) -> str:

@@ -5,8 +5,9 @@ Request ``{"objects": [<Kubernetes objects>], "namespace": "<for objects naming 
 the dashboard's form sends it, ``{"manifest": "<YAML or JSON text, several documents>"}`` instead
 of ``objects`` (``kind: List`` unpacked); reply ``{"groups": [...]}``. A body that is not such an
 object is 400 with ``error``; a manifest the admission webhooks would refuse is 422 with ``error``
-and ``errors`` (per object, the webhooks' messages field by field), and nothing is planned. Never
-a 5xx for what a client sent.
+and ``errors`` (per object, the webhooks' messages field by field), and nothing is planned; so is
+one whose group the solver cannot take as drafted (``error`` names it). Never a 5xx for what a
+client sent.
 """
 
 from __future__ import annotations
@@ -16,8 +17,9 @@ from typing import Any
 
 import yaml
 
-from cluster.whatif import Compile, manifest_objects
+from cluster.whatif import MAX_MANIFEST_BYTES, Compile, manifest_objects, manifest_too_large
 from cycle import WhatIfAnswer, WorkloadCycle
+from solver import InvalidInput
 
 UNPROCESSABLE = 422
 
@@ -31,6 +33,7 @@ def group_json(answer: WhatIfAnswer) -> dict[str, Any]:
         "path": answer.path, "optimal": answer.optimal,
         "victims": [{"pod": v.pod, "priority": v.priority, "unit": v.unit} for v in answer.victims],
         "pdbViolations": answer.pdb_violations, "explanation": answer.explanation, "order": answer.order,
+        "waiting": list(answer.waiting), "waitingWhy": answer.waiting_why,
     }
     if answer.gap is not None:
         out["gap"] = answer.gap
@@ -41,6 +44,8 @@ def answer(cycle: WorkloadCycle, compile_manifest: Compile | None, body: bytes) 
     """(HTTP status, JSON reply) for a what-if request body."""
     if compile_manifest is None:
         return 501, {"error": "phalanx: this serve was started without what-if"}
+    if len(body) > MAX_MANIFEST_BYTES:
+        return 413, {"error": manifest_too_large(len(body))}
     try:
         data = json.loads(body or b"null")
     except ValueError as err:
@@ -60,5 +65,9 @@ def answer(cycle: WorkloadCycle, compile_manifest: Compile | None, body: bytes) 
     if drafts.errors:
         return UNPROCESSABLE, {"error": "phalanx: the manifest would be refused",
                                "errors": [{"object": e.source, "messages": list(e.messages)} for e in drafts.errors]}
-    return 200, {"groups": [group_json(a) for a in cycle.what_if(drafts.groups)]}
+    try:
+        answers = cycle.what_if(drafts.groups)
+    except InvalidInput as err:  # a group the solver cannot take as drafted: the manifest's fault
+        return UNPROCESSABLE, {"error": f"phalanx: the manifest would be refused: {err}"}
+    return 200, {"groups": [group_json(a) for a in answers]}
 

@@ -467,3 +467,107 @@ def test_a_claim_template_without_a_name_is_refused_with_the_field():
     drafts = compile_objects([sts], "default")
     assert not drafts.groups
     assert "spec.volumeClaimTemplates[0].metadata.name: Required value" in drafts.errors[0].describe()
+
+
+# -- every door refuses what the solver cannot take; members left out are named ------------------------
+
+def _min_count(value):
+    group = podgroup("bad", 2)
+    group["spec"]["schedulingPolicy"]["gang"]["minCount"] = value
+    return group
+
+
+def _basic_all():
+    group = podgroup("bad", 2)
+    group["spec"]["schedulingPolicy"] = {"basic": {}}
+    group["spec"]["disruptionMode"] = {"all": {}}
+    return group
+
+
+@pytest.mark.parametrize(("group", "message"), [
+    (_min_count(0), "minCount must be between 1 and 2147483647, got 0"),
+    (_min_count(-3), "minCount must be between 1 and 2147483647, got -3"),
+    (_min_count(2**31), "minCount must be between 1 and 2147483647, got 2147483648"),
+    (_basic_all(), "disruptionMode all requires the gang policy"),
+])
+def test_a_podgroup_the_solver_cannot_take_is_refused_at_every_door_never_a_5xx(sim, cycle, stub, grpc_server,
+                                                                               tmp_path, capsys, group, message):
+    objects = [group, pod("bad-0", "bad"), pod("bad-1", "bad")]
+    reply = create_app(cycle, compile_manifest=compile_objects).test_client().post(
+        "/api/v1/whatif", json={"objects": objects})
+    assert reply.status_code == 422 and message in json.dumps(reply.get_json())
+    with pytest.raises(grpc.RpcError) as err:
+        stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(o) for o in objects]))
+    assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT and message in err.value.details()
+    manifest = tmp_path / "bad.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
+    assert whatif([str(manifest)], f"127.0.0.1:{grpc_server.port}", io.StringIO()) == 1
+    err_text = capsys.readouterr().err
+    assert err_text.startswith("phalanx whatif: the manifest would be refused") and message in err_text
+    assert "Traceback" not in err_text
+
+
+def test_members_beyond_min_count_left_out_are_listed_as_waiting_with_why(sim, cycle, grpc_server, tmp_path):
+    """minCount 2 of 6 pods of 4 GPUs in one rack of two 4-GPU nodes: 2 placed, 4 named as waiting,
+    with the solver's reason no more fits; ``--exit-code`` says so (4)."""
+    objects = [podgroup("six", 2, RACK)] + [pod(f"six-{i}", "six", gpu=4) for i in range(6)]
+    [group] = create_app(cycle, compile_manifest=compile_objects).test_client().post(
+        "/api/v1/whatif", json={"objects": objects}).get_json()["groups"]
+    assert group["verdict"] == FITS and len(group["nodes"]) == 2
+    assert group["waiting"] == ["six-2", "six-3", "six-4", "six-5"]
+    assert "nvidia.com/gpu" in group["waitingWhy"] and f"rack {group['domain']}" in group["waitingWhy"]
+    manifest = tmp_path / "six.yaml"
+    manifest.write_text(yaml.safe_dump_all(objects))
+    out = io.StringIO()
+    addr = f"127.0.0.1:{grpc_server.port}"
+    assert whatif([str(manifest)], addr, out, with_exit_code=True) == 4
+    assert "  would wait (4 of 6 pods; minCount 2 placed): six-2, six-3, six-4, six-5" in out.getvalue()
+    assert whatif([str(manifest)], addr, io.StringIO()) == 0  # without --exit-code: an answer is a 0
+    fits = tmp_path / "fits.yaml"
+    fits.write_text(yaml.safe_dump(statefulset("db", 2, gpu=1)))
+    assert whatif([str(fits)], addr, io.StringIO(), with_exit_code=True) == 0
+    big = tmp_path / "big.yaml"
+    big.write_text(yaml.safe_dump(statefulset("big", 3, gpu=4)))  # 12 GPUs in one rack of 8
+    assert whatif([str(big)], addr, io.StringIO(), with_exit_code=True) == 4
+
+
+def test_what_if_manifests_corrupted_at_nested_fields_never_answer_5xx_or_internal(sim, cycle, stub):
+    """StatefulSets, PodGroups with pods, Jobs and LeaderWorkerSets as users write them, up to three
+    nested values corrupted (the extender fuzzing's corruptions): HTTP answers 200, 400 or 422, gRPC
+    OK or INVALID_ARGUMENT — never a 5xx, never INTERNAL."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from .fuzz_bodies import corrupted
+
+    job = {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "j"},
+           "spec": {"parallelism": 2, "completions": 2, "completionMode": "Indexed",
+                    "template": {"spec": {"schedulingGroup": {"podGroupName": "pj"}, "restartPolicy": "Never",
+                                          "containers": [{"name": "c", "image": "x",
+                                                          "resources": {"requests": {"cpu": "1"}}}]}}}}
+    lws = {"apiVersion": "leaderworkerset.x-k8s.io/v1", "kind": "LeaderWorkerSet",
+           "metadata": {"name": "llm", "annotations": {names.ANNOTATION_SCHEDULING: "{}"}},
+           "spec": {"replicas": 1, "leaderWorkerTemplate": {"size": 2, "workerTemplate": {"spec": {
+               "containers": [{"name": "w", "image": "x", "resources": {"requests": {GPU: "1"}}}]}}}}}
+    manifests = st.sampled_from([
+        {"objects": [statefulset("db", 2)]},
+        {"objects": [podgroup("pg", 2, RACK), pod("pg-0", "pg"), pod("pg-1", "pg")], "namespace": "default"},
+        {"objects": [podgroup("pj", 2), job]},
+        {"objects": [lws]},
+    ])
+    client = create_app(cycle, compile_manifest=compile_objects).test_client()
+
+    @settings(max_examples=400, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+    @given(corrupted(manifests))
+    def run(body) -> None:
+        reply = client.post("/api/v1/whatif", data=json.dumps(body), content_type="application/json")
+        assert reply.status_code in (200, 400, 422), (body, reply.status_code, reply.data[:300])
+        objects = body.get("objects") if isinstance(body, dict) else None
+        if not isinstance(objects, list):
+            return
+        try:
+            stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(o) for o in objects]))
+        except grpc.RpcError as err:
+            assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, (body, err.code(), err.details())
+
+    run()

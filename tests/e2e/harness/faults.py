@@ -833,7 +833,8 @@ def fault_control_plane(prefix: str) -> Iterator[ControlPlane]:
     directory is removed afterwards unless ``plane.keep_logs`` was set or PHALANX_E2E_KEEP=1."""
     # The StatefulSet controller's own log at -v=4 (its syncs), the evidence of a ``controller``
     # violation where the StatefulSet's pods never appeared.
-    plane = ControlPlane(Path(tempfile.mkdtemp(prefix=prefix)), locate(),
+    binaries = locate()  # first: missing binaries leave no work directory behind
+    plane = ControlPlane(Path(tempfile.mkdtemp(prefix=prefix)), binaries,
                          controller_manager_args=("--vmodule=stateful*=4",))
     plane.keep_logs = os.environ.get("PHALANX_E2E_KEEP") == "1"
     try:
