@@ -63,11 +63,13 @@ demo: install
 	$(VENV)/bin/phalanx demo $(DEMO_ARGS)
 
 # quick versions of the simulated-cluster suites (a few minutes); `phalanx bench controller` needs
-# the e2e control plane (see docs/benchmarks.md)
+# the e2e control plane (see docs/benchmarks.md). Results go to build/bench/ (ignored by git), so the
+# tree stays clean; `make bench BENCH_OUT=bench/results` updates the published ones.
 BENCH_QUICK := solver preemption cache extender trace trace-defaults tenants
+BENCH_OUT   ?= build/bench
 bench: install
 	for suite in $(BENCH_QUICK); do \
-	  $(VENV)/bin/phalanx bench $$suite --quick --json bench/results/$$suite-quick.json || exit 1; \
+	  $(VENV)/bin/phalanx bench $$suite --quick --json $(BENCH_OUT)/$$suite-quick.json || exit 1; \
 	done
 
 # the archive krew installs `kubectl phalanx` from (plugins/krew/phalanx.yaml), reproducible

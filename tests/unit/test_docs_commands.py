@@ -285,3 +285,18 @@ def test_a_broken_link_or_anchor_is_caught(tmp_path: pathlib.Path):
         "page.md: missing.md: no file missing.md",
         "page.md: other.md#nowhere: no heading #nowhere in other.md",
     ]
+
+
+def test_the_docs_list_every_bench_suite_and_what_make_bench_runs():
+    """docs/cli.md's suite table names every ``phalanx bench`` suite and no other; docs/benchmarks.md
+    names exactly the suites ``make bench`` runs (the Makefile's BENCH_QUICK)."""
+    import re
+
+    from bench import SUITES
+
+    cli = (ROOT / "docs" / "cli.md").read_text()
+    table = cli.split("| suite | what it measures", 1)[1].split("\n## ", 1)[0]
+    assert set(re.findall(r"^\| `([a-z-]+)` \|", table, re.M)) == set(SUITES)
+    quick = re.search(r"^BENCH_QUICK\s*:=\s*(.+)$", (ROOT / "Makefile").read_text(), re.M).group(1).split()
+    said = (ROOT / "docs" / "benchmarks.md").read_text().split("`make bench` runs", 1)[1].split(";", 1)[0]
+    assert re.findall(r"`([a-z-]+)`", said) == quick
