@@ -205,6 +205,7 @@ class ClusterCache:
         # matrix aligned with it, kept incrementally, so a cycle's snapshot is one matrix copy
         self._base: Snapshot | None = None
         self._used: np.ndarray | None = None
+        self.nodes_version = 0  # moves on with every change of a node's record
         # the bound pods as one tuple and the volume inventory, rebuilt only after a change to them;
         # the tuple is made from ``_on_nodes`` (uid -> pod, in ``pods``' order: active pods bound to a
         # known node), kept beside ``pods`` so that a binding costs one entry, not a pass over every pod
@@ -332,6 +333,7 @@ class ClusterCache:
             self._storage_changed(kind, previous, None)
 
     def _nodes_changed(self) -> None:
+        self.nodes_version += 1
         self._base = None
         self._bound = self._on_nodes = None  # the bound pods listed are those on known nodes
 
@@ -464,6 +466,13 @@ class ClusterCache:
             base, _ = self._base_snapshot()
         j = base.rindex.get(PODS)
         return int(base.allocatable[:, j].sum()) if j is not None else 0
+
+    def empty_snapshot(self) -> tuple[Snapshot, int]:
+        """The nodes alone, as if no pod ran and nothing were reserved, and the ``nodes_version``
+        it was read at."""
+        with self._lock:
+            base, _ = self._base_snapshot()
+            return base, self.nodes_version
 
     def bound_node(self, uid: str) -> str:
         """The node pod ``uid`` is bound to, "" when it is unbound or unknown."""

@@ -11,11 +11,12 @@ event when it changes, and its short form ends the ``PodGroupInitiallyScheduled`
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
 from typing import Mapping
 
 from cluster import names
 from cluster.cache import ClusterCache
-from solver import InvalidInput, PodGroup, SmallestChange, Snapshot, SolveOptions, smallest_change
+from solver import InvalidInput, PodGroup, SmallestChange, Snapshot, SolveOptions, place, smallest_change
 
 from .status import StatusWriter
 
@@ -30,6 +31,29 @@ class SmallestChanges:
         self.cache = cache
         self.status = status
         self.texts: dict[str, str] = {}  # group -> the whole statement of its last smallest change
+        # group -> (the cache's nodes_version, member count, whether it fits the empty cluster then)
+        self.empty_fits: dict[str, tuple[int, int, bool]] = {}
+
+    def never_fits(self, key: str) -> bool:
+        """Whether ``key`` would not fit even on the empty cluster — every pod gone, nothing
+        reserved: the change it waits for is its own (or new nodes), never room. Solved once per
+        node set and member count (the dashboard asks on every poll)."""
+        try:
+            group = self.cache.podgroup(key)
+        except InvalidInput:
+            return False  # its explanation says what is wrong
+        if group is None or not group.members:
+            return False
+        empty, version = self.cache.empty_snapshot()
+        known = self.empty_fits.get(key)
+        if known is None or known[:2] != (version, len(group.members)):
+            fresh = replace(group, members=tuple(replace(p, node="") for p in group.members), finished=0)
+            try:
+                fits = bool(place(empty, fresh, OPTIONS).assignments)
+            except InvalidInput:
+                fits = True  # not a question of room: its explanation says what is wrong
+            known = self.empty_fits[key] = (version, len(group.members), fits)
+        return not known[2]
 
     def find(self, group: PodGroup, snapshot: Snapshot) -> SmallestChange | None:
         """The smallest change for ``group``, which did not fit ``snapshot`` (off the lock)."""
@@ -53,7 +77,9 @@ class SmallestChanges:
 
     def forget(self, key: str) -> None:
         self.texts.pop(key, None)
+        self.empty_fits.pop(key, None)
 
     def prune(self, live: Mapping[str, object]) -> None:
-        for key in [k for k in self.texts if k not in live]:
-            del self.texts[key]
+        for table in (self.texts, self.empty_fits):
+            for key in [k for k in table if k not in live]:
+                del table[key]

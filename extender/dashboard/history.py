@@ -16,7 +16,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import Counter, deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Callable, Mapping
 
 from cluster.cache import CacheEvent
@@ -36,9 +36,11 @@ class LoggedEvent:
     kind: str  # a cycle event kind, or "evicted" / "created"
     group: str
     text: str
+    repeats: int = 1  # the same kind and text in a row for its group: one line, counted
 
     def json(self) -> dict:
-        return {"seq": self.seq, "time": self.time, "kind": self.kind, "group": self.group, "text": self.text}
+        return {"seq": self.seq, "time": self.time, "kind": self.kind, "group": self.group, "text": self.text,
+                "repeats": self.repeats}
 
 
 @dataclass
@@ -50,6 +52,11 @@ class GroupFacts:
     bound_at: float | None = None
     victims: list[dict] = field(default_factory=list)  # as preemptor: {"unit", "pods"}
     preempted_by: str = ""
+
+
+def _count(n: int, word: str) -> str:
+    """"1 pod", "2 pods"."""
+    return f"{n} {word}{'' if n == 1 else 's'}"
 
 
 class GroupHistory:
@@ -95,7 +102,7 @@ class GroupHistory:
             pods = len(data.get("assignments") or {})
             with self._lock:
                 self._facts(key, now).bound_at = now
-            self._add(key, kind, f"barrier released, bound {pods} pods", now)
+            self._add(key, kind, f"barrier released, bound {_count(pods, 'pod')}", now)
         elif kind == "bind_failed":
             self._add(key, kind, f"binding failed: {data.get('error', '')}", now)
         elif kind == "preempting":
@@ -136,8 +143,8 @@ class GroupHistory:
             if path == "exact":
                 self.gaps.append({"group": key, "gap": facts["gap"], "optimal": facts["optimal"]})
         where = f" in {facts['domain']}" if facts["domain"] else ""
-        self._add(key, "planned", f"planned {facts['pods']} pods on {len(facts['nodes'])} nodes{where} "
-                                  f"({path}, {facts['ms']:.1f} ms)", now)
+        pods, nodes = _count(facts["pods"], "pod"), _count(len(facts["nodes"]), "node")
+        self._add(key, "planned", f"planned {pods} on {nodes}{where} ({path}, {facts['ms']:.1f} ms)", now)
 
     def _preempting(self, key: str, data: Mapping[str, Any], now: float) -> None:
         victims = [str(u) for u in data.get("victims") or ()]
@@ -149,10 +156,10 @@ class GroupHistory:
             for victim_group in by_group:
                 if victim_group != "(no group)":
                     self._facts(victim_group, now).preempted_by = key
-        self._add(key, "preempting", f"preempting {len(victims)} pods: {', '.join(units[:5])}", now)
+        self._add(key, "preempting", f"preempting {_count(len(victims), 'pod')}: {', '.join(units[:5])}", now)
         for victim_group, n in by_group.items():
             if victim_group != "(no group)":
-                self._add(victim_group, "preempted", f"{n} pods preempted by podgroup {key}", now)
+                self._add(victim_group, "preempted", f"{_count(n, 'pod')} preempted by podgroup {key}", now)
 
     def _add(self, key: str, kind: str, text: str, now: float) -> None:
         with self._lock:
@@ -160,10 +167,17 @@ class GroupHistory:
             self._append(key, kind, text, now)
 
     def _append(self, key: str, kind: str, text: str, now: float) -> None:
+        """A group's event; the same kind and text as its last one (an explanation said again at
+        each retry) is folded into that line, counted, and not logged again."""
+        events = self.groups[key].events
+        last = events[-1] if events else None
+        if last is not None and (last.kind, last.text) == (kind, text):
+            events[-1] = replace(last, time=now, repeats=last.repeats + 1)
+            return
         self._seq += 1
         event = LoggedEvent(self._seq, now, kind, key, text)
         self.log.append(event)
-        self.groups[key].events.append(event)
+        events.append(event)
 
     def _facts(self, key: str, now: float) -> GroupFacts:
         facts = self.groups.get(key)

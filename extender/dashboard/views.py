@@ -159,6 +159,12 @@ def state_of(cycle: WorkloadCycle, key: str) -> str:
     return STATE_WORDS.get(state, state)
 
 
+def _waits_for(cycle: WorkloadCycle, key: str) -> str:
+    if cycle.group_state(key) != "unschedulable":
+        return ""
+    return "never" if cycle.smallest.never_fits(key) else "room"
+
+
 def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, key: str,
               record: PodGroupRecord, now: float) -> dict:
     spec = record.spec
@@ -178,6 +184,8 @@ def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, 
         "topology_key": spec.topology_key,
         "domain": placement_domain(record.annotations) or (placement or {}).get("domain", ""),
         "state": state_of(cycle, key),
+        # an unschedulable group: "room" (it fits the empty cluster) or "never" (not even there)
+        "waits_for": _waits_for(cycle, key),
         "age_s": round(now - first_seen, 1),
         "time_to_place_s": round(bound_at - first_seen, 2) if bound_at else None,
         "preempted_by": facts.preempted_by if facts else "",

@@ -46,8 +46,8 @@ def _require_browser():
 def demo() -> Iterator[str]:
     """``phalanx demo --port 0 --headless`` in a subprocess; yields the dashboard URL once the
     scenarios are done (the trace keeps streaming while the tests run)."""
-    proc = subprocess.Popen([sys.executable, "-m", "phalanx_cli.main", "demo", "--port", "0", "--headless",
-                             "--duration", str(DEMO_SECONDS)], cwd=ROOT, stdout=subprocess.PIPE,
+    proc = subprocess.Popen([sys.executable, "-m", "phalanx_cli.main", "demo", "--port", "0", "--grpc-port", "0",
+                             "--headless", "--duration", str(DEMO_SECONDS)], cwd=ROOT, stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True)
     lines, url = [], ""
     try:
@@ -131,8 +131,41 @@ def test_the_infeasible_gangs_page_shows_its_explanation(page, demo):
     assert "nearest miss" in text
     assert "smallest change that makes it fit" in text and "capacity: " in page.inner_text("#smallest-change")
     assert "unschedulable" in page.inner_text("#group-title")
-    assert page.locator("#group-timeline li").count() >= 1
+    assert "can never fit" in page.inner_text("#group-title")  # 160 GPUs in one rack of 128, even empty
+    lines = page.locator("#group-timeline li").all_inner_texts()
+    assert lines
+    said = [re.sub(r"^\S+\s+", "", line).split(" (×")[0] for line in lines]  # without the time and the count
+    assert all(a != b for a, b in zip(said, said[1:], strict=False)), lines  # a repeated line is one, counted
+    names = page.locator("#group-pods tbody tr td:first-child").all_inner_texts()
+    assert names == sorted(names, key=lambda n: int(n.rsplit("-", 1)[1]))  # too-big-2 before too-big-10
     screenshot(page, "dashboard-infeasible-group")
+
+
+def test_requests_read_in_human_units(page, demo):
+    page.goto(demo + "#/group/demo/cockroach")
+    page.wait_for_selector("#group-pods tbody tr")
+    requests = page.inner_text("#group-pods tbody tr td:nth-child(4)")
+    assert "memory=16Gi" in requests and "cpu=4" in requests, requests
+
+
+@pytest.mark.parametrize("width", [1280, 1440])
+def test_the_home_page_fits_common_screens_and_tells_room_from_never(browser, demo, width):
+    context = browser.new_context(viewport={"width": width, "height": 900})
+    page = context.new_page()
+    page.set_default_timeout(WAIT_MS)
+    try:
+        page.goto(demo)
+        page.wait_for_selector("#groups tbody tr")
+        overflow = page.evaluate("() => { const box = document.querySelector('#groups').parentElement;"
+                                 " return box.scrollWidth - box.clientWidth; }")
+        assert overflow <= 1, f"the groups table runs {overflow} px past its panel at {width} px"
+        summary = page.inner_text("#summary")
+        assert re.search(r"\d+ waiting for room", summary) and re.search(r"[1-9]\d* can never fit", summary), summary
+        labels = page.locator("svg.hist text[y='104']").count()
+        assert 0 < labels <= 7  # bucket labels thinned so they never run together
+        assert not re.search(r"\b1 pods\b", page.inner_text("body"))
+    finally:
+        context.close()
 
 
 def test_the_preemptors_page_names_its_victims(page, demo):

@@ -11,6 +11,20 @@ const $ = (id) => document.getElementById(id);
 const esc = (s) => String(s ?? "").replace(/[&<>"']/g, (c) => ({ "&": "&amp;", "<": "&lt;", ">": "&gt;", '"': "&quot;", "'": "&#39;" }[c]));
 const fmt = (x) => (Number.isInteger(x) ? String(x) : (Math.round(x * 10) / 10).toString());
 const unit = (r) => (r === "cpu" ? "cores" : r.split("/").pop().toUpperCase() + "s");
+const plural = (n, word) => `${fmt(n)} ${word}${n === 1 ? "" : "s"}`;
+// node-2 before node-10: names compared number by number
+const natural = (a, b) => String(a).localeCompare(String(b), undefined, { numeric: true });
+// a request as an operator reads it: bytes in Ki/Mi/Gi/Ti, cores, devices
+function quantity(resource, value) {
+  if (resource === "memory" || resource === "ephemeral-storage" || resource.startsWith("hugepages-")) {
+    const units = ["", "Ki", "Mi", "Gi", "Ti", "Pi"];
+    let i = 0;
+    while (value >= 1024 && i < units.length - 1 && value % 1024 === 0) { value /= 1024; i++; }
+    while (value >= 1024 * 10 && i < units.length - 1) { value /= 1024; i++; }
+    return `${fmt(value)}${units[i]}`;
+  }
+  return fmt(value);
+}
 
 function colour(group) {
   if (!group) return "var(--other)";
@@ -85,13 +99,13 @@ async function renderRack() {
   }
   box.hidden = false;
   box.innerHTML = `<h3>rack ${esc(rack.name)} <span class="hint">zone ${esc(rack.zone)} · ${rack.node_count} nodes ·
-      ${fmt(rack.used)}/${fmt(rack.total)} ${esc(unit(rack.resource))} used · ${rack.pods} pods</span></h3>
+      ${fmt(rack.used)}/${fmt(rack.total)} ${esc(unit(rack.resource))} used · ${plural(rack.pods, "pod")}</span></h3>
     <div class="nodes">${rack.nodes.map((n) => `<div class="node${wouldTake(n.name) ? " whatif" : ""}" data-node="${esc(n.name)}">
       <div class="node-name" title="${esc(n.name)}">${esc(n.name)}</div>
-      <div class="node-use">${fmt(n.used)}/${fmt(n.total)} ${esc(unit(n.resource))} · ${n.pods} pods${n.reserved ? ` · ${fmt(n.reserved)} reserved` : ""}</div>
+      <div class="node-use">${fmt(n.used)}/${fmt(n.total)} ${esc(unit(n.resource))} · ${plural(n.pods, "pod")}${n.reserved ? ` · ${fmt(n.reserved)} reserved` : ""}</div>
       <div class="bar" style="background:${fill(n, "to right")}"></div>
       <div class="node-groups">${n.groups.map(([g, a]) => `<div><i class="swatch" style="background:${colour(g)}"></i>${g ? `<a href="#/group/${esc(g)}">${esc(g)}</a>` : "no group"} ${fmt(a)}</div>`).join("")}
-        ${(wouldTake(n.name) || []).map(([g, pods]) => `<div class="would">what-if: ${esc(g)} × ${pods} pods</div>`).join("")}</div>
+        ${(wouldTake(n.name) || []).map(([g, pods]) => `<div class="would">what-if: ${esc(g)} × ${plural(pods, "pod")}</div>`).join("")}</div>
     </div>`).join("")}</div>`;
 }
 
@@ -142,13 +156,17 @@ async function runWhatIf() {
 }
 
 // -- podgroups -----------------------------------------------------------------------------
+const WAITS = {
+  room: ' <span class="muted" title="it fits the empty cluster: it waits for room to free up">waiting for room</span>',
+  never: ' <span class="never" title="not even the empty cluster holds it: it never fits as asked">can never fit</span>',
+};
 function renderGroups(data) {
-  state.groups = data.podgroups;
+  state.groups = data.podgroups.slice().sort((a, b) => natural(a.key, b.key));
   const states = Object.entries(data.states).sort();
   $("group-states").textContent = `${data.podgroups.length} groups · ` + states.map(([s, n]) => `${n} ${s}`).join(" · ");
   $("state-filters").innerHTML = [["", data.podgroups.length], ...states]
     .map(([s, n]) => `<button data-state="${esc(s)}" class="${state.filter === s ? "on" : ""}">${esc(s || "all")} ${n}</button>`).join("");
-  const rows = data.podgroups.filter((g) => !state.filter || g.state === state.filter);
+  const rows = state.groups.filter((g) => !state.filter || g.state === state.filter);
   $("groups").querySelector("tbody").innerHTML = rows.map((g) => `<tr class="clickable" data-group="${esc(g.key)}">
       <td><a href="#/group/${esc(g.key)}">${esc(g.key)}</a></td>
       <td>${esc(g.owner.kind || "none")}${g.owner.name ? ` <span class="muted">${esc(g.owner.name)}</span>` : ""}${g.owner.level ? ` <span class="muted">· ${esc(g.owner.level)}</span>` : ""}</td>
@@ -156,13 +174,16 @@ function renderGroups(data) {
       <td>${g.bound}/${g.members}</td>
       <td>${esc((g.topology_key || "").split("/").pop() || "—")}</td>
       <td>${esc(g.domain || "—")}</td>
-      <td><span class="${stateClass(g.state)}">${esc(g.state)}</span>${g.preempted_by ? ` <span class="muted" title="preempted by ${esc(g.preempted_by)}">⚠ preempted</span>` : ""}${g.held_domain ? ` <span class="state state-holding" title="starving: smaller groups stay out of this domain unless they finish first">holds ${esc(g.held_domain)}</span>` : ""}</td>
+      <td><span class="${stateClass(g.state)}">${esc(g.state)}</span>${WAITS[g.waits_for] || ""}${g.preempted_by ? ` <span class="muted" title="preempted by ${esc(g.preempted_by)}">⚠ preempted</span>` : ""}${g.held_domain ? ` <span class="state state-holding" title="starving: smaller groups stay out of this domain unless they finish first">holds ${esc(g.held_domain)}</span>` : ""}</td>
       <td>${ago(g.age_s)}</td><td>${g.time_to_place_s == null ? "—" : ago(g.time_to_place_s)}</td></tr>`).join("");
   const count = (s) => data.states[s] || 0;
+  const waiting = (w) => data.podgroups.filter((g) => g.waits_for === w).length;
   const gpu = state.topology && state.topology.totals["nvidia.com/gpu"];
   $("summary").innerHTML = `<span><b>${state.topology ? state.topology.nodes : "…"}</b> nodes</span>` +
     (gpu ? `<span><b>${fmt(gpu.used)}</b>/${fmt(gpu.total)} GPUs used</span>` : "") +
-    `<span><b>${count("scheduled")}</b> scheduled</span><span><b>${count("unschedulable")}</b> unschedulable</span>` +
+    `<span><b>${count("scheduled")}</b> scheduled</span>` +
+    `<span id="waiting-for-room" title="unschedulable now, but they fit the empty cluster: they wait for room to free up"><b>${waiting("room")}</b> waiting for room</span>` +
+    `<span id="never-fit" title="unschedulable even on the empty cluster: more than any domain holds; they never fit as asked"><b>${waiting("never")}</b> can never fit</span>` +
     `<span><b>${count("preempting")}</b> preempting</span><span><b>${count("waiting for members")}</b> waiting</span>`;
 }
 
@@ -171,11 +192,14 @@ function histogram(h) {
   const buckets = h.buckets.filter((b) => Number.isFinite(b.le) || b.count);
   const max = Math.max(1, ...buckets.map((b) => b.count));
   const w = 100 / Math.max(1, buckets.length);
+  const step = Math.max(1, Math.ceil(buckets.length / 6));
   const bars = buckets.map((b, i) => {
     const height = (b.count / max) * 80;
-    const label = Number.isFinite(b.le) ? (b.le < 1 ? `${b.le * 1000}ms` : `${b.le}s`) : "+∞";
+    const label = Number.isFinite(b.le) ? (b.le < 1 ? `${fmt(b.le * 1000)} ms` : `${fmt(b.le)} s`) : "+∞";
+    // one label in every `step`, so they never run together (each bar keeps its tooltip)
+    const shown = i % step === 0 || i === buckets.length - 1;
     return `<rect x="${i * w + 0.5}%" y="${88 - height}" width="${w - 1}%" height="${height}"><title>≤ ${label}: ${b.count}</title></rect>
-      <text x="${i * w + w / 2}%" y="104" text-anchor="middle">${label}</text>
+      ${shown ? `<text x="${i * w + w / 2}%" y="104" text-anchor="middle">${label}</text>` : ""}
       ${b.count ? `<text x="${i * w + w / 2}%" y="${86 - height}" text-anchor="middle">${b.count}</text>` : ""}`;
   });
   return `<svg class="hist" role="img" aria-label="placement latency histogram">${bars.join("")}</svg>`;
@@ -206,7 +230,7 @@ function renderMetrics(m) {
 
 // -- events --------------------------------------------------------------------------------
 const eventLine = (e, withGroup) => `<li><span class="t">${clock(e.time)}</span><span class="k k-${esc(e.kind)}">${esc(e.kind)}</span>
-  ${withGroup ? `<a href="#/group/${esc(e.group)}">${esc(e.group)}</a> ` : ""}${esc(e.text)}</li>`;
+  ${withGroup ? `<a href="#/group/${esc(e.group)}">${esc(e.group)}</a> ` : ""}${esc(e.text)}${e.repeats > 1 ? ` <span class="muted repeats">(×${e.repeats}, last ${clock(e.time)})</span>` : ""}</li>`;
 
 function renderEvents(batch) {
   state.seq = batch.seq;
@@ -220,7 +244,7 @@ async function renderGroupPage(key) {
   let g;
   try { g = await get(`/api/v1/podgroups/${key}`); }
   catch (err) { $("group-title").textContent = `podgroup ${key} not found`; $("group-facts").innerHTML = ""; return; }
-  $("group-title").innerHTML = `podgroup ${esc(g.key)} <span class="${stateClass(g.state)}">${esc(g.state)}</span>`;
+  $("group-title").innerHTML = `podgroup ${esc(g.key)} <span class="${stateClass(g.state)}">${esc(g.state)}</span>${WAITS[g.waits_for] || ""}`;
   $("group-facts").innerHTML = [
     ["owner", `${g.owner.kind || "none"} ${g.owner.name}${g.owner.level ? ` (${g.owner.level})` : ""}`], ["policy", g.policy === "gang" ? `gang, minCount ${g.min_count}` : "basic"],
     ["priority", g.priority], ["disruption", g.disruption_mode], ["members", `${g.bound} bound of ${g.members}`],
@@ -245,8 +269,8 @@ async function renderGroupPage(key) {
     ? `preempted to make room: ${g.victims.map((v) => `<a href="#/group/${esc(v.group)}">${esc(v.group)}</a> (${v.pods} pods)`).join(", ")}` : "";
   const by = g.preempted_by ? `preempted by <a href="#/group/${esc(g.preempted_by)}">${esc(g.preempted_by)}</a>` : "";
   $("group-preemption").innerHTML = [victims, by].filter(Boolean).join("<br>") || `<span class="muted">none</span>`;
-  $("group-pods").querySelector("tbody").innerHTML = g.pods.map((m) => `<tr><td>${esc(m.name)}</td><td>${esc(m.node || "—")}</td>
-    <td>${esc(m.gated ? "gated" : m.phase)}</td><td>${esc(Object.entries(m.requests).map(([r, v]) => `${r}=${fmt(v)}`).join(" "))}</td></tr>`).join("");
+  $("group-pods").querySelector("tbody").innerHTML = g.pods.slice().sort((a, b) => natural(a.name, b.name)).map((m) => `<tr><td>${esc(m.name)}</td><td>${esc(m.node || "—")}</td>
+    <td>${esc(m.gated ? "gated" : m.phase)}</td><td>${esc(Object.entries(m.requests).map(([r, v]) => `${r}=${quantity(r, v)}`).join(" "))}</td></tr>`).join("");
   $("group-timeline").innerHTML = g.timeline.slice().reverse().map((e) => eventLine(e, false)).join("");
 }
 
