@@ -236,13 +236,15 @@ def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | 
     if options.health_addr:
         phalanx.serve_health(options.health_addr)
     scheme = "https" if options.tls_cert else "http"
-    print(f"phalanx serving the extender on {scheme}://{options.http_addr}/scheduler "
+    http_addr = f"{options.http_addr.rpartition(':')[0]}:{phalanx.port}"  # the port bound (0: any)
+    print(f"phalanx serving the extender on {scheme}://{http_addr}/scheduler "
           f"({'simulated cluster ' + sim_file if sim_file else 'API server'})", flush=True)
-    print(f"phalanx dashboard: {scheme}://{options.http_addr}/", flush=True)
+    print(f"phalanx dashboard: {scheme}://{http_addr}/", flush=True)
     if phalanx.health is not None:
         print(f"phalanx serving /healthz and /readyz on http://{options.health_addr}", flush=True)
     if phalanx.grpc is not None:
-        print(f"phalanx serving gRPC phalanx.v1.WorkloadCycle on {phalanx.grpc_addr}"
+        print(f"phalanx serving gRPC phalanx.v1.WorkloadCycle on "
+              f"{phalanx.grpc_addr.rpartition(':')[0]}:{phalanx.grpc.port}"
               f"{' (mTLS)' if phalanx.grpc_tls else ''}", flush=True)
     print("phalanx: the dashboard, /metrics and explain "
           + ("need no token (--insecure-loopback-no-auth)" if phalanx.gate is None
