@@ -112,3 +112,45 @@ def test_a_bench_suite_without_the_control_plane_says_how_to_build_it_and_leaves
     message = str(done.value)
     assert message.startswith(f"phalanx bench {suite[0]}: e2e control plane not built") and "make e2e" in message
     assert set(glob.glob(os.path.join(tempfile.gettempdir(), "phalanx-bench-*"))) == before
+
+
+def test_the_dashboards_api_and_explain_take_any_name_or_query_without_a_5xx(sim, cycle):
+    """Every path and query of the dashboard's JSON API, and gRPC ExplainGroup/GetPlan/ListGroups,
+    with arbitrary text where a name, namespace, zone, rack or sequence number goes: HTTP 200, 400
+    or 404, gRPC OK, INVALID_ARGUMENT or NOT_FOUND — never a 5xx, never INTERNAL."""
+    import urllib.parse
+
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    sim.create(podgroup("g", 2))
+    sim.create(pod("g-0", "g"))
+    client = create_app(cycle, compile_manifest=compile_objects).test_client()
+    running = start_grpc_server(cycle, "127.0.0.1:0")
+    text = st.one_of(st.sampled_from(["default", "g", "", "-1", "9" * 30, "a/b", "..", "%00", "ü", " "]),
+                     st.text(max_size=40))
+    quote = lambda s: urllib.parse.quote(s, safe="")  # noqa: E731
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stub = pb_grpc.WorkloadCycleStub(channel)
+
+            @settings(max_examples=300, deadline=None, database=None, suppress_health_check=list(HealthCheck))
+            @given(text, text, text)
+            def run(a, b, c) -> None:
+                for path in (f"/api/v1/podgroups/{quote(a)}/{quote(b)}", f"/api/v1/topology/{quote(a)}/{quote(b)}",
+                             f"/api/v1/events?since={quote(c)}", f"/api/v1/plans?namespace={quote(a)}",
+                             f"/api/v1/podgroups?namespace={quote(b)}"):
+                    status = client.get(path).status_code
+                    assert status in (200, 400, 404), (path, status)
+                for call, request in ((stub.ExplainGroup, pb.ExplainGroupRequest(namespace=a, name=b)),
+                                      (stub.GetPlan, pb.GetPlanRequest(namespace=a, name=b)),
+                                      (stub.ListGroups, pb.ListGroupsRequest(namespace=c))):
+                    try:
+                        call(request, timeout=10)
+                    except grpc.RpcError as err:
+                        assert err.code() in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), (
+                            request, err.code(), err.details())
+
+            run()
+    finally:
+        running.stop(grace=0)
