@@ -298,7 +298,11 @@ def render_whatif(doc: dict, wide: bool) -> str:
         if isinstance(nodes, dict):  # pod -> node
             nodes = sorted(set(nodes.values()))
         shown = ",".join(map(str, nodes)) if wide or len(nodes) <= 3 else f"{len(nodes)} nodes"
-        row = [_group_name(g), g.get("verdict"), g.get("domain"), shown, g.get("message") or g.get("explanation")]
+        message = g.get("message") or g.get("explanation")
+        waiting = g.get("waiting")
+        if isinstance(waiting, list) and waiting:  # minCount placed, these left out
+            message = f"{len(waiting)} would wait: {g.get('waitingWhy', '')}" + (f"; {message}" if message else "")
+        row = [_group_name(g), g.get("verdict"), g.get("domain"), shown, message]
         if wide:
             victims = g.get("victims")
             row.insert(4, len(victims) if isinstance(victims, list) else "")

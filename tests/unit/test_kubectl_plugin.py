@@ -357,6 +357,10 @@ def test_whatif_renders_serves_reply_shape(tmp_path):
     assert lines[2].endswith("rack r1: needs 12 nvidia.com/gpu, 8 free")
     narrow = run(["whatif", "-f", manifest(tmp_path, STS)], CannedServe(200, reply)).splitlines()
     assert "4 nodes" in narrow[1]
+    reply["groups"][1].update(verdict="fits", nodes={"huge-0": "n-0"}, explanation="", waiting=["huge-1", "huge-2"],
+                              waitingWhy="rack r0: needs 4 nvidia.com/gpu, 0 free")
+    lines = run(["whatif", "-f", manifest(tmp_path, STS)], CannedServe(200, reply)).splitlines()
+    assert lines[2].endswith("2 would wait: rack r0: needs 4 nvidia.com/gpu, 0 free")
 
 
 def test_whatif_against_a_serve_without_the_endpoint_says_so(tmp_path):
