@@ -154,7 +154,12 @@ class Run:
         """End the running pod of ``index`` with ``exit_code`` (0: Succeeded, else Failed); its name."""
         name = self.running()[index]["metadata"]["name"]
         finish_pod(self.rest, self.namespace, name, exit_code)
-        wait_for(lambda: index not in self.running(), 30, f"{self.case}: index {index} exited {exit_code}")
+        phase = "Succeeded" if exit_code == 0 else "Failed"
+
+        def ended() -> bool:  # that pod (a replacement may already run its index)
+            obj = self.rest.get_or_none(f"/api/v1/namespaces/{self.namespace}/pods/{name}")
+            return obj is None or (obj.get("status") or {}).get("phase") == phase
+        wait_for(ended, 60, f"{self.case}: index {index}'s pod {name} {phase} (exit code {exit_code})")
         return name
 
     def lose(self, index: str) -> str:
