@@ -159,8 +159,9 @@ def state_of(cycle: WorkloadCycle, key: str) -> str:
     return STATE_WORDS.get(state, state)
 
 
-def _waits_for(cycle: WorkloadCycle, key: str) -> str:
-    if cycle.group_state(key) != "unschedulable":
+def _waits_for(cycle: WorkloadCycle, key: str, state: str) -> str:
+    """An unschedulable group: "room" (it fits the empty cluster) or "never" (not even there)."""
+    if state != "unschedulable":
         return ""
     return "never" if cycle.smallest.never_fits(key) else "room"
 
@@ -173,6 +174,7 @@ def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, 
     first_seen = facts.first_seen if facts else history.started
     placement = facts.placement if facts else None
     bound_at = facts.bound_at if facts else None
+    state = state_of(cycle, key)
     return {
         "key": key, "namespace": record.namespace, "name": record.name,
         "owner": _owner(members, record.owner),
@@ -183,9 +185,8 @@ def group_row(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, 
         "members": len(members), "bound": sum(1 for m in members if m.pod.node),
         "topology_key": spec.topology_key,
         "domain": placement_domain(record.annotations) or (placement or {}).get("domain", ""),
-        "state": state_of(cycle, key),
-        # an unschedulable group: "room" (it fits the empty cluster) or "never" (not even there)
-        "waits_for": _waits_for(cycle, key),
+        "state": state,
+        "waits_for": _waits_for(cycle, key, state),
         "age_s": round(now - first_seen, 1),
         "time_to_place_s": round(bound_at - first_seen, 2) if bound_at else None,
         "preempted_by": facts.preempted_by if facts else "",
