@@ -27,6 +27,7 @@ from controller.whatif import compile_objects
 from extender.server import Phalanx, ServeOptions, build
 
 from . import demo_workloads as w
+from .main import GRPC_PORT
 
 ZONES, RACKS, NODES, GPUS = 2, 8, 16, 8
 CPU_NODES = 8
@@ -36,7 +37,6 @@ TIME_SCALE = 600.0
 MAX_JOB_SECONDS = 6 * 3600.0
 JOB_EVERY = 0.5  # wall seconds between trace arrivals
 TICK = 0.25
-GRPC_PORT = 50051  # the default address `phalanx explain` and `phalanx whatif` dial
 
 
 def demo_cluster() -> SimCluster:

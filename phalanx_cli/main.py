@@ -9,6 +9,9 @@ import sys
 
 from cluster import names
 
+#: serve's gRPC port by default, and so the one `explain`, `whatif` and the demo use
+GRPC_PORT = 50051
+
 
 def _without_tcache() -> None:
     """Re-execute this process once with glibc's per-thread cache of freed chunks off, which it
@@ -181,7 +184,7 @@ def _add_serve_access(serve: argparse.ArgumentParser) -> None:
 
 def _add_grpc_client(parser: argparse.ArgumentParser) -> None:
     """How a client command reaches a running serve's gRPC service (explain, whatif)."""
-    parser.add_argument("--grpc-addr", default="127.0.0.1:50051", help="the serve's gRPC address")
+    parser.add_argument("--grpc-addr", default=f"127.0.0.1:{GRPC_PORT}", help="the serve's gRPC address")
     parser.add_argument("--token-file", metavar="FILE",
                         help="send the bearer token in FILE (e.g. from `kubectl create token`; '-': stdin)")
     parser.add_argument("--grpc-ca", metavar="FILE", help="dial over TLS, trusting this CA for serve's certificate")
@@ -315,7 +318,7 @@ def build_parser() -> argparse.ArgumentParser:
                             "(best-effort-atomic-scale-up) for the missing pods in its nearest domain, unless its "
                             "PodGroup says scheduling.phalanx.dev/provisioning: none (default: none, only PodGroups "
                             "annotated atomic)")
-    serve.add_argument("--grpc-addr", default="127.0.0.1:50051",
+    serve.add_argument("--grpc-addr", default=f"127.0.0.1:{GRPC_PORT}",
                        help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
     _add_serve_access(serve)
     serve.add_argument("--health-addr", default="",
@@ -332,7 +335,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo = sub.add_parser("demo", help="phalanx, a simulated kube-scheduler and the dashboard on a simulated cluster: "
                                        "KEP-6277 stories, LWS groups, a gang that cannot fit, preemption, a trace")
     demo.add_argument("--port", type=int, default=8080, help="dashboard and extender HTTP port (default 8080; 0: any)")
-    demo.add_argument("--grpc-port", type=int, default=50051,
+    demo.add_argument("--grpc-port", type=int, default=GRPC_PORT,
                       help="gRPC port on 127.0.0.1 that `phalanx explain` and `phalanx whatif` reach (default 50051, "
                            "their default; 0: any)")
     demo.add_argument("--duration", type=float, metavar="SECONDS", help="stop after SECONDS (default: until Ctrl-C)")
