@@ -36,6 +36,8 @@ ANNOTATION_PARENT_COMPOSITE_ALT = "scheduling.k8s.io/parent-composite-podgroup" 
 FINALIZER_PODGROUP_PROTECTION = "scheduling.k8s.io/podgroup-protection"
 GATE_LWS_GROUP_REPLACEMENT = "leaderworkerset.sigs.k8s.io/group-replacement"
 LABEL_STATEFULSET_POD_NAME = "statefulset.kubernetes.io/pod-name"  # set on every pod a StatefulSet creates
+#: serve's WorkloadCycle gRPC port by default, and so the one `explain`, `whatif` and the demo use
+GRPC_PORT = 50051
 DEFAULT_SCHEDULER = "default-scheduler"  # a pod's spec.schedulerName when it names none
 PLUGIN_NODE_RESOURCES_FIT = "NodeResourcesFit"  # kube-scheduler's resource filter (the plugin's rejections name it)
 

@@ -58,7 +58,7 @@ class ServeOptions:
     barrier_timeout: float = 30.0
     plan_ttl: float = 60.0
     solver_path: str = "exact"
-    grpc_addr: str = "127.0.0.1:50051"  # the WorkloadCycle gRPC service; "" or "off": none
+    grpc_addr: str = f"127.0.0.1:{names.GRPC_PORT}"  # the WorkloadCycle gRPC service; "" or "off": none
     health_addr: str = ""  # HOST:PORT of the probe listener (/healthz, /readyz only); "": none
     queue_policy: QueuePolicy = QueuePolicy()  # starvation holds, fragmentation, lost-work preemption
     plan_ahead: tuple[str, ...] = ()  # kube-scheduler profiles whose complete gangs are planned before they ask

@@ -22,12 +22,12 @@ from typing import Callable, Iterator, TextIO
 from bench.scheduler_sim import SimulatedScheduler
 from bench.traces import DataMissing, acme_jobs, data_dir
 from cluster import names
+from cluster.names import GRPC_PORT
 from cluster.sim import SimCluster
 from controller.whatif import compile_objects
 from extender.server import Phalanx, ServeOptions, build
 
 from . import demo_workloads as w
-from .main import GRPC_PORT
 
 ZONES, RACKS, NODES, GPUS = 2, 8, 16, 8
 CPU_NODES = 8

@@ -8,9 +8,7 @@ import os
 import sys
 
 from cluster import names
-
-#: serve's gRPC port by default, and so the one `explain`, `whatif` and the demo use
-GRPC_PORT = 50051
+from cluster.names import GRPC_PORT
 
 
 def _without_tcache() -> None:
