@@ -541,7 +541,7 @@ def placement_preference(meta: JSON) -> str:
     return value
 
 
-# -- the placement record (scheduling.phalanx.dev/placement on a PodGroup) --------------------------
+# -- the placement record (a PodGroup's scheduling.phalanx.dev/Placement condition) ---------------
 @dataclass(frozen=True)
 class PlacementRecord:
     """The write-ahead record of a gang's plan: its domain and pod name -> node."""
@@ -550,41 +550,53 @@ class PlacementRecord:
     pods: Mapping[str, str] = field(default_factory=dict)
 
 
-def _placement_json(annotations: Mapping[str, str]) -> Mapping[str, Any] | None:
-    raw = annotations.get(names.ANNOTATION_PLACEMENT)
-    if not raw:
+RECORD = "placement record"  # how errors name it, wherever it is kept
+
+
+def _placement_json(text: str) -> Mapping[str, Any] | None:
+    if not text:
         return None
     try:
-        data = json.loads(raw)
+        data = json.loads(text)
     except (ValueError, TypeError):
-        raise InvalidInput(f"{names.ANNOTATION_PLACEMENT}: not JSON: {str(raw)[:80]!r}") from None
-    return _mapping(data, names.ANNOTATION_PLACEMENT)
+        raise InvalidInput(f"{RECORD}: not JSON: {str(text)[:80]!r}") from None
+    return _mapping(data, RECORD)
 
 
-def placement_record(annotations: Mapping[str, str]) -> PlacementRecord | None:
-    """The placement record in a PodGroup's ``annotations``; None when there is none. Raises
-    InvalidInput when it is not ``{"domain": ..., "pods": {name: node}}``."""
-    data = _placement_json(annotations)
+def placement_record(text: str) -> PlacementRecord | None:
+    """The placement record ``text`` (a PodGroup record's ``placement``); None when there is none.
+    Raises InvalidInput when it is not ``{"domain": ..., "pods": {name: node}}``."""
+    data = _placement_json(text)
     if data is None:
         return None
     if "pods" not in data:
-        raise InvalidInput(f"{names.ANNOTATION_PLACEMENT}: no pods")
-    pods = _string_map(data["pods"], f"{names.ANNOTATION_PLACEMENT}: pods")
+        raise InvalidInput(f"{RECORD}: no pods")
+    pods = _string_map(data["pods"], f"{RECORD}: pods")
     return PlacementRecord(str(data.get("domain", "")), pods)
 
 
-def placement_domain(annotations: Mapping[str, str]) -> str:
-    """The domain of the placement record in ``annotations``; "" when there is none or it is malformed."""
+def placement_domain(text: str) -> str:
+    """The domain of the placement record ``text``; "" when there is none or it is malformed."""
     try:
-        data = _placement_json(annotations)
+        data = _placement_json(text)
     except InvalidInput:
         return ""
     return str(data.get("domain", "")) if data is not None else ""
 
 
-def placement_annotation(domain: str, pods: Mapping[str, str]) -> str:
-    """The placement record's annotation value for ``domain`` and pod name -> node."""
-    return json.dumps({"domain": domain, "pods": dict(pods)}, sort_keys=True)
+def placement_text(domain: str, pods: Mapping[str, str]) -> str:
+    """The placement record's text for ``domain`` and pod name -> node."""
+    return json.dumps({"domain": domain, "pods": dict(pods)}, sort_keys=True, separators=(",", ":"))
+
+
+def recorded_placement(annotations: Mapping[str, str], conditions: tuple["Condition", ...]) -> str:
+    """A PodGroup's placement record text: its ``Placement`` condition's message while True, else
+    the annotation (a record too long for a condition, or one an earlier version wrote); an
+    abandoned record's condition is False and its annotation removed."""
+    condition = next((c for c in conditions if c.type == names.CONDITION_PLACEMENT), None)
+    if condition is not None and condition.status == "True":
+        return condition.message
+    return annotations.get(names.ANNOTATION_PLACEMENT) or ""
 
 
 @dataclass(frozen=True)
@@ -863,6 +875,7 @@ class PodGroupRecord:
     default_preference: str = "pack"  # scheduling.phalanx.dev/placement-preference
     owner: GroupOwner = GroupOwner("", "")
     conditions: tuple[Condition, ...] = ()
+    placement: str = ""  # the placement record's text (recorded_placement), "" when none
 
     @property
     def key(self) -> str:
@@ -877,17 +890,20 @@ def podgroup_record(obj: JSON, spec: GroupSpec | None = None) -> PodGroupRecord:
     (``spec``: :func:`podgroup_spec` of ``obj`` when the caller already has it)."""
     spec = spec or podgroup_spec(obj)
     meta = obj["metadata"]
+    annotations = _string_map(meta.get("annotations"), f"podgroup {meta['name']}: metadata.annotations")
+    conditions = conditions_from_json(obj)
     return PodGroupRecord(
         namespace=str(meta.get("namespace") or "default"),
         name=str(meta["name"]),
         spec=spec,
         uid=str(meta.get("uid") or ""),
-        annotations=_string_map(meta.get("annotations"), f"podgroup {meta['name']}: metadata.annotations"),
+        annotations=annotations,
         created=_timestamp(meta.get("creationTimestamp")),
         preferred_keys=tuple(k for k in preferred_keys(meta) if k != spec.topology_key),
         default_preference=placement_preference(meta),
         owner=podgroup_owner(obj),
-        conditions=conditions_from_json(obj),
+        conditions=conditions,
+        placement=recorded_placement(annotations, conditions),
     )
 
 

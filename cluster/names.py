@@ -14,7 +14,10 @@ RESOURCE_API_VERSION = "resource.k8s.io/v1"  # DRA ResourceClaims and ResourceCl
 ANNOTATION_SCHEDULING = "scheduling.phalanx.dev/scheduling"  # StatefulSet: scheduling config as JSON
 LABEL_POD_GROUP = "scheduling.phalanx.dev/pod-group"  # pod -> PodGroup, CRD flavor
 GATE_PODGROUP_SYNC = "scheduling.phalanx.dev/podgroup-sync"  # pod scheduling gate while minCount syncs
-ANNOTATION_PLACEMENT = "scheduling.phalanx.dev/placement"  # PodGroup: write-ahead pod->node record
+#: PodGroup: the write-ahead pod->node record where it is too long for the CONDITION_PLACEMENT
+#: condition's message or kube-scheduler writes the group's status (and where earlier versions
+#: wrote every record; still read)
+ANNOTATION_PLACEMENT = "scheduling.phalanx.dev/placement"
 ANNOTATION_PREFERRED_TOPOLOGY = "scheduling.phalanx.dev/preferred-topology"  # ordered keys, comma-separated
 # PodGroup: what members without soft rules of their own get, "pack" (default) or "spread"
 ANNOTATION_PLACEMENT_PREFERENCE = "scheduling.phalanx.dev/placement-preference"
@@ -88,6 +91,7 @@ ANNOTATION_LWS_LEVEL = "scheduling.phalanx.dev/lws-level"
 
 # -- conditions -------------------------------------------------------------------------------------
 CONDITION_INITIALLY_SCHEDULED = "PodGroupInitiallyScheduled"
+REASON_SCHEDULED = "Scheduled"  # PodGroupInitiallyScheduled=True, as kube-scheduler writes it
 REASON_UNSCHEDULABLE = "Unschedulable"
 REASON_SCHEDULER_ERROR = "SchedulerError"
 #: PodGroupInitiallyScheduled=False while its namespace holds --namespace-max-plans open plans
@@ -99,6 +103,13 @@ REASON_MIN_COUNT_TOO_LARGE = "MinCountTooLarge"
 CONDITION_MEMBERS_SCHEDULED = "scheduling.phalanx.dev/MembersScheduled"
 REASON_WAITING_FOR_MEMBERS = "WaitingForMembers"
 REASON_MEMBERS_SCHEDULED = "MembersScheduled"
+#: phalanx's write-ahead placement record of a gang (True; message: {"domain": ..., "pods": {pod: node}}),
+#: written in the same status write as PodGroupInitiallyScheduled=True, before any member binds;
+#: False once abandoned (the recorded nodes no longer fit)
+CONDITION_PLACEMENT = "scheduling.phalanx.dev/Placement"
+REASON_PLACEMENT_RECORDED = "Recorded"
+REASON_PLACEMENT_ABANDONED = "Abandoned"
+REASON_PLACEMENT_ON_ANNOTATION = "OnAnnotation"  # ANNOTATION_PLACEMENT holds the record
 CONDITION_DISRUPTION_TARGET = "DisruptionTarget"
 REASON_PREEMPTION_BY_SCHEDULER = "PreemptionByScheduler"
 
@@ -160,7 +171,6 @@ EVENT_UNIT_BROKEN = "UnitBroken"  # PodGroup: a member was newly disrupted, the 
 EVENT_UNIT_EVICTION_BLOCKED = "UnitEvictionBlocked"  # PodGroup: a PDB refused evicting the rest; retrying
 
 # -- the workload cycle's state machine, bind-barrier capacity and write dispatcher -----------------
-EVENT_PLANNED = "Planned"
 EVENT_BIND_FAILED = "BindFailed"
 EVENT_BARRIER_TIMEOUT = "BarrierTimeout"
 EVENT_FAILED_SCHEDULING = "FailedScheduling"

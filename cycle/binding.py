@@ -33,14 +33,14 @@ from typing import Callable
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import CacheEvent, ClusterCache
-from cluster.convert import placement_annotation
+from cluster.convert import placement_text
 from solver import Policy
 
 from . import replans
 from .lock import CycleLock
 from .metrics import CycleMetrics
 from .plans import Change, Plan, PlanBook, PlanState
-from .status import StatusWriter, podgroup_obj
+from .status import StatusWriter, scheduled_message
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -253,15 +253,12 @@ class Binding:
 
     def write_record(self, plan: Plan) -> None:
         """The placement record on the plan's PodGroup, synchronously (before any member binds, so
-        a restart finishes the gang, never splits it); raises what the writer raises."""
-        ns, name = plan.group.split("/", 1)
-        # an older queued record removal lands first, or no record is written (a throttled or
-        # unreachable API server keeps it queued: it would land after the record)
-        if not self.status.dispatcher.flush(podgroup_obj(plan.group), timeout=RECORD_FLUSH_SECONDS):
-            raise WriteError(f"earlier writes on podgroup {plan.group} are still pending "
-                             f"after {RECORD_FLUSH_SECONDS:g} s (API server slow or away)", 0)
-        self.writer.annotate_podgroup(ns, name, {names.ANNOTATION_PLACEMENT: placement_annotation(
-            plan.domain, {self.pod_name(uid): n for uid, n in plan.assignments.items()})})
+        a restart finishes the gang, never splits it), with ``PodGroupInitiallyScheduled=True`` in
+        the same write unless kube-scheduler writes it; raises what the writer raises."""
+        text = placement_text(plan.domain, {self.pod_name(uid): n for uid, n in plan.assignments.items()})
+        scheduled = None if plan.condition_by_scheduler else scheduled_message(len(plan.assignments), plan.domain)
+        # an older queued write on the group (a record's abandonment) lands first, or none is written
+        self.status.write_record(plan.group, text, scheduled, RECORD_FLUSH_SECONDS)
 
     def _bind_uid(self, uid: str, node: str) -> str:
         record = self.cache.pods.get(uid)

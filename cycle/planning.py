@@ -169,7 +169,7 @@ class Planner:
         """Finish a partly bound gang from its placement record (see the module's docstring)."""
         record = self.cache.podgroups.get(group.key)
         try:
-            recorded = placement_record(record.annotations) if record else None
+            recorded = placement_record(record.placement) if record else None
         except InvalidInput:
             recorded = PlacementRecord()  # malformed: abandoned below, like a record that no longer fits
         if recorded is None or not group.bound or not group.pending:
@@ -183,10 +183,10 @@ class Planner:
                 raise PlacementInvalid("recorded nodes are not among the candidates")
             assert_placement_valid(snapshot, group, assignments)
         except PlacementInvalid as err:
-            self.status.event(group.key, names.EVENT_PLACEMENT_ABANDONED,
-                              f"placement record no longer fits: {err}", "Warning")
+            why = f"placement record no longer fits: {err}"
+            self.status.event(group.key, names.EVENT_PLACEMENT_ABANDONED, why, "Warning")
             self.recorded.abandon(group.key)
-            self.status.remove_record(group.namespace, group.name)
+            self.status.remove_record(group.key, why)
             return None
         return self.keep(group, Placement(group.key, assignments, recorded.domain, path="record"), 0.0)
 
@@ -228,10 +228,7 @@ class Planner:
         self.inbox.nudge(self.parked.take(key, placement.assignments))
         if group.topology_key and placement.domain:
             self.domains[key] = (group.topology_key, placement.domain)
-        where = f" in {group.topology_key}={placement.domain}" if group.topology_key else ""
-        note = (f"planned {len(placement.assignments)} pods on {len(set(placement.assignments.values()))} "
-                f"nodes{where} ({placement.path}, {elapsed * 1000:.1f} ms)")
-        self.book.transition(plan, PlanState.PLANNED, Change(note=note))
+        self.book.transition(plan, PlanState.PLANNED)
         return placement
 
     # -- the cycle ---------------------------------------------------------------------------

@@ -93,7 +93,7 @@ class Plan:
     created: float
     deadline: float
     placement: Placement | None = None
-    placement_ms: float = 0.0  # how long the solve took (for the Planned event and listeners)
+    placement_ms: float = 0.0  # how long the solve took (for the listeners)
     gang: bool = True  # Basic groups bind member by member, with no barrier
     state: PlanState | None = None  # None until it is held (see PlanState)
     arrived: set[str] = field(default_factory=set)
@@ -142,14 +142,12 @@ class Plan:
 @dataclass(frozen=True)
 class Change:
     """What a transition is about, for the listener: ``reason`` one of :data:`.replans.REASONS`
-    for a counted release, ``why`` the words for people, ``pod``/``node`` what was rejected,
-    ``note`` the Planned event's text."""
+    for a counted release, ``why`` the words for people, ``pod``/``node`` what was rejected."""
 
     reason: str = ""
     why: str = ""
     pod: str = ""
     node: str = ""
-    note: str = ""
 
 
 Listener = Callable[[Plan, "PlanState | None", PlanState, Change], None]

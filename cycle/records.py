@@ -23,7 +23,6 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Collection, Iterable
 
-from cluster import names
 from cluster.cache import ClusterCache
 from cluster.convert import placement_record
 from solver import InvalidInput
@@ -55,7 +54,7 @@ class RecordedHolds:
         """The group's record no longer fits and is being removed: hold nothing for it from now on
         (the cache shows the annotation until the removal lands)."""
         record = self.cache.podgroups.get(key)
-        text = (record.annotations.get(names.ANNOTATION_PLACEMENT) or "") if record else ""
+        text = record.placement if record else ""
         with self._lock:
             self._abandoned[key] = text
             self._dirty.add(key)
@@ -106,14 +105,14 @@ class RecordedHolds:
             return {}
         if record.spec.policy is not Policy.GANG:
             return {}
-        text = record.annotations.get(names.ANNOTATION_PLACEMENT) or ""
+        text = record.placement
         with self._lock:
             if key in self._abandoned:
                 if self._abandoned[key] == text:
                     return {}
                 del self._abandoned[key]  # a new record: it holds again
         try:
-            recorded = placement_record(record.annotations)
+            recorded = placement_record(record.placement)
         except InvalidInput:
             return {}  # malformed: the group's next cycle abandons it
         if recorded is None:

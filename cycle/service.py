@@ -68,7 +68,7 @@ from .records import RecordedHolds
 from .replans import ReplanBudget
 from .requeue import Requeue
 from .smallest import SmallestChanges
-from .status import StatusWriter
+from .status import StatusWriter, scheduled_message
 from .tenants import NamespaceLimits, Tenants
 from .verdicts import Verdicts
 from .whatif import WhatIf, WhatIfAnswer
@@ -205,13 +205,14 @@ class WorkloadCycle:
             self.explanations.pop(key, None)
             self.smallest.forget(key)
             self.capacity.waiting.pop(key, None)
-            self.status.event(key, names.EVENT_PLANNED, change.note)
             self.status.emit("planned", group=key, domain=plan.domain, assignments=dict(plan.assignments),
                              path=plan.placement.path if plan.placement else "", ms=(plan.placement_ms or 0.0))
         elif to is PlanState.BINDING:
-            if not plan.condition_by_scheduler:  # else kube-scheduler's pod-group cycle writes it
-                self.status.set_status(key, True, "Scheduled", f"{len(plan.assignments)} pods going to binding "
-                                       f"in {plan.domain or 'the cluster'}")
+            # a gang's goes out with its placement record (Binding.write_record), in one write;
+            # kube-scheduler's pod-group cycle writes it where it says it does
+            if not plan.gang and not plan.condition_by_scheduler:
+                self.status.set_status(key, True, names.REASON_SCHEDULED,
+                                       scheduled_message(len(plan.assignments), plan.domain))
         elif to is PlanState.BOUND:
             self.verdicts.forget(plan.assignments)  # learned for this group's members, now moot
             self.replans.forget(key)

@@ -71,6 +71,11 @@ def _names(head: str, names_: list[str], shown: int = 3) -> str:
     return f"{head} ({', '.join(names_[:shown])}{more})"
 
 
+def scheduled_message(pods: int, domain: str) -> str:
+    """``PodGroupInitiallyScheduled=True``'s message."""
+    return f"{pods} pods going to binding in {domain or 'the cluster'}"
+
+
 def podgroup_obj(key: str) -> str:
     """The dispatcher's ordering key for a PodGroup's writes."""
     return f"PodGroup/{key}"
@@ -105,18 +110,23 @@ class StatusWriter:
     def set_status(self, key: str, ok: bool, reason: str, message: str) -> None:
         """Queue ``PodGroupInitiallyScheduled`` on ``key`` (True: scheduled; never back to False);
         once it is True, ``MembersScheduled`` instead (see the module's docstring)."""
-        record = self.cache.podgroups.get(key)
-        if record is None:
+        if self.cache.podgroups.get(key) is None:
             return  # the group is gone (or not seen yet): nothing to write on
+        change = self._scheduled(key, ok, reason, message)
+        if change is not None:
+            self._put(key, *change)
+
+    def _scheduled(self, key: str, ok: bool, reason: str, message: str) -> tuple[str, bool, str, str] | None:
+        """The condition :meth:`set_status` writes, or None when it writes nothing."""
         current = self._current(key, names.CONDITION_INITIALLY_SCHEDULED)
         if current is None or current.status != "True":
-            self._put(key, names.CONDITION_INITIALLY_SCHEDULED, ok, reason, message)
-            return  # never back to False; True -> True keeps its lastTransitionTime
+            return names.CONDITION_INITIALLY_SCHEDULED, ok, reason, message  # never back to False
         members = self._current(key, names.CONDITION_MEMBERS_SCHEDULED)
         if not ok:
-            self._put(key, names.CONDITION_MEMBERS_SCHEDULED, False, reason, f"{self.members_note(key)}: {message}")
-        elif members is not None and members.status == "False":
-            self._put(key, names.CONDITION_MEMBERS_SCHEDULED, True, names.REASON_MEMBERS_SCHEDULED, message)
+            return names.CONDITION_MEMBERS_SCHEDULED, False, reason, f"{self.members_note(key)}: {message}"
+        if members is not None and members.status == "False":
+            return names.CONDITION_MEMBERS_SCHEDULED, True, names.REASON_MEMBERS_SCHEDULED, message
+        return None  # True -> True keeps its lastTransitionTime
 
     def members_waiting(self, key: str, message: str) -> None:
         """A gang already scheduled waits for members (a lost one's replacement not created yet):
@@ -139,25 +149,83 @@ class StatusWriter:
         record = self.cache.podgroups.get(key)
         return queued or (record.condition(type_) if record else None)
 
-    def _put(self, key: str, type_: str, ok: bool, reason: str, message: str) -> None:
-        """Queue condition ``type_`` on ``key`` unless it says this already; the patch carries
-        every condition queued for the group over the cache's copy."""
+    def _condition(self, key: str, type_: str, ok: bool, reason: str, message: str) -> Condition | None:
+        """Condition ``type_`` as it should now read, or None when it says this already."""
         current = self._current(key, type_)
         status = "True" if ok else "False"
         message = message[:MAX_MESSAGE]
         same_status = current is not None and current.status == status
         if current is not None and same_status and current.message == message:
-            return
-        condition = Condition(type_, status, reason, message,
-                              current.last_transition_time if current and same_status else now_rfc3339())
-        queued = self.conditions.setdefault(key, {})
-        queued[type_] = condition
+            return None
+        return Condition(type_, status, reason, message,
+                         current.last_transition_time if current and same_status else now_rfc3339())
+
+    def _patch(self, key: str) -> dict[str, Any]:
+        """The status patch of ``key``: every condition queued for it over the cache's copy."""
+        queued = self.conditions.get(key, {})
         record = self.cache.podgroups.get(key)
         others = [c.to_json() for c in (record.conditions if record else ()) if c.type not in queued]
+        return {"conditions": others + [c.to_json() for c in queued.values()]}
+
+    def _put(self, key: str, type_: str, ok: bool, reason: str, message: str) -> None:
+        """Queue condition ``type_`` on ``key`` unless it says this already."""
+        condition = self._condition(key, type_, ok, reason, message)
+        if condition is None:
+            return
+        self.conditions.setdefault(key, {})[type_] = condition
         namespace, name = key.split("/", 1)
-        patch = {"conditions": others + [c.to_json() for c in queued.values()]}
+        patch = self._patch(key)
         self.submit(key, "status", lambda: self.writer.patch_podgroup_status(namespace, name, patch),
                     coalesce=f"status:{key}")
+
+    # the write-ahead record's one home (docs/design.md: phalanx/placement-record)
+    def write_record(self, key: str, text: str, scheduled: str | None, flush_seconds: float) -> None:
+        """Write gang ``key``'s placement record ``text`` now, synchronously, before any member
+        binds; with ``scheduled`` (the message) ``PodGroupInitiallyScheduled=True`` goes in the
+        same status write: one write per gang, as in-tree's condition alone. Raises what the
+        writer raises (the plan then fails).
+
+        The conditions are queued before the write, so a status write queued meanwhile carries
+        them too; earlier queued writes land first. The record goes on the annotation instead
+        (metadata, which no status write touches) when it is too long for a condition's message
+        (hundreds of members: a second write per gang is cheap per pod), and when ``scheduled``
+        is None: kube-scheduler's pod-group cycle writes the group's condition at this very
+        moment, and a status write of phalanx's that crossed it would carry the conditions list
+        without it."""
+        namespace, name = key.split("/", 1)
+        changes: list[tuple[str, bool, str, str]] = []
+        if len(text) > MAX_MESSAGE or scheduled is None:
+            self._flush(key, flush_seconds)
+            self.writer.annotate_podgroup(namespace, name, {names.ANNOTATION_PLACEMENT: text})
+            current = self._current(key, names.CONDITION_PLACEMENT)
+            if current is not None and current.status == "True":  # it would win over the annotation
+                changes.append((names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ON_ANNOTATION,
+                                f"the record is on annotation {names.ANNOTATION_PLACEMENT}"))
+        else:
+            changes.append((names.CONDITION_PLACEMENT, True, names.REASON_PLACEMENT_RECORDED, text))
+        if scheduled is not None:
+            changes += filter(None, [self._scheduled(key, True, names.REASON_SCHEDULED, scheduled)])
+        if not changes:
+            return
+        queued = self.conditions.setdefault(key, {})
+        before = dict(queued)
+        for change in changes:
+            condition = self._condition(key, *change)
+            if condition is not None:
+                queued[condition.type] = condition
+        try:
+            self._flush(key, flush_seconds)
+            self.writer.patch_podgroup_status(namespace, name, self._patch(key))
+        except Exception:
+            if self.conditions.get(key) is queued:  # not written: what was queued before stands
+                queued.clear()
+                queued.update(before)
+            raise
+
+    def _flush(self, key: str, seconds: float) -> None:
+        if not self.dispatcher.flush(podgroup_obj(key), timeout=seconds):
+            raise WriteError(f"earlier writes on podgroup {key} are still pending "
+                             f"after {seconds:g} s (API server slow or away)", 0)
 
     def event(self, key: str, reason: str, note: str, type_: str = "Normal") -> None:
         """Queue an event on PodGroup ``key``."""
@@ -166,10 +234,17 @@ class StatusWriter:
         ref = {"kind": "PodGroup", "namespace": ns, "name": name, "uid": record.uid if record else ""}
         self.submit(key, "event", lambda: self.writer.event(ref, reason, note[:MAX_NOTE], type_))
 
-    def remove_record(self, namespace: str, name: str) -> None:
-        """Queue the removal of a PodGroup's placement record."""
-        self.submit(f"{namespace}/{name}", "annotate", lambda: self.writer.annotate_podgroup(
-            namespace, name, {names.ANNOTATION_PLACEMENT: None}))
+    def remove_record(self, key: str, why: str) -> None:
+        """Queue the abandonment of gang ``key``'s placement record: its condition False with
+        ``why`` (and an earlier version's annotation removed)."""
+        record = self.cache.podgroups.get(key)
+        if record is None:
+            return
+        self._put(key, names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ABANDONED, why)
+        if names.ANNOTATION_PLACEMENT in record.annotations:
+            namespace, name = key.split("/", 1)
+            self.submit(key, "annotate", lambda: self.writer.annotate_podgroup(
+                namespace, name, {names.ANNOTATION_PLACEMENT: None}))
 
     def unschedulable(self, key: str, message: str, reason: str = names.REASON_UNSCHEDULABLE) -> None:
         """A group that cannot be placed now: the condition, a Warning event, the listeners."""

@@ -250,7 +250,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         if plan is not None:
             return plan.domain
         record = self.cache.podgroups.get(key)
-        return placement_domain(record.annotations) if record else ""
+        return placement_domain(record.placement) if record else ""
 
     def _events(self, stream: EventStream, context: grpc.ServicerContext) -> Iterator[pb.Event]:
         try:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import Counter
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Iterator
@@ -66,7 +67,7 @@ class Outcome:
     violations: list[str] = field(default_factory=list)
     note: str = ""
     why: str = ""             # when not bound: the PodGroup condition and the pods' PodScheduled messages
-    plans: int | None = None  # phalanx: Planned events on the PodGroup (1 = right the first time)
+    plans: int | None = None  # phalanx: plans serve made for the PodGroup (1 = right the first time)
     events: list[str] = field(default_factory=list)  # phalanx's other events on it (timeouts, failures)
     mode: str = ""            # phalanx: the scheduler mode (extender, plugin)
 
@@ -244,9 +245,23 @@ def membership_violations(rest, namespace: str, case: Case, result: Result) -> l
     return [f"pods not in the PodGroup: {unstamped}"] if unstamped else []
 
 
-def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
+@pytest.fixture(scope="module")
+def plans_made(phalanx) -> Counter:
+    """Plans phalanx serve made, by namespace (its listeners' ``planned``: no event is written per plan)."""
+    made: Counter = Counter()
+
+    def count(kind: str, data) -> None:
+        if kind == "planned":
+            made[data["group"].split("/", 1)[0]] += 1
+
+    phalanx.cycle.subscribe(count)
+    return made
+
+
+def run_case(rest, namespace: str, nodes, case: Case, side: str, plans_made: Counter | None = None) -> Outcome:
     """Create the case as a user would, wait (bounded) for its pods to be bound, read back the result."""
     outcome = Outcome(case, side)
+    plans_before = plans_made[namespace] if plans_made is not None else 0
     cluster_paths: list[str] = []
     try:
         names, sc_name, cluster_paths = provision(rest, namespace, nodes, case, side)
@@ -272,9 +287,8 @@ def run_case(rest, namespace: str, nodes, case: Case, side: str) -> Outcome:
                 outcome.violations.append(f"PodGroup condition: {err}")
         if side == PHALANX:
             events = group_events(rest, namespace)
-            outcome.plans = sum(1 for e in events if e["reason"] == "Planned")
-            outcome.events = [f"{e['reason']}: {e.get('note', '')[:200]}" for e in events
-                              if e["reason"] not in ("Planned", "Bound")]
+            outcome.plans = plans_made[namespace] - plans_before if plans_made is not None else None
+            outcome.events = [f"{e['reason']}: {e.get('note', '')[:200]}" for e in events]
             if outcome.events:  # something went wrong on the way: what kube-scheduler said to the pods
                 outcome.events += pod_scheduling_events(rest, namespace)
         return outcome
@@ -321,13 +335,13 @@ def test_in_tree(case, rest, namespace, nodes, in_tree, table):
 
 
 @pytest.mark.parametrize("case", CASES, ids=IDS)
-def test_phalanx(case, rest, namespace, nodes, schedulers, scheduler_mode, controller, table):
+def test_phalanx(case, rest, namespace, nodes, schedulers, scheduler_mode, controller, table, plans_made):
     if (case.name, IN_TREE) not in table:  # run alone (-k): measure in-tree first, in its own namespace
         with scratch_namespace(rest, f"{namespace[:50]}-it") as other:
             record(table, run_case(rest, other, nodes, case, IN_TREE))
         for name in list(nodes.names):
             nodes.delete(name)
-    outcome = run_case(rest, namespace, nodes, case, PHALANX)
+    outcome = run_case(rest, namespace, nodes, case, PHALANX, plans_made)
     outcome.mode = scheduler_mode
     record(table, outcome)
     check_common(outcome)

@@ -36,6 +36,7 @@ from typing import Any, Iterator
 
 import pytest
 from harness import RACK, ControlPlane, Scheduler, assert_none_bound, create, path, statefulset, wait_for
+from harness.faults import record_text
 
 from cluster import names
 from cluster.kube import Kube, KubeError
@@ -319,9 +320,8 @@ def test_gang_statefulset_is_stamped_gated_released_and_bound_whole_in_one_rack_
         assert len(admitted) == 3 and all(gated(p) and owned_by_group(p, group) for p in admitted), admitted
         assert all(product.group_of(p) == group["metadata"]["name"] for p in admitted)
         assert initially_scheduled(product, ns, group).get("status") == "True"
-        annotations = product.rest.get(f"/apis/{product.api}/namespaces/{ns}/podgroups/"
-                                       f"{group['metadata']['name']}")["metadata"]["annotations"]
-        assert set(json.loads(annotations[names.ANNOTATION_PLACEMENT])["pods"]) >= set(placed)
+        stored = product.rest.get(f"/apis/{product.api}/namespaces/{ns}/podgroups/{group['metadata']['name']}")
+        assert set(json.loads(record_text(stored))["pods"]) >= set(placed)
 
         scale(product, ns, "db", 5)  # scale up: the new members join the gang in its rack
         wait_for(lambda: min_counts(product, ns) == (5, 5), 30, "minCount 5")

@@ -46,8 +46,10 @@ CASES = ((8, 8, False, True), (64, 2, False, True), (8, 8, True, True), (3, 100,
 GANG_MODES = ("phalanx-plugin", "phalanx-extender", "in-tree", "preset")
 PLAIN_MODES = ("phalanx-plugin", "phalanx-extender", "stock", "preset")
 PRESET = "preset"  # no scheduler: spec.nodeName set at creation (the ceiling)
-# "gangs" or "plain" runs only that half (the printed table then has only its rows)
+# "gangs" or "plain" runs only that half (the printed table then has only its rows); "small" only
+# the small gangs without topology
 ONLY = os.environ.get("PHALANX_THROUGHPUT_ONLY", "")
+GANG_CASES = tuple(c for c in CASES if not c[3]) if ONLY == "small" else CASES
 SETTLE = 3.0  # seconds of quiet before each mode's run
 
 
@@ -301,7 +303,7 @@ def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_
         # run's deletions settle in phalanx serve
         passes = ((GANG_MODES, "gangs"), (PLAIN_MODES, "plain"))
         for modes, kind in passes:
-            if ONLY and ONLY != kind:
+            if ONLY and ONLY != kind and not (ONLY == "small" and kind == "gangs"):
                 continue
             for mode in modes[r % len(modes):] + modes[:r % len(modes)]:
                 # phalanx serve is paused while a mode without it runs: it takes no CPU from it
@@ -312,7 +314,7 @@ def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_
                 sched = start(control_plane, phalanx, mode)
                 try:
                     if kind == "gangs":
-                        for gang, count, anti, racked in CASES:
+                        for gang, count, anti, racked in GANG_CASES:
                             run = f"{mode}-r{r}-g{gang}{'a' if anti else ''}{'' if racked else 'n'}"
                             samples.setdefault((mode, gang, anti, racked), []).append(
                                 run_gangs(rest, kube, namespace, big_cluster, run, mode, gang, count, anti,
@@ -329,16 +331,17 @@ def test_pods_per_second_plugin_extender_in_tree_and_stock(rest, namespace, big_
           f"median of {ROUNDS} round(s), pods/s:")
     print("  | nodes | case | plugin | extender | in-tree | plugin/in-tree | extender/in-tree | "
           "ceiling (preset nodeName) | ceiling/in-tree |")
-    for gang, count, anti, racked in CASES if ONLY != "plain" else ():
+    for gang, count, anti, racked in GANG_CASES if ONLY != "plain" else ():
         plugin, extender, tree, ceiling = (med[(m, gang, anti, racked)] for m in GANG_MODES)
         what = (f"{count} gangs of {gang:>2}{' + hostname anti-affinity' if anti else ''}"
                 f"{'' if racked else ', no topology'}")
         print(f"  | {NODES} | {what} | {plugin:.1f} | {extender:.1f} | {tree:.1f} | {plugin / tree:.2f} | "
               f"{extender / tree:.2f} | {ceiling:.1f} | {ceiling / tree:.2f} |")
-    if ONLY != "plain":
+    if ONLY not in ("plain", "small"):
         usage["gangs"].report("rack gang pods (gangs of 8 and 64), every case and round")
+    if ONLY != "plain":
         usage["small"].report("small gang pods (gangs of 2 and 3, no topology), every case and round")
-    if ONLY == "gangs":
+    if ONLY in ("gangs", "small"):
         return
     plugin, extender, stock, ceiling = (med[(m, "plain")] for m in PLAIN_MODES)
     print(f"  | {NODES} | {PLAIN_PODS} plain pods | plugin {plugin:.1f} | extender {extender:.1f} | "

@@ -1,5 +1,7 @@
 """Raw Kubernetes objects for service and extender tests (the simulated cluster stores these)."""
 
+import json
+
 from cluster import names
 from phalanx_cli.demo_workloads import podgroup as demo_podgroup
 
@@ -30,3 +32,15 @@ def node(name, rack="r0", zone="z0", gpus=8, cpu="64"):
             "metadata": {"name": name, "labels": {names.LABEL_RACK: rack, names.LABEL_ZONE: zone,
                                                   names.LABEL_HOSTNAME: name}},
             "status": {"allocatable": alloc, "capacity": dict(alloc)}}
+
+
+def placement_of(podgroup_obj):
+    """The placement record on a PodGroup object as the API server holds it: its ``Placement``
+    condition's message while True, else the annotation (too long for a condition, or written by
+    an earlier version); None when there is none."""
+    conditions = (podgroup_obj.get("status") or {}).get("conditions") or []
+    condition = next((c for c in conditions if c["type"] == names.CONDITION_PLACEMENT), None)
+    if condition is not None and condition["status"] == "True":
+        return json.loads(condition["message"])
+    raw = (podgroup_obj["metadata"].get("annotations") or {}).get(names.ANNOTATION_PLACEMENT)
+    return json.loads(raw) if raw else None

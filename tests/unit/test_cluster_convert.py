@@ -13,12 +13,13 @@ from cluster.convert import (
     csinode_limits,
     namespace_labels,
     node_from_json,
-    placement_annotation,
     placement_domain,
     placement_record,
+    placement_text,
     pod_claims,
     pod_from_json,
     podgroup_from_json,
+    podgroup_record,
     podgroup_spec,
     storage_class_from_json,
     volume_from_json,
@@ -412,15 +413,30 @@ def test_podgroup_spec():
 
 
 def test_placement_record_round_trip_and_bad_records():
-    annotations = {names.ANNOTATION_PLACEMENT: placement_annotation("rack-1", {"db-0": "n1", "db-1": "n2"})}
-    assert placement_record(annotations) == PlacementRecord("rack-1", {"db-0": "n1", "db-1": "n2"})
-    assert placement_domain(annotations) == "rack-1"
-    assert placement_record({}) is None and placement_domain({}) == ""
+    text = placement_text("rack-1", {"db-0": "n1", "db-1": "n2"})
+    assert placement_record(text) == PlacementRecord("rack-1", {"db-0": "n1", "db-1": "n2"})
+    assert placement_domain(text) == "rack-1"
+    assert placement_record("") is None and placement_domain("") == ""
     for raw in ("{not json", "[1]", '{"domain": "r"}', '{"pods": {"a": 1}}'):
-        with pytest.raises(InvalidInput, match=names.ANNOTATION_PLACEMENT):
-            placement_record({names.ANNOTATION_PLACEMENT: raw})
-    assert placement_domain({names.ANNOTATION_PLACEMENT: '{"domain": "r"}'}) == "r"
-    assert placement_domain({names.ANNOTATION_PLACEMENT: "[1]"}) == ""
+        with pytest.raises(InvalidInput, match="placement record"):
+            placement_record(raw)
+    assert placement_domain('{"domain": "r"}') == "r"
+    assert placement_domain("[1]") == ""
+
+
+def test_a_podgroups_record_is_its_placement_condition_else_the_annotation():
+    def record(annotation=None, condition=None):
+        obj = {"metadata": {"name": "pg", "annotations": {names.ANNOTATION_PLACEMENT: annotation} if annotation else {}},
+               "status": {"conditions": [{"type": names.CONDITION_PLACEMENT, "status": condition[0],
+                                          "reason": "R", "message": condition[1]}] if condition else []}}
+        return podgroup_record(obj).placement
+    new, old = placement_text("r1", {"a": "n1"}), placement_text("r0", {"a": "n0"})
+    assert record(condition=("True", new)) == new
+    assert record(annotation=old, condition=("True", new)) == new  # an earlier version's, superseded
+    assert record(annotation=old) == old  # an earlier version's record is still read
+    assert record(annotation=old, condition=("False", "")) == old  # on the annotation
+    assert record(condition=("False", "abandoned")) == ""
+    assert record() == ""
 
 
 def test_placement_preference_annotation_defaults_to_pack_and_rejects_unknown_values():

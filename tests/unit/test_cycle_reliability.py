@@ -8,12 +8,12 @@ import pytest
 
 from cluster import names
 from cluster.backend import WriteError
-from cluster.convert import placement_annotation
+from cluster.convert import placement_text
 from cycle import BindError, NamespaceLimits, PlanState, WorkloadCycle, planning, replans
 from cycle.plans import TRANSITIONS, Plan
 from extender import verbs
 
-from .k8s_objects import pod, podgroup
+from .k8s_objects import placement_of, pod, podgroup
 from .test_cycle_learning import clock, cycle, released  # noqa: F401 - the fake clock and a cycle on it
 from .test_cycle_service import RACK, all_nodes, condition, make_gang
 
@@ -159,13 +159,13 @@ def test_gang_goes_planned_binding_bound_with_status_event_and_time_to_place(sim
     assert cycle.plan_of("default/g").state is PlanState.BOUND
     cycle.flush()
     assert condition(sim, "g")["status"] == "True"
-    assert reasons(sim) == [names.EVENT_PLANNED]  # bound: the condition says so, no event of its own
+    assert reasons(sim) == []  # planned and bound: the condition says so, no event of its own
     assert cycle.metrics.time_to_place._sum.get() == pytest.approx(4.0)
 
 
 def test_basic_group_gets_the_same_status_event_and_time_to_place(sim, cycle, clock):
     """Basic members bind one by one; the plan is binding from the first and bound with the last,
-    and the group gets what a gang gets: PodGroupInitiallyScheduled=True, a time (and no Bound event)."""
+    and the group gets what a gang gets: PodGroupInitiallyScheduled=True, a time (and no event)."""
     sim.create(podgroup("web"))
     members = [sim.create(pod(f"web-{i}", "web")) for i in range(2)]
     first = verbs.filter(cycle, members[0], all_nodes(sim)).nodes[0]
@@ -182,7 +182,7 @@ def test_basic_group_gets_the_same_status_event_and_time_to_place(sim, cycle, cl
     assert plan.state is PlanState.BOUND
     cycle.flush()
     assert condition(sim, "web")["status"] == "True"
-    assert reasons(sim) and "Bound" not in reasons(sim)
+    assert reasons(sim) == []
     assert cycle.metrics.time_to_place._sum.get() >= 1.5
 
 
@@ -432,7 +432,9 @@ def test_after_a_restart_a_companion_planned_first_does_not_take_a_partly_bound_
     pods = make_gang(sim, "g", 6, key=names.LABEL_RACK)
     planned = {p["metadata"]["name"]: verbs.filter(first, p, all_nodes(sim)).nodes[0] for p in pods}
     first.close()
-    sim.annotate_podgroup("default", "g", {names.ANNOTATION_PLACEMENT: placement_annotation("", planned)})
+    sim.patch_podgroup_status("default", "g", {"conditions": [{
+        "type": names.CONDITION_PLACEMENT, "status": "True", "reason": names.REASON_PLACEMENT_RECORDED,
+        "message": placement_text("", planned), "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
     sim.bind("default", "g-0", uid(pods[0]), planned["g-0"])
     fill_other_rack(sim, rack_of(sim, planned["g-0"]))
     second = WorkloadCycle(sim.cache, sim, barrier_timeout=5.0, clock=clock).start()
@@ -487,10 +489,10 @@ def test_a_gang_whose_binding_failed_half_way_keeps_its_recorded_nodes_until_it_
 class Throttled(Exploding):
     """The simulated cluster answering the placement record's write with 429 (Retry-After spent)."""
 
-    def annotate_podgroup(self, namespace, name, annotations):
-        if annotations.get(names.ANNOTATION_PLACEMENT):
-            raise WriteError("PATCH podgroups: HTTP 429: too many requests", 429, "TooManyRequests")
-        return self.sim.annotate_podgroup(namespace, name, annotations)
+    def patch_podgroup_status(self, namespace, name, status):
+        if any(c["type"] == names.CONDITION_PLACEMENT for c in status["conditions"]):
+            raise WriteError("PATCH podgroups/status: HTTP 429: too many requests", 429, "TooManyRequests")
+        return self.sim.patch_podgroup_status(namespace, name, status)
 
 
 def bound_pods(sim):
@@ -524,7 +526,7 @@ def test_no_record_is_written_while_an_earlier_write_on_its_podgroup_is_still_qu
         errors = bind_gang(cycle, pods, planned)
         assert len(errors) == 2 and all("still pending" in e for e in errors)
         assert bound_pods(sim) == {}
-        assert names.ANNOTATION_PLACEMENT not in (sim.get("PodGroup", "default/q")["metadata"].get("annotations") or {})
+        assert placement_of(sim.get("PodGroup", "default/q")) is None
         gate.set()
         assert cycle.dispatcher.flush(timeout=5)
         assert bind_gang(cycle, pods, plan_for(cycle, sim, pods)) == []  # once it landed, the gang binds whole

@@ -12,7 +12,7 @@ from cycle import BindError, WorkloadCycle
 from extender import verbs
 
 from .k8s_objects import node as k8s_node
-from .k8s_objects import pod, podgroup
+from .k8s_objects import placement_of, pod, podgroup
 
 RACK = names.LABEL_RACK
 
@@ -84,11 +84,47 @@ def test_gang_is_planned_at_first_filter_and_bound_whole(sim, cycle):
     assert errors == []
     bound = {p["metadata"]["name"]: p["spec"].get("nodeName") for p in sim.list("Pod")}
     assert all(bound.values()) and len(bound) == 5
-    record = sim.get("PodGroup", "default/db")["metadata"]["annotations"][names.ANNOTATION_PLACEMENT]
-    assert '"db-0"' in record
+    assert placement_of(sim.get("PodGroup", "default/db"))["pods"] == bound
     assert cycle.flush()  # status and events are written off the cycle's lock
     assert condition(sim, "db")["status"] == "True"
-    assert [e["reason"] for e in sim.events][:1] == ["Planned"]
+    assert sim.events == []  # the condition says it; kube-scheduler's Scheduled events say each pod's
+
+
+def test_a_gangs_record_and_condition_are_one_write(sim, cycle):
+    """Per gang placed, phalanx writes its PodGroup once — the placement record and
+    PodGroupInitiallyScheduled=True in one status write, before any member binds — as in-tree
+    gang scheduling writes the condition alone."""
+    writes = []
+    for method in ("patch_podgroup_status", "annotate_podgroup", "event", "bind"):
+        real = getattr(sim, method)
+        setattr(sim, method, lambda *a, _real=real, _m=method, **kw: (writes.append((_m, a)), _real(*a, **kw))[1])
+    pods = make_gang(sim, "db", 4)
+    planned, errors = bind_all(cycle, sim, pods)
+    assert errors == [] and cycle.flush()
+    kinds = [m for m, _ in writes]
+    assert kinds.count("bind") == 4 and kinds.index("patch_podgroup_status") < kinds.index("bind")
+    assert [m for m in kinds if m != "bind"] == ["patch_podgroup_status"]
+    status = next(a[2] for m, a in writes if m == "patch_podgroup_status")
+    assert {c["type"]: c["status"] for c in status["conditions"]} == {
+        names.CONDITION_PLACEMENT: "True", names.CONDITION_INITIALLY_SCHEDULED: "True"}
+    assert names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/db")["metadata"].get("annotations", {})
+
+
+def test_a_record_too_long_for_a_condition_goes_on_the_annotation_and_is_read_back(sim, cycle):
+    make_gang(sim, "big", 2)
+    short = json.dumps({"domain": "", "pods": {"big-0": "n0"}})
+    cycle.status.write_record("default/big", short, "2 pods going to binding", 5.0)
+    assert placement_of(sim.get("PodGroup", "default/big")) == {"domain": "", "pods": {"big-0": "n0"}}
+    pods = {f"big-{'x' * 60}-{i}": f"node-{i}" for i in range(600)}
+    long = json.dumps({"domain": "", "pods": pods})
+    assert len(long) > 32768
+    cycle.status.write_record("default/big", long, "600 pods going to binding", 5.0)
+    obj = sim.get("PodGroup", "default/big")
+    assert obj["metadata"]["annotations"][names.ANNOTATION_PLACEMENT] == long
+    placement = next(c for c in obj["status"]["conditions"] if c["type"] == names.CONDITION_PLACEMENT)
+    assert (placement["status"], placement["reason"]) == ("False", names.REASON_PLACEMENT_ON_ANNOTATION)
+    assert placement_of(obj)["pods"] == pods
+    assert sim.cache.podgroups["default/big"].placement == long  # what a restarted serve reads
 
 
 def test_gang_that_does_not_fit_binds_nothing_and_says_why(sim, cycle):
@@ -207,21 +243,28 @@ def test_prioritize_favours_the_planned_node(sim, cycle):
     assert scores[node0] == 10 and sum(scores.values()) == 10
 
 
-def crash_after_binding(sim, name, size, bind_count):
-    """A gang whose record was written and part of it bound when phalanx stopped."""
+def crash_after_binding(sim, name, size, bind_count, where="condition"):
+    """A gang whose record was written and part of it bound when phalanx stopped; ``where`` the
+    record is: its condition, or the annotation an earlier version of phalanx wrote."""
     first = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0).start()
     pods = make_gang(sim, name, size, gpu=1, key=RACK)
     planned = {p["metadata"]["name"]: verbs.filter(first, p, all_nodes(sim)).nodes[0] for p in pods}
     first.close()
-    sim.annotate_podgroup("default", name, {names.ANNOTATION_PLACEMENT: json.dumps(
-        {"domain": "r0", "pods": planned})})
+    text = json.dumps({"domain": "r0", "pods": planned})
+    if where == "condition":
+        sim.patch_podgroup_status("default", name, {"conditions": [{
+            "type": names.CONDITION_PLACEMENT, "status": "True", "reason": names.REASON_PLACEMENT_RECORDED,
+            "message": text, "lastTransitionTime": "2026-01-01T00:00:00Z"}]})
+    else:
+        sim.annotate_podgroup("default", name, {names.ANNOTATION_PLACEMENT: text})
     for p in pods[:bind_count]:
         sim.bind("default", p["metadata"]["name"], p["metadata"]["uid"], planned[p["metadata"]["name"]])
     return pods, planned
 
 
-def test_restart_finishes_a_half_bound_gang_from_its_record(sim):
-    pods, planned = crash_after_binding(sim, "g", 3, bind_count=2)
+@pytest.mark.parametrize("where", ["condition", "annotation"])
+def test_restart_finishes_a_half_bound_gang_from_its_record(sim, where):
+    pods, planned = crash_after_binding(sim, "g", 3, bind_count=2, where=where)
     second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0).start()
     answer = verbs.filter(second, pods[2], all_nodes(sim))
     assert answer.nodes == [planned["g-2"]]
@@ -230,8 +273,9 @@ def test_restart_finishes_a_half_bound_gang_from_its_record(sim):
     second.close()
 
 
-def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_domain(sim):
-    pods, planned = crash_after_binding(sim, "g", 3, bind_count=2)
+@pytest.mark.parametrize("where", ["condition", "annotation"])
+def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_domain(sim, where):
+    pods, planned = crash_after_binding(sim, "g", 3, bind_count=2, where=where)
     blocker = sim.create(pod("blocker", gpu=4))  # the API server binds without checking capacity
     sim.bind("default", "blocker", blocker["metadata"]["uid"], planned["g-2"])
     second = WorkloadCycle(sim.cache, sim, barrier_timeout=1.0).start()
@@ -240,7 +284,8 @@ def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_doma
     assert answer.nodes and answer.nodes[0] != planned["g-2"]
     assert sim.get("Node", answer.nodes[0])["metadata"]["labels"][RACK] == bound_rack
     # the record's removal and the event are API writes, made off the cycle's lock by its dispatcher
-    wait_until(lambda: names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/g")["metadata"]["annotations"])
+    wait_until(lambda: placement_of(sim.get("PodGroup", "default/g")) is None)
+    assert names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/g")["metadata"].get("annotations", {})
     wait_until(lambda: any(e["reason"] == "PlacementAbandoned" for e in sim.events))
     second.close()
 

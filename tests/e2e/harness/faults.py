@@ -26,7 +26,7 @@ with companion gangs and plain pods racing for the same room, wait for the chose
   (``node_faults.py``): the gang must go whole and, re-created, bind whole within a bound.
 
 The moments (phases) are read from the victim gang's state at the kill: ``before`` (pods exist, no
-plan seen), ``planned`` (phalanx's ``Planned`` event seen: members are arriving at the barrier),
+plan seen), ``planned`` (serve's ``/api/v1/plans`` showed the gang's plan: members are arriving at the barrier),
 ``recorded`` (the placement record is on the PodGroup, nothing bound yet), ``binding`` (k of N
 bound, k drawn per shot), ``bound`` (all bound); ``FaultConfig.phases`` fixes those of the first shots. Then the system must come to rest (no binding
 change for ``rest_quiet`` s and no partial gang, within ``rest_timeout``) and the invariants hold:
@@ -63,6 +63,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Iterator
 
+from cluster import names
 from cluster.kube import KubeError
 
 from .binaries import locate
@@ -72,8 +73,19 @@ from .objects import SCHEDULING_API, pod, podgroup, statefulset
 from .process import Component, free_port
 
 ROOT = Path(__file__).resolve().parents[3]
-PLACEMENT = "scheduling.phalanx.dev/placement"
+PLACEMENT = names.ANNOTATION_PLACEMENT  # the record too long for its condition (or an earlier version's)
+PLACEMENT_CONDITION = names.CONDITION_PLACEMENT
 UNIT_LABEL = "faults.phalanx.dev/unit"
+
+
+def record_text(podgroup: dict) -> str:
+    """The placement record on a PodGroup as the API server holds it: its condition's message
+    while True, else the annotation; "" when there is none."""
+    conditions = (podgroup.get("status") or {}).get("conditions") or []
+    condition = next((c for c in conditions if c.get("type") == PLACEMENT_CONDITION), None)
+    if condition and condition.get("status") == "True":
+        return str(condition.get("message") or "")
+    return (podgroup["metadata"].get("annotations") or {}).get(PLACEMENT) or ""
 KINDS = ("serve", "scheduler", "apiserver", "controller", "node-deleted", "node-notready")  # node-*: node_faults.py
 PHASES = ("before", "planned", "recorded", "binding", "bound")
 VIOLATIONS = ("partial_gang", "unplanned_node", "unrecorded_bind", "lost_pod", "disruption_target", "crash",
@@ -303,6 +315,7 @@ class FaultRun:
         self.changed = threading.Condition()
         self.records: dict[str, dict[str, set[str]]] = {}  # podgroup -> pod -> nodes ever recorded
         self.events: dict[str, list[str]] = {}  # podgroup -> reasons seen, in order
+        self.planned_seen: set[str] = set()  # podgroups serve was seen holding a plan for
         self.units: dict[str, Unit] = {}
         self.created_pods: dict[str, tuple[str, str]] = {}  # pod name -> (uid, unit)
         self.node_names: list[str] = []
@@ -314,7 +327,7 @@ class FaultRun:
 
     # -- bookkeeping of observations --------------------------------------------------------
     def _record_seen(self, obj: dict) -> None:
-        raw = (obj["metadata"].get("annotations") or {}).get(PLACEMENT)
+        raw = record_text(obj)
         if not raw:
             return
         try:
@@ -469,9 +482,22 @@ class FaultRun:
             return "binding", bound
         if unit.name in self.records:
             return "recorded", 0
-        if "Planned" in self.reasons(unit.name):
+        if self._planned(unit.name):
             return "planned", 0
         return "before", 0
+
+    def _planned(self, group: str) -> bool:
+        """Whether serve has held a plan for ``group`` (its dashboard's plans; once seen, for good:
+        phalanx writes no event per plan)."""
+        if group not in self.planned_seen:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.rig.serve_port}/api/v1/plans"
+                                            f"?namespace={self.ns}", timeout=2) as answer:
+                    rows = json.load(answer)["plans"]
+            except (OSError, ValueError, KeyError):
+                return False  # serve down (a fault) or answering nothing usable: not seen
+            self.planned_seen.update(r["name"] for r in rows)
+        return group in self.planned_seen
 
     def wait_phase(self, unit: Unit, want: str, k: int) -> bool:
         """Until the victim reaches ``want`` (``binding``: at least k bound); False on timeout."""
@@ -616,7 +642,7 @@ class FaultRun:
             if 0 < len(bound) < min_count:
                 out.append({"group": g["metadata"]["name"], "min_count": min_count, "members": len(members),
                             "bound": {p["metadata"]["name"]: p["spec"]["nodeName"] for p in bound},
-                            "record": (g["metadata"].get("annotations") or {}).get(PLACEMENT),
+                            "record": record_text(g),
                             "events": self.reasons(g["metadata"]["name"])[-12:]})
         return out
 
