@@ -1,9 +1,10 @@
-"""Planning a gang before kube-scheduler asks.
+"""Planning a group before kube-scheduler asks.
 
-Without it a gang is planned when its first member reaches kube-scheduler's PreFilter (plugin
+Without it a group is planned when its first member reaches kube-scheduler's PreFilter (plugin
 mode) or filter (extender mode): the solve sits on kube-scheduler's one scheduling loop, which
-waits for it. With it, the moment the cache shows a gang complete (its PodGroup and at least
-``minCount`` live members, none bound yet) the group is planned on a thread of ``phalanx serve``;
+waits for it. With it, the moment the cache shows a group complete (its PodGroup and at least
+``minCount`` live members, none bound yet; a Basic group's minCount is 1) the group is planned,
+with every member the cache shows then, on a thread of ``phalanx serve``;
 by the time its members reach kube-scheduler the plan is held (plugin mode: in the plugin's
 mirror, so PreFilter answers from it without a call), and the loop and the solve run side by
 side instead of one after the other.
@@ -27,8 +28,8 @@ import logging
 import threading
 
 from cluster.cache import CacheEvent, ClusterCache
-from solver import Policy
 
+from . import replans
 from .lock import CycleLock
 from .planning import Planner
 from .plans import PlanBook, PlanState
@@ -43,7 +44,7 @@ RECHECK_SECONDS = 0.02
 
 
 class PlanAhead:
-    """Plans complete gangs of ``schedulers``' pods as their last member appears (one thread)."""
+    """Plans complete groups of ``schedulers``' pods as their members appear (one thread)."""
 
     def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, planner: Planner,
                  preemption: GroupPreemption, schedulers: frozenset[str]) -> None:
@@ -109,10 +110,10 @@ class PlanAhead:
             return sum(1 for p in self.book.holding() if p.state is PlanState.PLANNED) >= WINDOW
 
     def plan(self, key: str) -> bool:
-        """Plan gang ``key`` now when it is complete, unbound, of ``schedulers`` and holds no
-        plan; True when it now holds one."""
+        """Plan group ``key`` now when it is complete (a Basic group: one member is), unbound, of
+        ``schedulers`` and holds no plan; True when it now holds one."""
         record = self.cache.podgroups.get(key)
-        if record is None or record.spec.policy is not Policy.GANG:
+        if record is None:
             return False
         members = self.cache.members(key)
         if any(r.pod.node for r in members) or self.cache.finished_members(key):
@@ -123,8 +124,17 @@ class PlanAhead:
         if not pending or any(r.scheduler_name not in self.schedulers for r in pending):
             return False
         with self.lock:
-            if self.book.get(key) is not None or key in self.planner.solving or self.preemption.waiting(key):
+            if key in self.planner.solving or self.preemption.waiting(key):
                 return False
+            plan = self.book.get(key)
+            if plan is not None:
+                if plan.gang or plan.state is not PlanState.PLANNED or plan.answered or plan.arrived \
+                        or all(r.pod.uid in plan.assignments for r in pending):
+                    return False
+                # a Basic group planned ahead before all its members were seen, none asked yet:
+                # planned again with them here, off kube-scheduler's loop (its members' calls
+                # would do it on the loop: a Basic plan is re-made for a member it does not know)
+                self.planner.release(key, replans.NEW_MEMBER, "re-plan ahead: new members")
             self.planner.expire()
             group = self.planner.group_view(key, pending[0].pod)
             if isinstance(group, str) or group.bound or self.planner.held_back(group):

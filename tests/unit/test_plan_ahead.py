@@ -1,7 +1,7 @@
-"""Plan ahead (``phalanx serve --plan-ahead-for``): a complete gang of a named profile's pods is
-planned before kube-scheduler asks, with the plan a member's call would make; anything else —
-another profile's pods, an incomplete or unplaceable gang — is left to the members' own calls,
-with nothing written."""
+"""Plan ahead (``phalanx serve --plan-ahead-for``): a complete gang of a named profile's pods, and a
+Basic group with the members it has, is planned before kube-scheduler asks, with the plan a
+member's call would make; anything else — another profile's pods, an incomplete or unplaceable
+gang — is left to the members' own calls, with nothing written."""
 
 import time
 
@@ -59,16 +59,42 @@ def test_a_complete_gang_is_planned_ahead_and_prefilter_answers_from_that_plan(s
     assert not cycle.ahead.plan("default/db")  # a plan is held: nothing to do
 
 
-def test_another_profiles_gang_an_incomplete_one_and_a_basic_group_are_left_alone(sim, cycle):
+def test_another_profiles_gang_an_incomplete_one_and_an_empty_basic_group_are_left_alone(sim, cycle):
     gang(sim, "other", 2, scheduler="someone-else")
     gang(sim, "half", 2, min_count=3)
     sim.create(podgroup("basic", None))
-    sim.create(pod("basic-0", "basic", gpu=1))
     for key in ("default/other", "default/half", "default/basic", "default/missing"):
         assert not cycle.ahead.plan(key)
         assert cycle.book.get(key) is None and key not in cycle.explanations
     cycle.dispatcher.flush(timeout=5.0)  # writes go out asynchronously: none may be queued
     assert sim.events == [] and attempts(cycle, "scheduled") == 0
+
+
+def test_a_basic_group_is_planned_ahead_with_its_members_and_again_when_more_come_before_any_asks(sim, cycle):
+    """A Basic group's members are planned as one before kube-scheduler asks (its loop then finds
+    every member's node in the plan); a member seen after that plan, before any member asked, has
+    the group planned again ahead with it; once a member was answered, the members' calls decide."""
+    sim.create(podgroup("web", None))
+    first = [sim.create(pod(f"web-{i}", "web", gpu=1)) for i in range(2)]
+    assert cycle.ahead.plan("default/web")
+    plan = cycle.book.get("default/web")
+    assert not plan.gang and set(plan.assignments) == {m["metadata"]["uid"] for m in first}
+    assert not cycle.ahead.plan("default/web")  # nothing new: the plan stands
+    late = sim.create(pod("web-2", "web", gpu=1))
+    assert cycle.ahead.plan("default/web")
+    again = cycle.book.get("default/web")
+    assert again is not plan and set(again.assignments) == {m["metadata"]["uid"] for m in first + [late]}
+    enforcement = PluginEnforcement(cycle)
+    read = sim.cache.pods[late["metadata"]["uid"]].pod
+    solved = attempts(cycle, "scheduled")
+    answer = enforcement.plan_for_pod(read)
+    assert answer.verdict == "planned" and answer.node == again.assignments[read.uid]
+    assert attempts(cycle, "scheduled") == solved  # answered from the plan made ahead
+    sim.create(pod("web-3", "web", gpu=1))
+    assert not cycle.ahead.plan("default/web")  # a member was answered: its calls decide now
+    assert cycle.book.get("default/web") is again
+    cycle.dispatcher.flush(timeout=5.0)
+    assert sim.events == []
 
 
 def test_a_gang_that_does_not_fit_is_left_to_its_members_calls_with_nothing_written(sim, cycle):
