@@ -24,8 +24,9 @@ from __future__ import annotations
 
 import logging
 import threading
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
-from typing import Any, Callable, Mapping, Sequence, TypeGuard
+from typing import Any, Callable, Sequence, TypeGuard
 
 import numpy as np
 
@@ -87,6 +88,7 @@ class PodRecord:
     disrupted: bool = False  # carries the DisruptionTarget condition (evicted or preempted)
     claims: tuple[ClaimRef, ...] = ()  # the PVCs it mounts (``pod.volumes`` holds them resolved)
     scheduler_name: str = names.DEFAULT_SCHEDULER  # the profile of kube-scheduler that places it
+    generation: int = 0  # metadata.generation (0: not set): its spec read again only when it moves
 
     @property
     def active(self) -> bool:
@@ -139,10 +141,17 @@ class InvalidPod:
     error: str
 
 
-def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
+def _pod_record(obj: Mapping[str, Any], previous: PodRecord | None = None) -> PodRecord:
     """A pod as the cache keeps it: the solver's pod (cluster.convert) and what the cycle reads of its
-    object (cluster.kinds: owner, gates, phase, deletion), read once when its event arrives."""
-    pod = pod_from_json(obj)
+    object (cluster.kinds: owner, gates, phase, deletion), read once when its event arrives.
+
+    The solver's pod is read from the name, labels and spec only. The API server bumps a pod's
+    ``metadata.generation`` on every change of its spec but one, the binding's ``nodeName``
+    (k8s.io/kubernetes v1.37.2, pkg/registry/core/pod: ``updatePodGeneration``; the binding
+    subresource sets the node without it). So an update of ``previous`` at the same generation
+    with the same labels — the binding, and each status update after it — keeps ``previous``'s
+    solver pod with the new node, instead of reading the spec again: two of a pod's three reads."""
+    pod = _same_spec(obj, previous) or pod_from_json(obj)
     view = kinds.pod(obj)
     owner = view.meta.controller
     return PodRecord(
@@ -157,7 +166,30 @@ def _pod_record(obj: Mapping[str, Any]) -> PodRecord:
                       for c in conditions_from_json(obj)),
         claims=pod_claims(obj),
         scheduler_name=view.scheduler_name,
+        generation=_generation(obj),
     )
+
+
+def _generation(obj: Mapping[str, Any]) -> int:
+    generation = (obj.get("metadata") or {}).get("generation")
+    return generation if type(generation) is int and generation > 0 else 0
+
+
+def _same_spec(obj: Mapping[str, Any], previous: PodRecord | None) -> Pod | None:
+    """``previous``'s solver pod (with ``obj``'s node) when ``obj`` is the same pod at the same
+    generation with the same labels; None when it must be read (see :func:`_pod_record`)."""
+    if previous is None or previous.generation <= 0:
+        return None
+    meta = obj.get("metadata")
+    spec = obj.get("spec")
+    if type(meta) is not dict or type(spec) is not dict or meta.get("generation") != previous.generation:
+        return None
+    if (meta.get("labels") or {}) != previous.pod.labels:
+        return None
+    node = spec.get("nodeName") or ""
+    if type(node) is not str:
+        return None  # malformed: the full read says so
+    return previous.pod if node == previous.pod.node else replace(previous.pod, node=node)
 
 
 def _placed(record: PodRecord | None) -> TypeGuard[PodRecord]:
@@ -309,7 +341,7 @@ class ClusterCache:
         if not uid:
             raise InvalidInput(f"pod {_safe_key(obj)}: metadata.uid is missing")
         # convert first: a bad object changes nothing (but is remembered for its group)
-        record = None if deleted else self._resolved(self._convert_pod(uid, obj))
+        record = None if deleted else self._resolved(self._convert_pod(uid, obj, self.pods.get(uid)))
         if deleted:
             self.invalid_pods.pop(uid, None)
         previous = self._remove_pod(uid)
@@ -337,10 +369,11 @@ class ClusterCache:
         self._base = None
         self._bound = self._on_nodes = None  # the bound pods listed are those on known nodes
 
-    def _convert_pod(self, uid: str, obj: Mapping[str, Any]) -> PodRecord:
-        """The pod's record; a pod that does not convert is remembered in ``invalid_pods``."""
+    def _convert_pod(self, uid: str, obj: Mapping[str, Any], previous: PodRecord | None = None) -> PodRecord:
+        """The pod's record (``previous``: the one held); a pod that does not convert is remembered
+        in ``invalid_pods``."""
         try:
-            record = _pod_record(obj)
+            record = _pod_record(obj, previous)
         except (InvalidInput, KeyError, TypeError, ValueError, AttributeError) as err:
             self.invalid_pods[uid] = InvalidPod(uid, pod_group_key(obj), _safe_key(obj), str(err))
             raise

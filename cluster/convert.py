@@ -16,9 +16,10 @@ from __future__ import annotations
 import json
 import re
 import weakref
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Callable, Mapping, NamedTuple, TypeVar, cast
+from typing import Any, Callable, NamedTuple, TypeVar, cast
 
 from solver import (
     DisruptionBudget,

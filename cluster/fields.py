@@ -5,7 +5,8 @@ scheduling path's callers catch it as they always did."""
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+from collections.abc import Mapping
+from typing import Any
 
 from solver import InvalidInput
 

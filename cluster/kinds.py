@@ -16,8 +16,9 @@ from __future__ import annotations
 import base64
 import copy
 import json
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any
 
 from solver import InvalidInput
 

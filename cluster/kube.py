@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import json
 import time
-from typing import Any, Callable, Iterator, Mapping, NamedTuple
+from collections.abc import Mapping
+from typing import Any, Callable, Iterator, NamedTuple
 
 import kubernetes
 

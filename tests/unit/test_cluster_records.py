@@ -80,3 +80,44 @@ def test_a_request_pod_is_read_once_or_refused_with_the_reason():
     assert read_pod(pod("a", "g")).group == "default/g"
     assert read_pod({"metadata": "x"}).startswith("phalanx: ")
     assert read_pod([1]).startswith("phalanx: ")
+
+
+def test_a_pods_spec_is_read_again_only_when_its_generation_or_labels_move(monkeypatch):
+    """The binding and the status updates after it keep a pod's generation: its solver pod is kept
+    (with the new node); a spec change (generation moved) or a label change is read anew."""
+    import copy
+
+    from cluster import cache as cache_module
+
+    reads = []
+    real = cache_module.pod_from_json  # (the assertions' own calls of it are not counted)
+    monkeypatch.setattr(cache_module, "pod_from_json", lambda obj: (reads.append(1), real(obj))[1])
+    cache = ClusterCache()
+    created = pod("p-0", "g", gpu=1)
+    created["metadata"].update(uid="u-0", generation=1)
+    cache.apply("Pod", "ADDED", created)
+    first = cache.pods["u-0"].pod
+    bound = copy.deepcopy(created)
+    bound["spec"]["nodeName"] = "n-1"
+    cache.apply("Pod", "MODIFIED", bound)
+    assert cache.pods["u-0"].pod.node == "n-1" and cache.pods["u-0"].pod.spec is first.spec
+    assert cache.pods["u-0"].pod == real(bound)  # what is kept is what a full read gives
+    running = copy.deepcopy(bound)
+    running["status"] = {"phase": "Running"}
+    cache.apply("Pod", "MODIFIED", running)
+    assert cache.pods["u-0"].phase == "Running" and cache.pods["u-0"].pod == real(running)
+    assert len(reads) == 1  # created: read; bound and running: kept
+    resized = copy.deepcopy(running)
+    resized["metadata"]["generation"] = 2
+    resized["spec"]["containers"][0]["resources"]["requests"]["cpu"] = "3"
+    cache.apply("Pod", "MODIFIED", resized)
+    assert len(reads) == 2 and cache.pods["u-0"].pod.spec.requests["cpu"] == 3000
+    relabeled = copy.deepcopy(resized)
+    relabeled["metadata"]["labels"]["tier"] = "web"
+    cache.apply("Pod", "MODIFIED", relabeled)
+    assert len(reads) == 3 and cache.pods["u-0"].pod.labels["tier"] == "web"
+    unversioned = copy.deepcopy(relabeled)
+    del unversioned["metadata"]["generation"]  # an API server that sets none: always read
+    cache.apply("Pod", "MODIFIED", unversioned)
+    cache.apply("Pod", "MODIFIED", unversioned)
+    assert len(reads) == 5
