@@ -236,11 +236,13 @@ class StatusWriter:
 
     def remove_record(self, key: str, why: str) -> None:
         """Queue the abandonment of gang ``key``'s placement record: its condition False with
-        ``why`` (and an earlier version's annotation removed)."""
+        ``why`` where it is a condition, its annotation removed where it is one."""
         record = self.cache.podgroups.get(key)
         if record is None:
             return
-        self._put(key, names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ABANDONED, why)
+        current = self._current(key, names.CONDITION_PLACEMENT)
+        if current is not None and current.status == "True":
+            self._put(key, names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ABANDONED, why)
         if names.ANNOTATION_PLACEMENT in record.annotations:
             namespace, name = key.split("/", 1)
             self.submit(key, "annotate", lambda: self.writer.annotate_podgroup(

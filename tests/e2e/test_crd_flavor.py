@@ -6,10 +6,12 @@ StatefulSet path on this control plane is in test_product_path.py.)"""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
 from harness import GPU, assert_none_bound, create_node, delete_node, pod, wait_for
+from harness.faults import record_text
 
 from cluster.apiserver import detect_flavor
 from cluster.kube import Kube, KubeError
@@ -69,8 +71,9 @@ def test_gang_all_or_nothing_through_the_crd_flavor(old_cluster, scheduler_mode)
             "/api/v1/namespaces/default/pods", labelSelector=f"{LABEL_POD_GROUP}=db")), timeout=60,
             message="gang bound whole")
         pg = rest.get("/apis/scheduling.phalanx.dev/v1beta1/namespaces/default/podgroups/db")
-        assert "scheduling.phalanx.dev/placement" in pg["metadata"]["annotations"]
-        assert pg["status"]["conditions"][0]["status"] == "True"
+        assert set(json.loads(record_text(pg))["pods"]) == {f"db-{i}" for i in range(5)}
+        scheduled = next(c for c in pg["status"]["conditions"] if c["type"] == "PodGroupInitiallyScheduled")
+        assert scheduled["status"] == "True"
     finally:
         scheduler.stop()
         phalanx.stop()

@@ -8,9 +8,11 @@ phalanx-scheduler with scheduler-config/kube-scheduler-plugin-config.yaml.
 
 from __future__ import annotations
 
+import json
 import time
 
 from harness import GPU, RACK, assert_none_bound, create, job, pod, podgroup, pods, wait_all_bound, wait_for
+from harness.faults import record_text
 
 
 def gang_pods(rest, namespace, name, count, gpu=1, cpu="1"):
@@ -38,7 +40,7 @@ def test_story1_gang_of_five_waits_whole_then_binds_whole(rest, namespace, nodes
     placement = wait_all_bound(rest, namespace, count=5, timeout=60, podgroup="db")
     assert len(placement) == 5
     pg = rest.get(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/db")
-    assert "scheduling.phalanx.dev/placement" in pg["metadata"]["annotations"]
+    assert set(json.loads(record_text(pg))["pods"]) == set(placement)  # the record, with the condition
     cond = next(c for c in pg["status"]["conditions"] if c["type"] == "PodGroupInitiallyScheduled")
     assert cond["status"] == "True"
 

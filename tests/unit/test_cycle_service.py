@@ -285,7 +285,12 @@ def test_record_whose_node_no_longer_fits_is_abandoned_and_replanned_in_the_doma
     assert sim.get("Node", answer.nodes[0])["metadata"]["labels"][RACK] == bound_rack
     # the record's removal and the event are API writes, made off the cycle's lock by its dispatcher
     wait_until(lambda: placement_of(sim.get("PodGroup", "default/g")) is None)
-    assert names.ANNOTATION_PLACEMENT not in sim.get("PodGroup", "default/g")["metadata"].get("annotations", {})
+    obj = sim.get("PodGroup", "default/g")
+    assert names.ANNOTATION_PLACEMENT not in obj["metadata"].get("annotations", {})
+    placement = [c for c in (obj.get("status") or {}).get("conditions") or [] if c["type"] == names.CONDITION_PLACEMENT]
+    # the condition turns False where the record was one; an annotation record is only removed
+    assert [(c["status"], c["reason"]) for c in placement] == (
+        [("False", names.REASON_PLACEMENT_ABANDONED)] if where == "condition" else [])
     wait_until(lambda: any(e["reason"] == "PlacementAbandoned" for e in sim.events))
     second.close()
 
