@@ -104,12 +104,21 @@ class Planner:
         with self.lock:  # also called by group preemption, off the lock
             if refresh:
                 self.refresh_records()
-            held = [plan.reservations({uid for uid in plan.assignments if self.cache.bound_node(uid)})
+            held = [plan.reservations({uid for uid in plan.assignments if self.settled(plan, uid)})
                     for plan in self.book.holding(exclude=exclude_group)]
             held += self.recorded.usage(lambda key: key == exclude_group or (
                 key in self.book and self.book[key].state in HOLDING))  # a plan holds it already
             held += self.preemption.reservations(exclude_group)  # under its own lock
         return total_usage(held)
+
+    def settled(self, plan: Plan, uid: str) -> bool:
+        """Member ``uid`` of ``plan`` holds no capacity of its own any more: the cache shows it
+        bound (its usage counts there), or phalanx bound it and the cache has seen it deleted since
+        (a short job's pods can go before any cycle looks: its plan must not hold their room until
+        the plan's deadline)."""
+        if self.cache.bound_node(uid):
+            return True
+        return (plan.state is PlanState.BOUND or uid in plan.bound) and uid not in self.cache.pods
 
     def refresh_records(self) -> None:
         """Bring the records' holds up to date (lock held); a change is a reservation change."""
@@ -414,7 +423,7 @@ class Planner:
         expires."""
         now = self.clock()
         for plan in list(self.book.values()):
-            done = all(self.cache.bound_node(u) for u in plan.assignments)
+            done = all(self.settled(plan, u) for u in plan.assignments)
             if done and plan.state is PlanState.BINDING and not plan.gang:
                 self.book.transition(plan, PlanState.BOUND)
             if done and plan.state in (PlanState.PLANNED, PlanState.BOUND) or (

@@ -155,6 +155,22 @@ def test_planned_capacity_is_reserved_against_other_pods(sim, cycle):
     assert "reserved for a planned podgroup" in next(iter(answer.failed.values()))
 
 
+def test_a_bound_gang_deleted_before_any_cycle_looked_holds_no_room(sim, cycle):
+    """A short job's gang is bound and its pods deleted before any verb or pass runs the plans'
+    deadlines: the plan must not keep holding the room of pods that are gone until it expires
+    (the next gang of the same size was refused "no node can host a member" for a minute)."""
+    for round_ in range(3):  # 8 GPUs a round on a cluster of 16: room only if each round's is freed
+        pods = make_gang(sim, f"short-{round_}", 4, gpu=2)
+        _, errors = bind_all(cycle, sim, pods)
+        assert errors == []
+        for p in pods:
+            sim.delete("Pod", f"default/{p['metadata']['name']}")
+        assert cycle.planner.reservations() == {}
+    nxt = make_gang(sim, "next", 4, gpu=4)  # every GPU of the cluster
+    _, errors = bind_all(cycle, sim, nxt)
+    assert errors == []
+
+
 def test_pods_without_groups_pass_through_when_nothing_is_reserved(sim, cycle):
     p = sim.create(pod("loner"))
     assert verbs.filter(cycle, p, all_nodes(sim)).nodes == all_nodes(sim)
