@@ -6,14 +6,16 @@ In the *busy* phase a thread keeps sending the first filter call of a fresh high
 (6 pods of 8 GPUs) that does not fit: each is a workload cycle (placement solve) followed by a
 group-preemption solve over the whole cluster (evictions are not carried out, so every preemptor
 finds the same full cluster). Meanwhile, and in the *idle* phase alone, a probe gang of 2 one-GPU
-pods is filtered and bound (each bind in its own thread, as kube-scheduler does), then deleted.
-Rows: filter and bind p50/p99 of the probe, idle and busy, with solves off the cycle's lock (as
-phalanx runs) and, for comparison, with the solves held under it (as before).
+pods is filtered and bound (each bind in its own thread, as kube-scheduler does), then deleted:
+busy, probes go on until three preemption cycles after the first (a warm-up) were made (quick:
+two); idle, as many probes again. Rows: filter and bind p50/p99 of the probe, idle and busy, with
+the preemption plans and smallest-change searches in a solver worker process (as phalanx runs,
+cycle/workers.py) and, for comparison, in the serving interpreter (``--solver-workers off``; off
+the cycle's lock either way).
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import threading
 import time
@@ -21,15 +23,15 @@ import time
 import numpy as np
 
 from cluster.sim import SimCluster
-from cycle import BindError, WorkloadCycle
+from cycle import BindError, InProcess, SolverWorkers, WorkloadCycle
 from extender import verbs
 
 from . import run_suite
 
 NS = "bench"
 POOL = "bench.phalanx.dev/pool"  # the full nodes are the preemptors' pool: the probe's room stays its own
-FULL = dict(nodes=5_000, probes=60, seeds=1)
-QUICK = dict(nodes=2_000, probes=20, seeds=1)
+FULL = dict(nodes=5_000, probes=60, cycles=3, seeds=1)
+QUICK = dict(nodes=2_000, probes=20, cycles=2, seeds=1)
 
 
 class _NoEvictions:
@@ -106,7 +108,9 @@ def _probe(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], k: int) -> t
 
 
 def _phase(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], probes: int, busy: bool,
-           counter: itertools.count) -> dict:
+           counter: itertools.count, cycles: int = 0) -> dict:
+    """Probes while another group's preemption cycles run (``busy``: at least ``probes``, and on
+    until ``cycles`` cycles after the first, a warm-up, were made), or ``probes`` probes alone."""
     stop = threading.Event()
     solves: list[float] = []
 
@@ -128,6 +132,8 @@ def _phase(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], probes: int,
         while not solves:  # the first solve warms up; measure from the second on
             time.sleep(0.05)
     rows = [_probe(cycle, sim, nodes, next(counter)) for _ in range(probes)]
+    while busy and len(solves) < 1 + cycles:
+        rows.append(_probe(cycle, sim, nodes, next(counter)))
     stop.set()
     if busy:
         worker.join()
@@ -138,36 +144,38 @@ def _phase(cycle: WorkloadCycle, sim: SimCluster, nodes: list[str], probes: int,
 
     return {"filter_p50_ms": pct(filters, 50), "filter_p99_ms": pct(filters, 99),
             "bind_p50_ms": pct(binds, 50), "bind_p99_ms": pct(binds, 99),
-            "preemption_cycles": len(solves), "preemption_cycle_p50_ms": pct(solves, 50),
-            "preemption_cycle_p99_ms": pct(solves, 99)}
+            "probes": len(rows), "preemption_cycles": len(solves[1:]),
+            "preemption_cycle_p50_ms": pct(solves[1:], 50), "preemption_cycle_p99_ms": pct(solves[1:], 99)}
 
 
-def run(nodes: int, probes: int, seeds: int = 1) -> list[dict]:
+def run(nodes: int, probes: int, cycles: int, seeds: int = 1) -> list[dict]:
     rows = []
-    for locked in (False, True):
+    for where in ("a worker process", "serve's interpreter"):
         sim, names = _cluster(nodes, free=4)
-        cycle = WorkloadCycle(sim.cache, _NoEvictions(sim), barrier_timeout=30.0).start()
+        solves = SolverWorkers() if where == "a worker process" else InProcess()
+        cycle = WorkloadCycle(sim.cache, _NoEvictions(sim), barrier_timeout=30.0, solves=solves).start()
         cycle.heap.settle()  # as `phalanx serve` does once its caches are synced
-        if locked:  # the comparison: every solve under the cycle's lock, as before
-            cycle.lock.unlocked = contextlib.nullcontext  # type: ignore[method-assign]
         counter = itertools.count()
         try:
-            for busy in (False, True):
-                row = _phase(cycle, sim, names, probes, busy, counter)
-                rows.append({"nodes": nodes, "solves": "under the lock" if locked else "off the lock",
-                             "phase": "busy" if busy else "idle", "probes": probes, **row})
+            busy = _phase(cycle, sim, names, probes, True, counter, cycles)
+            idle = _phase(cycle, sim, names, busy["probes"], False, counter)  # as many probes alone
+            for phase, row in (("idle", idle), ("busy", busy)):
+                rows.append({"nodes": nodes, "solves": where, "phase": phase, **row})
         finally:
             cycle.close()
+            if isinstance(solves, SolverWorkers):
+                solves.close()
     return rows
 
 
 def markdown(rows: list[dict]) -> str:
-    out = ["| nodes | solves | another group's preemption | filter p50 / p99 ms | bind p50 / p99 ms | "
-           "preemption cycle p50 / p99 ms |", "|---|---|---|---|---|---|"]
+    out = ["| nodes | preemption and smallest-change solves in | another group's preemption | probes | "
+           "filter p50 / p99 ms | bind p50 / p99 ms | preemption cycle p50 / p99 ms |", "|---|---|---|---|---|---|---|"]
     for r in rows:
         pre = (f"{r['preemption_cycle_p50_ms']} / {r['preemption_cycle_p99_ms']} ({r['preemption_cycles']})"
                if r["phase"] == "busy" else "")
-        out.append(f"| {r['nodes']:,} | {r['solves']} | {'solving' if r['phase'] == 'busy' else 'idle'} | "
+        phase = "solving" if r["phase"] == "busy" else "idle"
+        out.append(f"| {r['nodes']:,} | {r['solves']} | {phase} | {r['probes']} | "
                    f"{r['filter_p50_ms']} / {r['filter_p99_ms']} | {r['bind_p50_ms']} / {r['bind_p99_ms']} | {pre} |")
     return "\n".join(out)
 

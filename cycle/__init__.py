@@ -4,7 +4,8 @@ What the entry points (the HTTP extender, the gRPC servicers, the dashboard, ``p
 may use; everything else is the package's own. One file per job: the plan book and its state
 machine (plans), planning, barrier capacity, binding, status and events, requeue and cache events,
 group preemption, queue policies (holds), per-namespace limits (tenants), plugin mode's verbs
-(plugin_mode), what-if placement of a manifest's groups (whatif, read only).
+(plugin_mode), what-if placement of a manifest's groups (whatif, read only), the solver worker
+processes the long solves run in (workers).
 """
 
 from .binding import BindError
@@ -15,7 +16,8 @@ from .plans import Plan, PlanBook, PlanState
 from .service import FilterAnswer, WorkloadCycle
 from .tenants import NamespaceLimits
 from .whatif import DOES_NOT_FIT, FITS, FITS_AFTER_PREEMPTION, Victim, WhatIfAnswer
+from .workers import InProcess, SolverWorkers
 
 __all__ = ["BindError", "CycleMetrics", "DOES_NOT_FIT", "Dispatcher", "FITS", "FITS_AFTER_PREEMPTION", "FilterAnswer",
-           "NamespaceLimits", "Plan", "PlanBook", "PlanState", "Victim", "WhatIfAnswer", "WorkloadCycle",
-           "barrier_capacity"]
+           "InProcess", "NamespaceLimits", "Plan", "PlanBook", "PlanState", "SolverWorkers", "Victim", "WhatIfAnswer",
+           "WorkloadCycle", "barrier_capacity"]

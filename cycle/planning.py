@@ -371,7 +371,6 @@ class Planner:
         message = placement.explanation.message() if placement.explanation else "no placement"
         with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too
             preempting = self.preemption.try_preempt(group)
-            found = None if preempting else self.smallest.find(group, snapshot)
         if preempting:
             self.book.bump()  # a nomination now holds room
             message = f"{message}; {preempting}"
@@ -382,8 +381,11 @@ class Planner:
         self.explanations[key] = message
         if not preempting:  # while victims terminate, the nomination makes the group wait
             self.queue.failed_attempt(key, capacity_version, message)
-        change = self.smallest.record(key, found)
-        self.status.unschedulable(key, f"{message}; smallest change: {change}" if change else message, asked.reason)
+        if preempting:  # what would make it fit is under way: no change to search
+            self.smallest.record(key, None)
+            self.status.unschedulable(key, message, asked.reason)
+        else:  # written with its smallest change, off this call (see smallest.py)
+            self.smallest.submit(group, snapshot, message, asked.reason)
         return placement
 
     def reach(self, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> set[str] | None:

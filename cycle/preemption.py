@@ -46,7 +46,8 @@ from solver import (
     PreemptionContext,
     PreemptionPlan,
     Snapshot,
-    plan_preemption,
+    SolverError,
+    first_plan,
 )
 from solver.model import PreemptionPolicy, placement_usage
 
@@ -54,6 +55,7 @@ from .inbox import Inbox
 from .metrics import CycleMetrics
 from .plans import Usage
 from .status import StatusWriter
+from .workers import Solves, shared
 
 log = logging.getLogger("phalanx.preemption")
 
@@ -96,9 +98,12 @@ class GroupPreemption:
                  metrics: CycleMetrics, status: StatusWriter, inbox: Inbox,
                  reservations: Callable[[str], Usage],
                  victim_contexts: Callable[[PodGroup, PreemptionContext], Iterator[PreemptionContext]],
-                 grace: float = 120.0, retry_initial: float = 5.0, retry_max: float = 300.0) -> None:
+                 grace: float = 120.0, retry_initial: float = 5.0, retry_max: float = 300.0,
+                 solves: Solves | None = None) -> None:
         """``reservations(exclude_group)``: the capacity other groups hold, as a cycle sees it;
-        ``victim_contexts``: the queue policies' victim offers (holds.py)."""
+        ``victim_contexts``: the queue policies' victim offers (holds.py); ``solves``: where plans
+        are solved (the process's solver workers unless given, see workers.py)."""
+        self.solves = solves or shared()
         self.cache = cache
         self.writer = writer
         self.clock = clock
@@ -192,7 +197,7 @@ class GroupPreemption:
         snapshot = self.cache.snapshot(self._reservations(group.key), with_bound=True)
         try:
             plan = self.plan(group, snapshot)
-        except InvalidInput as err:
+        except (InvalidInput, SolverError) as err:  # SolverError: its worker died twice (workers.py)
             metrics.preemption_attempts.labels(result="error").inc()
             log.warning("preemption planning for %s failed: %s", group.key, err)
             return ""
@@ -223,18 +228,11 @@ class GroupPreemption:
         """The victims whose eviction would let ``group`` fit on ``snapshot``, or None when
         preemption cannot help. Reads only: nothing is evicted, nominated or counted (a what-if
         asks this too). Raises InvalidInput for a group that cannot be planned."""
-        plan = None
         # victims offered cheapest lost work first, in growing prefixes, within the lost-work
-        # budget (see holds.py): none affordable, no preemption
-        # a prefix's plan that violates a PodDisruptionBudget does not stop the search: a larger
-        # prefix may respect every budget (the solver's first criterion); the last plan stands
-        for context in self._victim_contexts(group, self.cache.preemption_context()):
-            tried = plan_preemption(snapshot, group, context)
-            if tried.helps and tried.victims:
-                plan = tried
-                if tried.pdb_violations == 0:
-                    break
-        return plan
+        # budget (see holds.py): none affordable, no preemption; the search over the prefixes is one
+        # solve in a worker process (the calling thread waits, the interpreter does not)
+        contexts = list(self._victim_contexts(group, self.cache.preemption_context()))
+        return self.solves.run(first_plan, snapshot, group, contexts)
 
     def nominate(self, nomination: Nomination) -> None:
         """Hold ``nomination``'s placement for its group (replacing an earlier one)."""

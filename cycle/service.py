@@ -72,6 +72,7 @@ from .status import StatusWriter, scheduled_message
 from .tenants import NamespaceLimits, Tenants
 from .verdicts import Verdicts
 from .whatif import WhatIf, WhatIfAnswer
+from .workers import Solves
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -131,7 +132,10 @@ class WorkloadCycle:
         plan_ahead: frozenset[str] = frozenset(),
         namespace_limits: NamespaceLimits = NamespaceLimits(),
         provisioning: str = names.PROVISIONING_NONE,
+        solves: Solves | None = None,
     ) -> None:
+        """``solves``: where group preemption plans and smallest-change searches run — the
+        process's solver workers unless given (``InProcess()``: in this interpreter)."""
         self.cache = cache
         self.writer = writer
         self.options = options
@@ -143,7 +147,8 @@ class WorkloadCycle:
         self.status = StatusWriter(cache, writer, self.dispatcher)
         self.inbox = Inbox()
         self.explanations: dict[str, str] = {}  # group -> the last reason it did not fit
-        self.smallest = SmallestChanges(cache, self.status)  # group -> what would make it fit
+        self.smallest = SmallestChanges(cache, self.status, self.lock, self.explanations,
+                                        solves)  # group -> what would make it fit
         self.domains: dict[str, tuple[str, str]] = {}  # group -> (topology key, domain) it keeps
         self.queue = PodGroupQueue(clock)
         self.verdicts = Verdicts(clock)  # pod uid -> kube-scheduler's latest candidate list
@@ -158,7 +163,7 @@ class WorkloadCycle:
         self.queue_policies = QueuePolicies(cache, clock, self.queue, self.status, queue_policy)
         self.preemption = GroupPreemption(cache, writer, clock, self.metrics, self.status, self.inbox,
                                           reservations=lambda exclude: self.planner.reservations(exclude),
-                                          victim_contexts=self.queue_policies.victim_contexts)
+                                          victim_contexts=self.queue_policies.victim_contexts, solves=solves)
         # gangs short of capacity ask cluster-autoscaler for nodes (by default, or by annotation)
         self.provisioning = Provisioning(cache, writer, self.status, self.explanations, self.inbox, provisioning)
         self.planner = Planner(self.lock, self.book, cache, self.status, self.metrics, clock, options, plan_ttl,
@@ -496,7 +501,7 @@ class WorkloadCycle:
 
     def flush(self, timeout: float = 10.0) -> bool:
         """Wait until every queued API write was made (tests, benchmarks, shutdown)."""
-        return self.dispatcher.flush(timeout=timeout)
+        return self.smallest.settle(timeout) and self.dispatcher.flush(timeout=timeout)
 
     def prune(self) -> None:
         """Forget everything kept for PodGroups that no longer exist (see Requeue.prune)."""

@@ -37,7 +37,7 @@ from cluster.cache import ClusterCache
 from cluster.kube import Kube
 from cluster.sim import SimCluster
 from cluster.whatif import Compile
-from cycle import NamespaceLimits, WorkloadCycle, barrier_capacity
+from cycle import InProcess, NamespaceLimits, WorkloadCycle, barrier_capacity
 from cycle.queue import QueuePolicy
 from extender.dashboard.history import GROUP_CAPACITY
 from extender.http import create_app, health_app
@@ -72,6 +72,7 @@ class ServeOptions:
     # (serve's entry points never import the controller); None: what-if is not served
     compile_manifest: Compile | None = None
     history_groups: int = GROUP_CAPACITY  # groups the dashboard's history remembers (oldest forgotten first)
+    solver_workers: bool = True  # preemption plans and smallest-change searches in worker processes
 
     @property
     def grpc_tls(self) -> GrpcTls | None:
@@ -199,7 +200,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         cycle = WorkloadCycle(sim.cache, sim, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
                               queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
-                              namespace_limits=options.namespace_limits, provisioning=options.provisioning)
+                              namespace_limits=options.namespace_limits, provisioning=options.provisioning,
+                              solves=None if options.solver_workers else InProcess())
         def ready() -> tuple[bool, str]:
             return (True, "ok (simulated cluster)")
         def stop_backend() -> None:
@@ -216,7 +218,8 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
                               queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
-                              namespace_limits=options.namespace_limits, provisioning=options.provisioning)
+                              namespace_limits=options.namespace_limits, provisioning=options.provisioning,
+                              solves=None if options.solver_workers else InProcess())
         ready, stop_backend = backend.ready, backend.stop
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed

@@ -98,7 +98,8 @@ def _serve(args: argparse.Namespace) -> int:
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
                            health_addr=args.health_addr, queue_policy=_queue_policy(args),
                            plan_ahead=tuple(args.plan_ahead_for or ()), namespace_limits=_namespace_limits(args),
-                           provisioning=args.provisioning, history_groups=args.history_groups)
+                           provisioning=args.provisioning, history_groups=args.history_groups,
+                           solver_workers=args.solver_workers == "on")
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     options.compile_manifest = compile_objects  # what-if compiles with the controller's own code
@@ -307,6 +308,10 @@ def build_parser() -> argparse.ArgumentParser:
                        help="seconds a gang waits at bind for all members (default 30; keep below httpTimeout)")
     serve.add_argument("--plan-ttl", type=float, default=60.0, help="seconds a plan holds its reservation (default 60)")
     serve.add_argument("--solver", choices=["exact", "greedy"], default="exact", help="solver path (default exact)")
+    serve.add_argument("--solver-workers", choices=["on", "off"], default="on",
+                       help="'on': group preemption plans and smallest-change searches run in solver worker "
+                            "processes, so the verbs never wait behind them; 'off': in serve's own interpreter "
+                            "(default on)")
     serve.add_argument("--plan-ahead-for", action="append", metavar="SCHEDULER",
                        help="plan a gang as soon as it is complete, before kube-scheduler asks, when its pods' "
                             "schedulerName is SCHEDULER (repeatable; the profile(s) running phalanx; default: none)")

@@ -45,6 +45,7 @@ from .preemption import (
     VictimInfo,
     VictimUnit,
     expand_victims_for_pod,
+    first_plan,
     plan_preemption,
     rank_candidates,
     victim_cost,
@@ -63,6 +64,6 @@ __all__ = [
     "PodCandidate", "PodGroup", "PodSpec", "Policy", "PreemptionContext", "PreemptionCost",
     "PreemptionPlan", "PreemptionPolicy", "Requirement", "SolveOptions", "SolverError", "Snapshot",
     "Taint", "TaintEffect", "Toleration", "VictimInfo", "VictimUnit", "assert_placement_valid",
-    "effective_requests", "evaluate", "expand_victims_for_pod", "place", "place_batch",
+    "effective_requests", "evaluate", "expand_victims_for_pod", "first_plan", "place", "place_batch",
     "plan_preemption", "rank_candidates", "SmallestChange", "smallest_change", "victim_cost", "victim_units",
 ]

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Iterable, Mapping, Sequence
 
 import numpy as np
 from ortools.sat.python import cp_model
@@ -229,6 +229,22 @@ def plan_preemption(
     stats = dict(plan.stats)
     stats["decision_ms"] = (time.perf_counter() - started) * 1000.0
     return PreemptionPlan(**{**plan.__dict__, "stats": stats})
+
+
+def first_plan(snapshot: Snapshot, group: PodGroup, contexts: Sequence[PreemptionContext],
+               options: SolveOptions = PREEMPTION_OPTIONS) -> PreemptionPlan | None:
+    """The plan of the first of ``contexts`` (victims offered in growing prefixes) under which
+    evicting someone lets ``group`` fit and no PodDisruptionBudget is violated; else the last plan
+    that helped (a larger prefix may respect every budget, so one that violates a budget does not
+    stop the search); None when none helps. One call, so a worker process runs the whole search."""
+    plan = None
+    for context in contexts:
+        tried = plan_preemption(snapshot, group, context, options)
+        if tried.helps and tried.victims:
+            plan = tried
+            if tried.pdb_violations == 0:
+                break
+    return plan
 
 
 def _cannot(group: PodGroup, why: str, stats: Mapping[str, float] | None = None) -> PreemptionPlan:

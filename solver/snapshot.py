@@ -79,6 +79,18 @@ class Snapshot:
         self.usage_cache: dict[Hashable, Any] = {}
         self.node_cache: dict[Hashable, Any] = {}
 
+    # -- to a solver worker process --------------------------------------------------------
+    def __getstate__(self) -> dict[str, Any]:
+        """What a copy in another process needs: everything but the derived caches, which the copy
+        computes again as its solves ask (they hold arrays per constraint signature and per domain
+        key: often larger than the snapshot, and cheap to rebuild where the solve runs)."""
+        state = dict(self.__dict__)
+        state["usage_cache"], state["node_cache"] = {}, {}
+        return state
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__dict__.update(state)
+
     # -- construction helpers -------------------------------------------------------------
     def _charge(self, used: np.ndarray, node: str, amounts: Mapping[str, int], pods: int, what: str) -> None:
         i = self.index.get(node)

@@ -58,6 +58,7 @@ def test_explain_prints_the_whole_smallest_change(sim, cycle, addr, capsys):
     for i in range(3):
         sim.create(pod(f"wide-{i}", "wide", gpu=4))  # 12 GPUs; a rack has 8
     cycle.place_group("default/wide")
+    assert cycle.flush()  # the smallest change is searched off the cycle's call
     assert main(["explain", "default/wide", "--grpc-addr", addr]) == 0
     out = capsys.readouterr().out.splitlines()
     at = out.index("  smallest change:")

@@ -594,6 +594,7 @@ def test_a_deletion_pruned_partly_makes_the_thread_wake_for_the_full_prune(sim, 
     service = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, clock=clock)  # no thread: driven here
     sim.create(podgroup("gone", 1))
     verbs.filter(service, sim.create(pod("gone-0", "gone", gpu=16)), all_nodes(sim))  # fits nowhere
+    assert service.smallest.settle(10)  # the refusal is written with its smallest change, off the call
     assert "default/gone" in service.status.conditions
     requeue = service.requeue
     requeue.prune_step()  # a full prune just ran

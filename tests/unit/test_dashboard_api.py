@@ -76,6 +76,7 @@ def test_an_infeasible_group_page_carries_the_solvers_explanation(sim, cycle, cl
     for i in range(3):
         sim.create(pod(f"huge-{i}", "huge", gpu=4))  # 12 GPUs; a rack has 8
     assert isinstance(cycle.place_group("default/huge"), str)
+    assert cycle.flush()  # the refusal is written with its smallest change, off the call
     page = client.get("/api/v1/podgroups/default/huge").json
     assert page["state"] == "unschedulable"
     assert "needs 12 nvidia.com/gpu, 8 free" in page["explanation"]

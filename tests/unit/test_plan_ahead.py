@@ -66,7 +66,7 @@ def test_another_profiles_gang_an_incomplete_one_and_an_empty_basic_group_are_le
     for key in ("default/other", "default/half", "default/basic", "default/missing"):
         assert not cycle.ahead.plan(key)
         assert cycle.book.get(key) is None and key not in cycle.explanations
-    cycle.dispatcher.flush(timeout=5.0)  # writes go out asynchronously: none may be queued
+    assert cycle.flush(timeout=5.0)  # writes go out asynchronously: none may be queued
     assert sim.events == [] and attempts(cycle, "scheduled") == 0
 
 
@@ -93,7 +93,7 @@ def test_a_basic_group_is_planned_ahead_with_its_members_and_again_when_more_com
     sim.create(pod("web-3", "web", gpu=1))
     assert not cycle.ahead.plan("default/web")  # a member was answered: its calls decide now
     assert cycle.book.get("default/web") is again
-    cycle.dispatcher.flush(timeout=5.0)
+    assert cycle.flush(timeout=5.0)
     assert sim.events == []
 
 
@@ -101,12 +101,12 @@ def test_a_gang_that_does_not_fit_is_left_to_its_members_calls_with_nothing_writ
     gang(sim, "big", 3, gpu=8)  # no node has 8 GPUs
     assert not cycle.ahead.plan("default/big")
     assert cycle.book.get("default/big") is None and "default/big" not in cycle.explanations
-    cycle.dispatcher.flush(timeout=5.0)
+    assert cycle.flush(timeout=5.0)
     assert sim.events == [] and attempts(cycle, "unschedulable") == 0
     # the member's own call runs the full cycle: the explanation and the Warning event
     member = next(r.pod for r in sim.cache.members("default/big"))
     PluginEnforcement(cycle).plan_for_pod(member)
-    cycle.dispatcher.flush(timeout=5.0)
+    assert cycle.flush(timeout=5.0)
     assert "default/big" in cycle.explanations
     assert any(e["reason"] == "FailedScheduling" for e in sim.events)
 
@@ -185,5 +185,5 @@ def test_a_member_call_that_waited_for_a_fruitless_solve_ahead_runs_the_full_cyc
     call.join(10.0)
     assert answers and answers[0].verdict == "wait"
     assert "default/big" in cycle.explanations and "nvidia.com/gpu" in answers[0].reason
-    cycle.dispatcher.flush(timeout=5.0)
+    assert cycle.flush(timeout=5.0)
     assert any(e["reason"] == "FailedScheduling" for e in sim.events)

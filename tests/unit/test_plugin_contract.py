@@ -328,7 +328,7 @@ def test_the_condition_is_written_at_binding_unless_kube_scheduler_writes_it(sim
                                           reserved_uids=[uid(m) for m in members],
                                           condition_by_scheduler=by_scheduler))
     assert answer.decision == pb.PermitReply.ALLOW
-    cycle.dispatcher.flush(timeout=5.0)
+    assert cycle.flush(timeout=5.0)
     conditions = sim.get("PodGroup", "default/c").get("status", {}).get("conditions") or []
     written = [c for c in conditions if c["type"] == names.CONDITION_INITIALLY_SCHEDULED]
     assert (written == []) if by_scheduler else (written[0]["status"] == "True")
@@ -427,7 +427,7 @@ def test_a_touch_the_api_server_could_not_take_is_retried_until_it_lands(sim, cy
 
     cycle.status.writer.annotate_pod = flaky
     cycle.status.nudge("default", "n-0")
-    cycle.dispatcher.flush(timeout=10.0)
+    assert cycle.flush(timeout=10.0)
     assert failures == [status, status] and touched(sim, member)
 
 
@@ -445,7 +445,7 @@ def test_two_touches_of_one_pod_on_one_clock_reading_each_change_the_pod(sim, cy
     values = []
     for _ in range(3):
         cycle.status.nudge("default", "t-0")
-        cycle.dispatcher.flush(timeout=10.0)
+        assert cycle.flush(timeout=10.0)
         values.append(sim.get("Pod", "default/t-0")["metadata"]["annotations"][names.ANNOTATION_RETRY])
     stamps = [datetime.strptime(v, "%Y-%m-%dT%H:%M:%S.%fZ") for v in values]
     assert len(set(values)) == 3 and stamps == sorted(stamps), values

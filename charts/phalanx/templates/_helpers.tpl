@@ -65,6 +65,7 @@ app.kubernetes.io/component: {{ index . 1 }}
   - --plan-ttl={{ .Values.serve.planTTL }}
   - --http-threads={{ .Values.serve.httpThreads }}
   - --solver={{ .Values.serve.solver }}
+  - --solver-workers={{ if .Values.serve.solverWorkers }}on{{ else }}off{{ end }}
   - --provisioning={{ .Values.serve.provisioning }}
   {{- if .Values.serve.planAhead }}
   - --plan-ahead-for={{ if eq .Values.mode "main" }}default-scheduler{{ else }}{{ .Values.scheduler.name }}{{ end }}
