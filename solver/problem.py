@@ -293,6 +293,14 @@ class Problem:
                 # at least the `k` smallest frees less `placed` pods of the largest main request
                 free = self.free_main[hosts]
                 stranded = max(stranded, int(np.partition(free, k - 1)[:k].sum()) - placed * max_main)
+                if k == 1:
+                    # one node holds them all: only a host whose bound takes `placed` pods can, and
+                    # it strands at least its free main resource less theirs — the best-fit node a
+                    # greedy packing picks meets this, so a small gang's greedy answer is proven
+                    # and no CP-SAT model is built for it
+                    able = hosts[self.pods_ub[hosts] >= placed]
+                    if len(able):
+                        stranded = max(stranded, int(np.maximum(self.free_main[able] - placed * max_main, 0).min()))
         levels = len(self.group.preferred_keys)
         return Objective(
             unplaced=self.pending_total - placed,

@@ -114,3 +114,21 @@ def test_a_domain_taken_out_before_the_solve_is_explained_as_closed_not_as_full(
     message = result.explanation.message()
     assert "rack r1: no node here is open to the group" in message, message
     assert "needs 20 nvidia.com/gpu, 16 free" in message and "cpu" not in message, message
+
+
+def test_a_small_gang_that_fits_on_one_node_is_proven_by_its_greedy_packing():
+    """scheduler_perf's shape: gangs of three 100m pods on 4-CPU nodes, some busier than others.
+    The three fit on one node; the best fit is the busiest node that still holds them, greedy
+    finds it, and the one-node bound proves it: no CP-SAT model is built (before, one per gang:
+    a busier node that cannot hold three made the bound 0 stranded)."""
+    nodes = [Node(f"n{i}", {"cpu": 4000, "memory": 32 * 2**30, "pods": 110}, {HOST: f"n{i}"}) for i in range(50)]
+    bound = [Pod(f"b{i}-{k}", f"b{i}-{k}", PodSpec({"cpu": 100}), node=f"n{i}")
+             for i in range(50) for k in range(i % 39 if i != 37 else 0)]  # n38: 200m free, too little
+    members = tuple(Pod(f"g-{i}", f"g-{i}", PodSpec({"cpu": 100}), group="default/g") for i in range(3))
+    group = PodGroup("default", "g", members, Policy.GANG, 3)
+    snap = Snapshot(nodes, bound)
+    exact = place(snap, group, SolveOptions(path="exact"))
+    greedy = place(snap, group, SolveOptions(path="greedy"))
+    assert set(exact.assignments.values()) == {"n36"} and exact.objective.stranded == 100  # 400m free
+    assert exact.assignments == greedy.assignments and exact.optimal
+    assert exact.stats.get("domains_solved", 0) == 0
