@@ -272,6 +272,8 @@ class Requeue:
             planner.provisioning.prune(live)
             planner.release_throttled()
             planner.refresh_records()
+        for solves in (self.preemption.solves, planner.smallest.solves):  # off the lock: one pass over
+            solves.prune(self.cache.pods)  # the pods sent to a worker (workers.py)
 
     def _forget_group(self, key: str) -> None:
         """PodGroup ``key`` is gone (lock held)."""

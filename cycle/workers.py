@@ -43,7 +43,7 @@ import subprocess
 import sys
 import threading
 from dataclasses import dataclass
-from typing import IO, Any, Callable, Protocol, TypeVar
+from typing import IO, Any, Callable, Container, Protocol, TypeVar
 
 from solver import Node, Pod, Snapshot, SolverError
 
@@ -64,6 +64,9 @@ class Solves(Protocol):
 
     def run(self, fn: Callable[..., T], *args: object) -> T: ...
 
+    def prune(self, live: Container[str]) -> None:
+        """Forget the pods ``live`` (pod uids the cache holds) no longer has."""
+
 
 class InProcess:
     """Solves in the calling thread, in serve's interpreter (``phalanx serve --solver-workers off``,
@@ -71,6 +74,9 @@ class InProcess:
 
     def run(self, fn: Callable[..., T], *args: object) -> T:
         return fn(*args)
+
+    def prune(self, live: Container[str]) -> None:
+        return None
 
 
 class WorkerDied(Exception):
@@ -112,6 +118,18 @@ class SolverWorkers:
                 result: T = answer
                 return result
         raise SolverError(f"solver workers died {ATTEMPTS} times in a row during {name}")
+
+    def prune(self, live: Container[str]) -> None:
+        """From the requeue thread's full prune: forget the pods the cache no longer has (and the
+        bound-pod tuple last sent, which holds them), so nothing the cluster deleted stays held
+        here after it drained; the next solve sends the pods' order and the worker keeps only
+        those. Skipped while a solve runs (the next pass does it)."""
+        if not self._lock.acquire(blocking=False):
+            return
+        try:
+            self._replica.forget(live)
+        finally:
+            self._lock.release()
 
     def pids(self) -> list[int]:
         """The worker process's id (none before the first solve)."""
@@ -227,7 +245,6 @@ class Shipped:
     nodes: tuple[Node, ...] | None  # None: the replica's node list (and what derives from it) stands
     node_parts: dict[str, Any] | None  # with new nodes: the parts derived from them (see NODE_PARTS)
     added: tuple[Pod, ...]  # bound pods new or changed
-    removed: tuple[str, ...]  # uids no longer bound
     order: tuple[str, ...] | None  # the snapshot's bound pods, by uid, in its order (None: as last sent)
     rest: dict[str, Any]  # the snapshot's other parts (usage, assumed pods, namespaces, ...)
 
@@ -239,13 +256,13 @@ class Shipped:
             raise ReplicaMissing(f"replica {self.base} asked, {replica.generation} held")
         if self.nodes is not None:
             replica.nodes, replica.node_parts, replica.node_cache = self.nodes, self.node_parts or {}, {}
-        for uid in self.removed:
-            replica.pods.pop(uid, None)
         for pod in self.added:
             replica.pods[pod.uid] = pod
         replica.generation = self.generation
-        if self.order is not None and (self.added or self.removed or self.order != replica.order):
+        if self.order is not None and (self.added or self.order != replica.order):
             replica.order = self.order  # else the same tuple as last time: its indexes stay cached
+            if len(replica.pods) != len(self.order):  # it holds every uid of the order: some went
+                replica.pods = {uid: replica.pods[uid] for uid in self.order}
             replica.bound = tuple(replica.pods[uid] for uid in self.order)
         snapshot = object.__new__(Snapshot)
         snapshot.__setstate__({**self.rest, **replica.node_parts})
@@ -271,23 +288,29 @@ class _Sent:
         sent = self.pods
         if bound is self.bound:  # the cache hands the same tuple until a bound pod changes
             added: tuple[Pod, ...] = ()
-            removed: tuple[str, ...] = ()
             order: tuple[str, ...] | None = None
         else:
             added = tuple(p for p in bound if sent.get(p.uid) is not p)
             order = tuple(p.uid for p in bound)
-            removed = tuple(sent.keys() - set(order)) if len(sent) + len(added) != len(order) else ()
+            if len(sent) + len(added) != len(order):  # some went: the worker keeps the order's only
+                self.pods = sent = {uid: sent[uid] for uid in order if uid in sent}
             self.bound = bound
         base, self.generation = self.generation, self.generation + 1
         same = nodes is self.nodes
-        shipped = Shipped(base, self.generation, None if same else nodes, None if same else parts, added, removed,
-                          order, state)
+        shipped = Shipped(base, self.generation, None if same else nodes, None if same else parts, added, order, state)
         self.nodes = nodes
-        for uid in removed:
-            del sent[uid]
         for pod in added:
             sent[pod.uid] = pod
         return shipped
+
+    def forget(self, live: Container[str]) -> None:
+        """Drop the pods ``live`` lacks; the next send carries the order again (see
+        :meth:`SolverWorkers.prune`)."""
+        gone = [uid for uid in self.pods if uid not in live]
+        if gone:
+            for uid in gone:
+                del self.pods[uid]
+            self.bound = None
 
 
 class _Replica:

@@ -138,11 +138,11 @@ def test_a_worker_is_sent_only_what_changed_and_solves_on_the_same_snapshot(work
     group = gang("g", 3, gpus=4, key="topology.kubernetes.io/rack")  # only rack r1 has 3 free nodes
     there = workers.run(place, second, group)
     assert sends[-1].nodes is None and [p.uid for p in sends[-1].added] == ["late-0"]
-    assert sends[-1].removed == (low[0].uid,)
+    assert low[0].uid not in sends[-1].order and low[0].uid not in workers._replica.pods
     here = place(second, group)
     assert there.assignments and there.assignments == here.assignments and there.domain == here.domain
     assert workers.run(_bound_uids, second) == _bound_uids(second)
-    assert sends[-1].added == () and sends[-1].removed == () and workers.resent == 0
+    assert sends[-1].added == () and sends[-1].order is None and workers.resent == 0
 
 
 def test_a_worker_without_the_replica_a_send_builds_on_gets_the_whole_snapshot(workers):
@@ -201,3 +201,21 @@ def _alive(pid: int) -> bool:
             return stat.read().split(")")[-1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+def test_pods_the_cluster_deleted_are_not_held_for_the_worker_after_a_prune(workers):
+    """serve's record of what the worker holds keeps the pods of the last solve; the requeue
+    thread's full prune drops those the cache no longer has (a drained cluster holds none), and
+    the next solve still sees exactly its snapshot."""
+    nodes = cluster(racks=2, per_rack=4, gpus=4)
+    low = [p for i, n in enumerate(nodes[:3]) for p in pods(f"low{i}", 1, gpus=4, node=n.name)]
+    base = Snapshot(nodes)
+    first = base.with_used(Snapshot(nodes, bound=low).used, low)
+    assert workers.run(_bound_uids, first) == [p.uid for p in low]
+    workers.prune({low[2].uid})  # the cache lost the first two
+    assert set(workers._replica.pods) == {low[2].uid} and workers._replica.bound is None
+    workers.prune(set())
+    assert workers._replica.pods == {}
+    second = base.with_used(Snapshot(nodes, bound=low[2:]).used, low[2:])
+    assert workers.run(_bound_uids, second) == [low[2].uid] and workers.resent == 0
+    assert workers.run(_bound_uids, first) == [p.uid for p in low]  # and back: all sent again
