@@ -20,7 +20,9 @@ record for each change) and the uids gone, plus the small parts (the usage matri
 assumed on plans, namespaces, volumes). Each send names the replica generation it builds on; a
 worker that lacks it (started again) says so and the whole snapshot is sent. The worker also keeps
 the derived per-node caches (eligibility masks, domains) while the node list stays the same, as
-serve's own snapshots share them.
+serve's own snapshots share them. Nothing deleted stays held: a worker keeps only the pods of the
+order it was last sent, and the requeue thread's full prune drops from serve's record the pods the
+cache no longer has (:meth:`SolverWorkers.prune`).
 
 Solves and answers travel pickled, in length-prefixed frames over the worker's stdin and stdout
 (a plain child process of this interpreter, which imports the cycle package and the solver: not
