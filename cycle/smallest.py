@@ -59,14 +59,14 @@ class Refusal:
 
 
 class SmallestChanges:
-    def __init__(self, cache: ClusterCache, status: StatusWriter, lock: CycleLock | None = None,
-                 explanations: Mapping[str, str] | None = None, solves: Solves | None = None) -> None:
+    def __init__(self, cache: ClusterCache, status: StatusWriter, lock: CycleLock,
+                 explanations: Mapping[str, str], solves: Solves | None = None) -> None:
         """``lock`` and ``explanations``: the cycle's, read to tell whether a refusal still stands
         when its search ends; ``solves``: where searches run (the solver workers unless given)."""
         self.cache = cache
         self.status = status
-        self.lock = lock or CycleLock()
-        self.explanations: Mapping[str, str] = explanations if explanations is not None else {}
+        self.lock = lock
+        self.explanations = explanations
         self.solves = solves or shared("smallest")
         self._pending: OrderedDict[str, Refusal] = OrderedDict()  # group -> its latest refusal
         self._busy = 0  # searches taken off _pending and not written yet
