@@ -88,9 +88,6 @@ class Snapshot:
         state["usage_cache"], state["node_cache"] = {}, {}
         return state
 
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__dict__.update(state)
-
     # -- construction helpers -------------------------------------------------------------
     def _charge(self, used: np.ndarray, node: str, amounts: Mapping[str, int], pods: int, what: str) -> None:
         i = self.index.get(node)
