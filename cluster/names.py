@@ -187,3 +187,8 @@ METRIC_NAMESPACE_LIMITED = "phalanx_namespace_limited_total"  # {limit}: work he
 METRIC_HEAP_RETURNED = "phalanx_heap_returned_bytes_total"  # freed memory handed back to the system (malloc_trim)
 METRIC_THREADS = "phalanx_threads"  # {pool}: phalanx serve's threads by name, numbers dropped (read at scrape)
 METRIC_INTERNAL_ENTRIES = "phalanx_internal_entries"  # {collection}: entries of each long-lived map (cluster/sizes.py)
+
+# -- several replicas: only the serve whose kube-scheduler leads acts (cluster/leadership.py) --------
+REASON_STANDBY = "Standby"  # WriteError.reason of a write a standby serve refused to make
+METRIC_LEADING = "phalanx_leading"  # 1 while this serve acts, 0 while it is a standby
+METRIC_API_WRITES = "phalanx_api_writes_total"  # {kind, outcome}: written, failed, standby (refused)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import threading
+from typing import Callable, Iterable
 
 from cluster.cache import CacheEvent, ClusterCache
 
@@ -47,7 +48,10 @@ class PlanAhead:
     """Plans complete groups of ``schedulers``' pods as their members appear (one thread)."""
 
     def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, planner: Planner,
-                 preemption: GroupPreemption, schedulers: frozenset[str]) -> None:
+                 preemption: GroupPreemption, schedulers: frozenset[str],
+                 acting: Callable[[], bool] = lambda: True) -> None:
+        """``acting``: whether this serve acts; a standby plans nothing ahead."""
+        self.acting = acting
         self.lock, self.book, self.cache, self.planner, self.preemption = lock, book, cache, planner, preemption
         self.schedulers = schedulers
         self._pending: dict[str, None] = {}  # groups to look at, in the order their events came
@@ -71,7 +75,23 @@ class PlanAhead:
         if self._thread is not None:
             self._thread.join(timeout=5.0)
 
+    def pause(self) -> None:
+        """This serve stood down: nothing queued is planned (and nothing is queued while it stands by)."""
+        with self._wake:
+            self._pending.clear()
+
+    def resume(self, groups: Iterable[str]) -> None:
+        """This serve started acting: look at every group ``groups`` names (what came while it stood by)."""
+        if not self.schedulers:
+            return
+        with self._wake:
+            for key in list(groups):
+                self._pending[key] = None
+            self._wake.notify()
+
     def _on_event(self, event: CacheEvent) -> None:
+        if not self.acting():
+            return  # a standby plans nothing; resume() looks at every group when it starts acting
         record = event.pod
         if record is not None:
             if not record.pod.group or record.pod.node or record.scheduler_name not in self.schedulers:
@@ -96,7 +116,12 @@ class PlanAhead:
                 with self._wake:
                     self._wake.wait(RECHECK_SECONDS)
                 continue
+            if not self.acting():
+                self.pause()
+                continue
             with self._wake:
+                if not self._pending:
+                    continue
                 key = next(iter(self._pending))
                 del self._pending[key]
             try:

@@ -15,6 +15,8 @@ cycle hands them here and moves on:
   never dies;
 - **coalesced**: a write with a ``coalesce`` tag replaces a queued, not yet started write with the
   same tag (a newer status for the same PodGroup supersedes the older one);
+- **dropped on a standby**: a write the :class:`~cycle.leading.LeaderWriter` refused because this
+  serve is a standby (several replicas) is dropped at once, counted ``standby``;
 - **bounded, never blocking**: at ``capacity`` queued writes a submission drops the oldest
   coalescable write (else the oldest write) and counts it in
   ``phalanx_dispatch_dropped_total{kind}``.
@@ -35,6 +37,7 @@ from collections import OrderedDict, deque
 from dataclasses import dataclass, field
 from typing import Callable
 
+from cluster import names
 from cluster.backend import WriteError
 
 from .metrics import CycleMetrics
@@ -186,7 +189,9 @@ class Dispatcher:
                 write.call()
             except WriteError as err:
                 write.attempts += 1
-                if write.attempts < self.max_attempts or transient(err):
+                if err.reason == names.REASON_STANDBY:  # a standby serve writes nothing: never retried
+                    self._count("standby", write.kind)
+                elif write.attempts < self.max_attempts or transient(err):
                     retry_at = self.clock() + min(self.max_backoff, self.backoff * 2 ** (write.attempts - 1))
                     self._count("retried", write.kind)
                 else:

@@ -60,6 +60,12 @@ class CycleMetrics:
                                          "Work a per-namespace limit held back: a group not planned (plans), a "
                                          "backing-off group not checked in a requeue pass (retries)",
                                          ["limit"], registry=r)
+        self.leading = Gauge(names.METRIC_LEADING, "1 while this serve acts (its kube-scheduler leads, or one "
+                             "replica), 0 while it is a standby that writes nothing", registry=r)
+        self.leading.set(1)
+        self.api_writes = Counter(names.METRIC_API_WRITES.removesuffix("_total"),
+                                  "API writes by kind and outcome (written, failed, standby: refused by a standby)",
+                                  ["kind", "outcome"], registry=r)
         r.register(_Threads())
 
     def track_sizes(self, sizes: Callable[[], dict[str, int]]) -> None:

@@ -33,6 +33,7 @@ from __future__ import annotations
 import logging
 import queue
 import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -67,6 +68,10 @@ LOST_NODE_MEMORY_SECONDS = 600.0
 #: and at most this many of them (the oldest forgotten first): a bounded history, not a map of live
 #: objects, so it is not emptied when the cluster is
 LOST_NODES_KEPT = 4096
+#: a standby's deferred broken units are checked against the PodGroups past this many
+DEFERRED_PRUNE_AT = 1024
+#: how often a standby's broken-unit worker looks again (s)
+STANDBY_POLL_SECONDS = 0.25
 
 
 @dataclass
@@ -128,6 +133,10 @@ class GroupPreemption:
         self.solving = threading.Lock()  # one group-preemption solve at a time, off the cycle's lock
         self._units = threading.Lock()  # one broken-unit pass at a time (worker or caller)
         self._broken: queue.Queue[str | None] = queue.Queue()  # unit keys; None only wakes
+        #: whether this serve acts (several replicas): a standby evicts nothing and keeps the units
+        #: that broke meanwhile in ``_deferred`` for :meth:`resume`
+        self.acting: Callable[[], bool] = lambda: True
+        self._deferred: set[str] = set()
         self._worker = threading.Thread(target=self._evict_broken_units, name="phalanx-broken-units", daemon=True)
         cache.subscribe(self._on_cache_event)
 
@@ -380,11 +389,31 @@ class GroupPreemption:
             except queue.Empty:
                 key = None
             try:
+                if not self.acting():
+                    self._defer(key)
+                    continue
                 if key is not None:
                     self.break_unit(key)
                 self.retry_due()
             except Exception:  # noqa: BLE001 - keep the worker alive
                 log.exception("evicting the rest of broken unit %s failed", key)
+
+    def _defer(self, key: str | None) -> None:
+        """A standby notes a broken unit for when it acts (units whose PodGroup went are dropped)."""
+        with self._lock:
+            if key is not None:
+                self._deferred.add(key)
+            if len(self._deferred) > DEFERRED_PRUNE_AT:
+                self._deferred = {k for k in self._deferred if k in self.cache.podgroups}
+        time.sleep(STANDBY_POLL_SECONDS)  # retries wait too: they are this serve's once it acts
+
+    def resume(self) -> None:
+        """This serve started acting: the units that broke while it stood by are evicted now."""
+        with self._lock:
+            deferred, self._deferred = self._deferred, set()
+        for key in deferred:
+            self._broken.put(key)
+        self._broken.put(None)
 
     def retry_due(self) -> None:
         """Try again the broken units whose backoff ran out (by the injected clock)."""

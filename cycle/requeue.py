@@ -53,7 +53,10 @@ class Requeue:
                  planner: Planner, capacity: BarrierCapacity, queue: PodGroupQueue,
                  preemption: GroupPreemption, verdicts: Verdicts,
                  recorded: RecordedHolds, parked: ParkedMembers, replans_: ReplanBudget, inbox: Inbox,
-                 heap: Heap, clock: Callable[[], float], tenants: Tenants) -> None:
+                 heap: Heap, clock: Callable[[], float], tenants: Tenants,
+                 acting: Callable[[], bool] = lambda: True) -> None:
+        """``acting``: whether this serve acts (a standby touches nothing, it only prunes)."""
+        self.acting = acting
         self.lock = lock
         self.book = book
         self.cache = cache
@@ -106,6 +109,8 @@ class Requeue:
                     self.heap.release()
                 self.heap.release_if_grown()
                 self.prune_step()
+                if not self.acting():
+                    continue  # a standby keeps its maps pruned and touches nothing
                 self.requeue_ended_backoffs()
                 self.requeue_ended_verdicts()
                 if not woken:

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from cluster import names
 from cluster.backend import ClusterWriter
 from cluster.cache import ClusterCache
+from cluster.leadership import AlwaysActing, Leadership
 from cluster.sizes import collection_sizes
 from cluster.whatif import DraftGroup
 from solver import InvalidInput, Placement, Pod, SolveOptions, rank_candidates
@@ -56,6 +57,7 @@ from .dispatch import Dispatcher
 from .heap import Heap
 from .holds import QueuePolicies
 from .inbox import Inbox
+from .leading import LeaderWriter
 from .lock import CycleLock
 from .metrics import CycleMetrics
 from .parked import ParkedMembers
@@ -133,14 +135,19 @@ class WorkloadCycle:
         namespace_limits: NamespaceLimits = NamespaceLimits(),
         provisioning: str = names.PROVISIONING_NONE,
         solves: Solves | None = None,
+        leadership: Leadership | None = None,
     ) -> None:
         """``solves``: where group preemption plans and smallest-change searches run — the
-        process's solver workers unless given (``InProcess()``: in this interpreter)."""
+        process's solver workers unless given (``InProcess()``: in this interpreter).
+        ``leadership``: whether this serve acts or is a standby (several replicas,
+        cluster/leadership.py); one replica always acts."""
         self.cache = cache
-        self.writer = writer
         self.options = options
         self.clock = clock
         self.metrics = metrics or CycleMetrics()
+        self.leadership: Leadership = leadership or AlwaysActing()
+        # every write passes the gate: a standby writes nothing (cycle/leading.py)
+        self.writer = writer = LeaderWriter(writer, self.leadership, self.metrics)
         self.dispatcher = dispatcher or Dispatcher(clock, self.metrics)
         self.lock = CycleLock()
         self.book = PlanBook(self._on_transition)
@@ -174,9 +181,14 @@ class WorkloadCycle:
                                barrier_timeout, bind_workers)
         self.requeue = Requeue(self.lock, self.book, cache, self.status, self.planner, self.capacity,
                                self.queue, self.preemption, self.verdicts, self.recorded, self.parked,
-                               self.replans, self.inbox, self.heap, clock, self.tenants)
+                               self.replans, self.inbox, self.heap, clock, self.tenants,
+                               acting=self.leadership.acting)
         # gangs of these profiles planned before they ask
-        self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead)
+        self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead,
+                               acting=self.leadership.acting)
+        self.preemption.acting = self.leadership.acting
+        self.metrics.leading.set(1 if self.leadership.acting() else 0)
+        self.leadership.subscribe(self._on_leadership)
         self.whatif = WhatIf(self.lock, cache, self.planner, self.preemption, options)  # read only
         self.metrics.track_sizes(self.sizes)
 
@@ -200,6 +212,25 @@ class WorkloadCycle:
 
     def subscribe(self, listener: Callable[[str, Mapping[str, Any]], None]) -> None:
         self.status.subscribe(listener)
+
+    def _on_leadership(self, acting: bool) -> None:
+        """This serve started or stopped acting (several replicas): a term starts clean. Plans not
+        yet binding are dropped (a standby's were never asked for; an acting serve's were made in a
+        term another replica has since served), the way a restart drops them; partly bound gangs
+        go on from their placement records, as after a restart. Starting, serve plans ahead every
+        complete group and evicts the rest of units that broke while it stood by."""
+        self.metrics.leading.set(1 if acting else 0)
+        with self.lock:
+            for plan in list(self.book.holding()):
+                if plan.state is PlanState.PLANNED:
+                    self.planner.release(plan.group, replans.LEADERSHIP,
+                                         "this phalanx serve " + ("started" if acting else "stopped") + " acting")
+        if acting:
+            self.ahead.resume(self.cache.podgroups)
+            self.preemption.resume()
+            self.inbox.wake()
+        else:
+            self.ahead.pause()
 
     # -- the consequences of a plan transition -------------------------------------------------
     def _on_transition(self, plan: Plan, came: PlanState | None, to: PlanState, change: Change) -> None:

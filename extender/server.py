@@ -24,6 +24,7 @@ from __future__ import annotations
 import ipaddress
 import logging
 import signal
+import socket
 import threading
 from dataclasses import dataclass
 from typing import Callable
@@ -35,6 +36,7 @@ from cluster.access import AccessReviewer
 from cluster.apiserver import ApiServerBackend
 from cluster.cache import ClusterCache
 from cluster.kube import Kube
+from cluster.leadership import LeaseFollower, parse_lease_ref
 from cluster.sim import SimCluster
 from cluster.whatif import Compile
 from cycle import InProcess, NamespaceLimits, WorkloadCycle, barrier_capacity
@@ -73,6 +75,8 @@ class ServeOptions:
     compile_manifest: Compile | None = None
     history_groups: int = GROUP_CAPACITY  # groups the dashboard's history remembers (oldest forgotten first)
     solver_workers: bool = True  # preemption plans and smallest-change searches in worker processes
+    leader_lease: str = ""  # NAMESPACE/NAME of the Lease the kube-scheduler beside serve elects on; "": act always
+    leader_identity: str = ""  # the start of that kube-scheduler's identity ("": this host's name)
 
     @property
     def grpc_tls(self) -> GrpcTls | None:
@@ -115,7 +119,12 @@ def barrier_advice(options: ServeOptions) -> str:
 
 
 def check_doors(options: ServeOptions, sim: bool) -> None:
-    """Refuse a configuration with an unauthenticated door (ValueError saying which)."""
+    """Refuse a configuration with an unauthenticated door, or a Lease a simulated cluster cannot
+    have (ValueError saying which)."""
+    if options.leader_lease:
+        parse_lease_ref(options.leader_lease)
+        if sim:
+            raise ValueError("--leader-lease follows a Lease on the API server: not with --sim")
     grpc_on = options.grpc_addr not in ("", "off")
     if not options.client_ca and not is_loopback(options.http_addr):
         raise ValueError(f"--http-addr {options.http_addr} is not loopback: the extender's verbs need --client-ca "
@@ -215,18 +224,40 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         backend.start()
         if not backend.wait_synced(120):
             log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
+        follower = None
+        if options.leader_lease:  # several replicas: act only beside the kube-scheduler that leads
+            follower = LeaseFollower.on(kube, options.leader_lease, options.leader_identity or socket.gethostname())
         cycle = WorkloadCycle(cache, backend, solve, options.barrier_timeout, options.plan_ttl,
                               barrier_capacity=barrier_capacity(options.http_threads),
                               queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
                               namespace_limits=options.namespace_limits, provisioning=options.provisioning,
-                              solves=None if options.solver_workers else InProcess())
+                              solves=None if options.solver_workers else InProcess(), leadership=follower)
         ready, stop_backend = backend.ready, backend.stop
+        if follower is not None:
+            follower.start()  # once the cycle listens: its first renewal seen makes it act
+            log.warning("phalanx serve is %s", follower.describe())
+            ready, stop_backend = _with_role(backend.ready, follower), _stopping(follower, backend.stop)
     cycle.heap.settle()  # the synced caches are long-lived: out of the collector's full passes
     cycle.start()  # its requeue and broken-unit threads, once the caches are listed
     app = create_app(cycle, ready, gate=gate, compile_manifest=options.compile_manifest,
                      history_groups=options.history_groups)
     return Phalanx(cycle, http_server(app, options), ready, stop_backend, grpc_addr=options.grpc_addr,
                    grpc_tls=grpc_tls, gate=gate, compile_manifest=options.compile_manifest)
+
+
+def _with_role(ready: Callable[[], tuple[bool, str]], follower: LeaseFollower) -> Callable[[], tuple[bool, str]]:
+    """/readyz with the replica's role said: a standby is ready (it serves, warm, if asked)."""
+    def answer() -> tuple[bool, str]:
+        ok, message = ready()
+        return ok, f"{message}; {follower.describe()}"
+    return answer
+
+
+def _stopping(follower: LeaseFollower, stop: Callable[[], None]) -> Callable[[], None]:
+    def both() -> None:
+        follower.close()
+        stop()
+    return both
 
 
 def serve(options: ServeOptions, kubeconfig: str | None = None, sim_file: str | None = None) -> int:

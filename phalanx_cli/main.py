@@ -99,7 +99,8 @@ def _serve(args: argparse.Namespace) -> int:
                            health_addr=args.health_addr, queue_policy=_queue_policy(args),
                            plan_ahead=tuple(args.plan_ahead_for or ()), namespace_limits=_namespace_limits(args),
                            provisioning=args.provisioning, history_groups=args.history_groups,
-                           solver_workers=args.solver_workers == "on")
+                           solver_workers=args.solver_workers == "on", leader_lease=args.leader_lease,
+                           leader_identity=args.leader_identity)
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     options.compile_manifest = compile_objects  # what-if compiles with the controller's own code
@@ -323,6 +324,14 @@ def build_parser() -> argparse.ArgumentParser:
                             "annotated atomic)")
     serve.add_argument("--grpc-addr", default=f"127.0.0.1:{GRPC_PORT}",
                        help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
+    serve.add_argument("--leader-lease", default="", metavar="NAMESPACE/NAME",
+                       help="several scheduler replicas: act (plan ahead, write) only while the kube-scheduler "
+                            "beside this serve holds this Lease (its leaderElection's resourceNamespace/"
+                            "resourceName); otherwise stand by, caches warm, writing nothing (default: one "
+                            "replica, always act)")
+    serve.add_argument("--leader-identity", default="", metavar="ID",
+                       help="the start of this replica's kube-scheduler's identity on the Lease (kube-scheduler "
+                            "uses HOSTNAME_UUID; default: this host's name, which a pod's containers share)")
     _add_serve_access(serve)
     serve.add_argument("--health-addr", default="",
                        help="HOST:PORT of a listener serving only /healthz and /readyz, for the kubelet's probes "
