@@ -37,6 +37,18 @@ app.kubernetes.io/component: {{ index . 1 }}
 {{- end -}}
 
 {{/* The phalanx serve container (without volumeMounts); the extender address depends on the shape. */}}
+{{/* The Lease serve follows (several replicas, docs/operations.md "Several replicas"): the one its
+kube-scheduler elects on — beside it in the pod (mode second) or on the node (mode main); none when
+serve runs as its own Deployment (tls.enabled), which has no kube-scheduler beside it. */}}
+{{- define "phalanx.leaderLease" -}}
+{{- if not .Values.tls.enabled }}
+{{- if .Values.serve.leaderLease }}{{ .Values.serve.leaderLease }}
+{{- else if eq .Values.mode "main" }}kube-system/kube-scheduler
+{{- else }}{{ .Release.Namespace }}/{{ include "phalanx.fullname" . }}-scheduler
+{{- end }}
+{{- end }}
+{{- end -}}
+
 {{- define "phalanx.serveContainer" -}}
 - name: phalanx
   image: {{ include "phalanx.image" . }}
@@ -69,6 +81,9 @@ app.kubernetes.io/component: {{ index . 1 }}
   - --provisioning={{ .Values.serve.provisioning }}
   {{- if .Values.serve.planAhead }}
   - --plan-ahead-for={{ if eq .Values.mode "main" }}default-scheduler{{ else }}{{ .Values.scheduler.name }}{{ end }}
+  {{- end }}
+  {{- with include "phalanx.leaderLease" . }}
+  - --leader-lease={{ . }}
   {{- end }}
   {{- range .Values.serve.extraArgs }}
   - {{ . | quote }}
