@@ -552,6 +552,12 @@ class PlacementRecord:
 
 
 RECORD = "placement record"  # how errors name it, wherever it is kept
+#: the record's format. 1: ``{"format": 1, "domain": D, "pods": {pod name: node}}``; records with
+#: no ``format`` (written before it was versioned) have the same fields. The rule that keeps
+#: upgrades and rollbacks safe: a later format only *adds* fields, so the version before reads a
+#: later record's domain and pods as its own (it ignores what it does not know), and a record a
+#: later format could not say that way must not be written by it as this record.
+RECORD_FORMAT = 1
 
 
 def _placement_json(text: str) -> Mapping[str, Any] | None:
@@ -566,12 +572,18 @@ def _placement_json(text: str) -> Mapping[str, Any] | None:
 
 def placement_record(text: str) -> PlacementRecord | None:
     """The placement record ``text`` (a PodGroup record's ``placement``); None when there is none.
-    Raises InvalidInput when it is not ``{"domain": ..., "pods": {name: node}}``."""
+    Raises InvalidInput when it is not ``{"domain": ..., "pods": {name: node}}`` (any ``format``:
+    a later one only adds fields, :data:`RECORD_FORMAT`)."""
     data = _placement_json(text)
     if data is None:
         return None
+    fmt = data.get("format", RECORD_FORMAT)
+    if not isinstance(fmt, int) or isinstance(fmt, bool) or fmt < 1:
+        raise InvalidInput(f"{RECORD}: format must be a positive integer, got {fmt!r}")
     if "pods" not in data:
-        raise InvalidInput(f"{RECORD}: no pods")
+        newer = f" (format {fmt}, written by a later phalanx than this one's {RECORD_FORMAT})" \
+            if fmt > RECORD_FORMAT else ""
+        raise InvalidInput(f"{RECORD}: no pods{newer}")
     pods = _string_map(data["pods"], f"{RECORD}: pods")
     return PlacementRecord(str(data.get("domain", "")), pods)
 
@@ -586,8 +598,9 @@ def placement_domain(text: str) -> str:
 
 
 def placement_text(domain: str, pods: Mapping[str, str]) -> str:
-    """The placement record's text for ``domain`` and pod name -> node."""
-    return json.dumps({"domain": domain, "pods": dict(pods)}, sort_keys=True, separators=(",", ":"))
+    """The placement record's text for ``domain`` and pod name -> node, in :data:`RECORD_FORMAT`."""
+    return json.dumps({"format": RECORD_FORMAT, "domain": domain, "pods": dict(pods)}, sort_keys=True,
+                      separators=(",", ":"))
 
 
 def recorded_placement(annotations: Mapping[str, str], conditions: tuple["Condition", ...]) -> str:

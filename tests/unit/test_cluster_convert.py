@@ -1,10 +1,13 @@
 """Kubernetes JSON to solver records: quantities, requests, constraints, inter-pod terms, spread, host
 ports, claims, storage objects, groups, the placement record, bad objects."""
 
+import json
+
 import pytest
 
 from cluster import names
 from cluster.convert import (
+    RECORD_FORMAT,
     ClaimInfo,
     ClaimRef,
     GroupSpec,
@@ -422,6 +425,23 @@ def test_placement_record_round_trip_and_bad_records():
             placement_record(raw)
     assert placement_domain('{"domain": "r"}') == "r"
     assert placement_domain("[1]") == ""
+
+
+def test_the_record_carries_its_format_and_every_format_with_domain_and_pods_is_read():
+    """Upgrades and rollbacks: a record written before the format was versioned, by this version
+    and by a later one (which only adds fields) all read the same; a later record without pods is
+    refused saying it is newer."""
+    text = placement_text("r1", {"a": "n1"})
+    assert json.loads(text)["format"] == RECORD_FORMAT == 1
+    expected = PlacementRecord("r1", {"a": "n1"})
+    before = '{"domain":"r1","pods":{"a":"n1"}}'  # what phalanx wrote before the format was versioned
+    later = '{"format":2,"domain":"r1","pods":{"a":"n1"},"devices":{"a":["gpu-0"]}}'
+    assert placement_record(before) == placement_record(text) == placement_record(later) == expected
+    with pytest.raises(InvalidInput, match="format 3, written by a later phalanx"):
+        placement_record('{"format":3,"placements":[]}')
+    for bad in ('"1"', "0", "true", "1.5"):
+        with pytest.raises(InvalidInput, match="format must be a positive integer"):
+            placement_record('{"format":%s,"domain":"r1","pods":{}}' % bad)
 
 
 def test_a_podgroups_record_is_its_placement_condition_else_the_annotation():
