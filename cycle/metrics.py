@@ -62,7 +62,6 @@ class CycleMetrics:
                                          ["limit"], registry=r)
         self.leading = Gauge(names.METRIC_LEADING, "1 while this serve acts (its kube-scheduler leads, or one "
                              "replica), 0 while it is a standby that writes nothing", registry=r)
-        self.leading.set(1)
         self.api_writes = Counter(names.METRIC_API_WRITES.removesuffix("_total"),
                                   "API writes by kind and outcome (written, failed, standby: refused by a standby)",
                                   ["kind", "outcome"], registry=r)

@@ -27,7 +27,7 @@ BARRIER_TIMEOUT = "barrier_timeout"  # not every member reached bind within the 
 EXPIRED = "expired"  # the plan's deadline passed before every member reached bind
 NEW_MEMBER = "new_member"  # a member the plan does not know arrived: the group is planned again
 BIND_FAILED = "bind_failed"  # the placement record or a binding could not be written
-LEADERSHIP = "leadership"  # this serve started or stopped acting: plans of the other term are dropped
+LEADERSHIP = "leadership"  # this serve stopped acting (several replicas): its plans not yet binding are dropped
 REASONS = (FILTERED_OUT, NODE_CHANGED, BARRIER_TIMEOUT, EXPIRED, NEW_MEMBER, BIND_FAILED, LEADERSHIP)
 
 #: releases of one reason after which a group stops re-planning, until it binds. Five rejected

@@ -187,7 +187,7 @@ class WorkloadCycle:
         self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead,
                                acting=self.leadership.acting)
         self.preemption.acting = self.leadership.acting
-        self.metrics.leading.set(1 if self.leadership.acting() else 0)
+        self.metrics.leading.set_function(lambda: 1 if self.leadership.acting() else 0)  # as of the scrape
         self.leadership.subscribe(self._on_leadership)
         self.whatif = WhatIf(self.lock, cache, self.planner, self.preemption, options)  # read only
         self.metrics.track_sizes(self.sizes)
@@ -214,23 +214,22 @@ class WorkloadCycle:
         self.status.subscribe(listener)
 
     def _on_leadership(self, acting: bool) -> None:
-        """This serve started or stopped acting (several replicas): a term starts clean. Plans not
-        yet binding are dropped (a standby's were never asked for; an acting serve's were made in a
-        term another replica has since served), the way a restart drops them; partly bound gangs
-        go on from their placement records, as after a restart. Starting, serve plans ahead every
-        complete group and evicts the rest of units that broke while it stood by."""
-        self.metrics.leading.set(1 if acting else 0)
-        with self.lock:
-            for plan in list(self.book.holding()):
-                if plan.state is PlanState.PLANNED:
-                    self.planner.release(plan.group, replans.LEADERSHIP,
-                                         "this phalanx serve " + ("started" if acting else "stopped") + " acting")
-        if acting:
-            self.ahead.resume(self.cache.podgroups)
-            self.preemption.resume()
-            self.inbox.wake()
-        else:
+        """This serve started or stopped acting (several replicas). Stopping, plans not yet binding
+        are dropped (reason leadership): the next term, here or on another replica, starts from the
+        cluster and the placement records, as after a restart. Starting, the plans its book holds
+        are kept — a standby's were made for the calls of the kube-scheduler that now leads, in the
+        moment before serve saw it take the Lease — every complete group is planned ahead, units
+        that broke while it stood by are evicted, and partly bound gangs go on from their records."""
+        if not acting:
+            with self.lock:
+                for plan in list(self.book.holding()):
+                    if plan.state is PlanState.PLANNED:
+                        self.planner.release(plan.group, replans.LEADERSHIP, "this phalanx serve stopped acting")
             self.ahead.pause()
+            return
+        self.ahead.resume(self.cache.podgroups)
+        self.preemption.resume()
+        self.inbox.wake()
 
     # -- the consequences of a plan transition -------------------------------------------------
     def _on_transition(self, plan: Plan, came: PlanState | None, to: PlanState, change: Change) -> None:
