@@ -20,6 +20,7 @@ SUITES = {
     "controller": "bench.controller_bench",
     "extender": "bench.extender_bench",
     "faults": "bench.faults_bench",
+    "failover": "bench.failover_bench",
     "contention": "bench.contention_bench",
     "plugin": "bench.plugin_bench",
     "scheduler-perf": "bench.scheduler_perf_bench",

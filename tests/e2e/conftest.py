@@ -235,3 +235,15 @@ def phalanx_scheduler(scheduler_mode: str, phalanx: Any, control_plane: ControlP
     scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, phalanx)
     yield scheduler
     scheduler.stop()
+
+
+@pytest.fixture(scope="module")
+def registered_controller(control_plane: ControlPlane) -> Iterator[Any]:
+    """phalanx's controller for a module: started, its webhooks registered (removed after)."""
+    from phalanx_controller import PhalanxController
+
+    running = PhalanxController(control_plane)
+    running.start()
+    running.register()
+    yield running
+    running.close()

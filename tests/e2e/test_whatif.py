@@ -65,14 +65,8 @@ def scheduler(serve, control_plane):
 
 
 @pytest.fixture(scope="module")
-def controller(control_plane):
-    from phalanx_controller import PhalanxController
-
-    running = PhalanxController(control_plane)
-    running.start()
-    running.register()
-    yield running
-    running.close()
+def controller(registered_controller):
+    return registered_controller
 
 
 @pytest.fixture(scope="module")

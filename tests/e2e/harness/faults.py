@@ -78,6 +78,19 @@ PLACEMENT_CONDITION = names.CONDITION_PLACEMENT
 UNIT_LABEL = "faults.phalanx.dev/unit"
 
 
+def bind_violations(pod: str, node: str, group: str, records: dict[str, dict[str, set[str]]]) -> list[dict]:
+    """A bound member's violations: bound with no placement record of its group naming it
+    (``unrecorded_bind``), or on a node no record of its group put it (``unplanned_node``);
+    ``records``: group -> pod -> every node a record of the group named for it."""
+    recorded = records.get(group, {}).get(pod)
+    if not recorded:
+        return [{"type": "unrecorded_bind", "pod": pod, "node": node, "group": group,
+                 "records": sorted(records.get(group, {}))[:8]}]
+    if node not in recorded:
+        return [{"type": "unplanned_node", "pod": pod, "node": node, "recorded": sorted(recorded), "group": group}]
+    return []
+
+
 def record_text(podgroup: dict) -> str:
     """The placement record on a PodGroup as the API server holds it: its condition's message
     while True, else the annotation; "" when there is none."""
@@ -710,13 +723,7 @@ class FaultRun:
                 if c.get("type") == "DisruptionTarget" and c.get("status") == "True":
                     violations.append({"type": "disruption_target", "pod": meta["name"], "condition": c})
             if group and spec.get("nodeName") and group in gang_of and _min_count(gang_of[group]) is not None:
-                recorded = self.records.get(group, {}).get(meta["name"])
-                if not recorded:
-                    violations.append({"type": "unrecorded_bind", "pod": meta["name"], "node": spec["nodeName"],
-                                       "group": group, "records": sorted(self.records.get(group, {}))[:8]})
-                elif spec["nodeName"] not in recorded:
-                    violations.append({"type": "unplanned_node", "pod": meta["name"], "node": spec["nodeName"],
-                                       "recorded": sorted(recorded), "group": group})
+                violations += bind_violations(meta["name"], spec["nodeName"], group, self.records)
         for name, (uid, unit_name) in self.created_pods.items():
             if self.units[unit_name].deleted:
                 continue
