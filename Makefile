@@ -22,9 +22,13 @@ lint: install
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports --no-cache
 
+# each suite's slowest tests and its own time are printed at the end (docs/testing.md, "Time budget")
+DURATIONS := --durations=15 --durations-min=5
+TIMED     := bash hack/timed.sh
+
 test: lint browser-deps plugin-test
-	$(PY) -m pytest tests/unit -q
-	$(PY) -m pytest tests/browser -q
+	$(TIMED) unit $(PY) -m pytest tests/unit -q $(DURATIONS)
+	$(TIMED) browser $(PY) -m pytest tests/browser -q $(DURATIONS)
 
 # the kube-scheduler framework plugin (plugin/, Go): its unit tests against a fake framework handle
 # and an in-process fake phalanx serve (Go module and build caches reused; modules only through
@@ -48,15 +52,15 @@ browser-deps:
 	fi
 
 e2e: install
-	bash hack/build-k8s.sh
-	bash hack/build-tools.sh
-	bash hack/build-lws.sh
-	bash hack/build-toxiproxy.sh
-	bash hack/build-kwok.sh
+	$(TIMED) build-k8s bash hack/build-k8s.sh
+	$(TIMED) build-tools bash hack/build-tools.sh
+	$(TIMED) build-lws bash hack/build-lws.sh
+	$(TIMED) build-toxiproxy bash hack/build-toxiproxy.sh
+	$(TIMED) build-kwok bash hack/build-kwok.sh
 	bash hack/fetch-provisioning-crd.sh >/dev/null
-	bash hack/build-plugin.sh
-	bash hack/build-scheduler-perf.sh >/dev/null
-	$(PY) -m pytest tests/e2e -q
+	$(TIMED) build-plugin bash hack/build-plugin.sh
+	$(TIMED) build-scheduler-perf bash hack/build-scheduler-perf.sh >/dev/null
+	$(TIMED) e2e $(PY) -m pytest tests/e2e -q $(DURATIONS)
 
 # interactive (Ctrl-C stops it); scripts: make demo DEMO_ARGS="--duration 20 --headless"
 demo: install
