@@ -26,14 +26,14 @@ from __future__ import annotations
 
 import logging
 import threading
-from typing import Callable, Iterable
+from typing import Iterable
 
-from cluster.cache import CacheEvent, ClusterCache
+from cluster.cache import CacheEvent
 
 from . import replans
-from .lock import CycleLock
+from .context import CycleContext
 from .planning import Planner
-from .plans import PlanBook, PlanState
+from .plans import PlanState
 from .preemption import GroupPreemption
 
 log = logging.getLogger(__name__)
@@ -47,12 +47,12 @@ RECHECK_SECONDS = 0.02
 class PlanAhead:
     """Plans complete groups of ``schedulers``' pods as their members appear (one thread)."""
 
-    def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, planner: Planner,
-                 preemption: GroupPreemption, schedulers: frozenset[str],
-                 acting: Callable[[], bool] = lambda: True) -> None:
-        """``acting``: whether this serve acts; a standby plans nothing ahead."""
-        self.acting = acting
-        self.lock, self.book, self.cache, self.planner, self.preemption = lock, book, cache, planner, preemption
+    def __init__(self, ctx: CycleContext, planner: Planner, preemption: GroupPreemption,
+                 schedulers: frozenset[str]) -> None:
+        """A standby (``ctx.acting`` False) plans nothing ahead."""
+        self.acting = ctx.acting
+        self.lock, self.book, self.cache, self.planner, self.preemption = \
+            ctx.lock, ctx.book, ctx.cache, planner, preemption
         self.schedulers = schedulers
         self._pending: dict[str, None] = {}  # groups to look at, in the order their events came
         self._wake = threading.Condition(threading.Lock())

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Callable, Iterator, Mapping
+from typing import Iterator, Mapping
 
 from cluster import names
-from cluster.cache import ClusterCache, PodRecord
+from cluster.cache import PodRecord
 from cluster.convert import PlacementRecord, placement_record
 from solver import (
     InvalidInput,
@@ -42,57 +42,37 @@ from solver import (
 
 from . import replans
 from .capacity import BarrierCapacity
+from .context import CycleContext
 from .holds import QueuePolicies
-from .inbox import Inbox
-from .lock import CycleLock
-from .metrics import CycleMetrics
-from .parked import ParkedMembers
-from .plans import HOLDING, Change, Plan, PlanBook, PlanState, Usage, total_usage
+from .plans import HOLDING, Change, Plan, PlanState, Usage, total_usage
 from .preemption import GroupPreemption
 from .provisioning import Asked, Provisioning
-from .queue import PodGroupQueue
-from .records import RecordedHolds
 from .smallest import SmallestChanges
-from .status import StatusWriter
-from .tenants import Tenants
-from .verdicts import Verdicts
 
 #: a workload cycle whose inputs changed while it solved off the lock is solved again, this often
 SOLVE_ATTEMPTS = 3
 
 
 class Planner:
-    def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, status: StatusWriter,
-                 metrics: CycleMetrics, clock: Callable[[], float], options: SolveOptions, plan_ttl: float,
-                 barrier_timeout: float, capacity: BarrierCapacity, queue: PodGroupQueue,
-                 policies: QueuePolicies, preemption: GroupPreemption, verdicts: Verdicts,
-                 recorded: RecordedHolds, parked: ParkedMembers, inbox: Inbox,
-                 explanations: dict[str, str], domains: dict[str, tuple[str, str]],
-                 tenants: Tenants, smallest: SmallestChanges, provisioning: Provisioning) -> None:
-        self.lock = lock
-        self.book = book
-        self.cache = cache
-        self.status = status
-        self.metrics = metrics
-        self.clock = clock
+    def __init__(self, ctx: CycleContext, options: SolveOptions, plan_ttl: float, barrier_timeout: float,
+                 capacity: BarrierCapacity, policies: QueuePolicies, preemption: GroupPreemption,
+                 smallest: SmallestChanges, provisioning: Provisioning) -> None:
+        self.lock, self.book, self.cache, self.status = ctx.lock, ctx.book, ctx.cache, ctx.status
+        self.metrics, self.clock, self.inbox = ctx.metrics, ctx.clock, ctx.inbox
+        self.queue, self.verdicts, self.recorded, self.parked = ctx.queue, ctx.verdicts, ctx.recorded, ctx.parked
         self.options = options
         self.plan_ttl = plan_ttl
         self.barrier_timeout = barrier_timeout
         self.capacity = capacity
-        self.queue = queue
         self.policies = policies
         self.preemption = preemption
-        self.verdicts = verdicts
-        self.recorded = recorded
-        self.parked = parked
-        self.inbox = inbox
-        self.explanations = explanations  # group -> the last reason it did not fit
+        self.explanations = ctx.explanations  # group -> the last reason it did not fit
         # group -> (topology key, domain) it was placed in; forgotten when a member is disrupted
         # (evicted, preempted) or the PodGroup is deleted
-        self.domains = domains
+        self.domains = ctx.domains
         # groups whose cycle is solving off the lock now -> whether it is planned ahead (plan_ahead)
         self.solving: dict[str, bool] = {}
-        self.tenants = tenants  # per-namespace limits on this work (tenants.py)
+        self.tenants = ctx.tenants  # per-namespace limits on this work (tenants.py)
         self.smallest = smallest  # what would make a group that does not fit fit (smallest.py)
         self.provisioning = provisioning  # a gang short of capacity asks for nodes (provisioning.py)
 

@@ -21,26 +21,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Callable
 
-from cluster.cache import CacheEvent, ClusterCache, PodRecord
+from cluster.cache import CacheEvent, PodRecord
 from solver import InvalidInput, TaintEffect
 
 from . import replans
 from .capacity import BarrierCapacity
+from .context import CycleContext
 from .heap import Heap
-from .inbox import Inbox
-from .lock import CycleLock
-from .parked import ParkedMembers
 from .planning import Planner
-from .plans import Change, PlanBook, PlanState
+from .plans import Change, PlanState
 from .preemption import GroupPreemption
-from .queue import PodGroupQueue
-from .records import RecordedHolds
 from .replans import ReplanBudget
-from .status import StatusWriter
-from .tenants import Tenants
-from .verdicts import SWEEP_INTERVAL, Verdicts
+from .verdicts import SWEEP_INTERVAL
 
 log = logging.getLogger("phalanx.cycle")
 
@@ -49,30 +42,20 @@ FULL_PRUNE_INTERVAL = 1.0
 
 
 class Requeue:
-    def __init__(self, lock: CycleLock, book: PlanBook, cache: ClusterCache, status: StatusWriter,
-                 planner: Planner, capacity: BarrierCapacity, queue: PodGroupQueue,
-                 preemption: GroupPreemption, verdicts: Verdicts,
-                 recorded: RecordedHolds, parked: ParkedMembers, replans_: ReplanBudget, inbox: Inbox,
-                 heap: Heap, clock: Callable[[], float], tenants: Tenants,
-                 acting: Callable[[], bool] = lambda: True) -> None:
-        """``acting``: whether this serve acts (a standby touches nothing, it only prunes)."""
-        self.acting = acting
-        self.lock = lock
-        self.book = book
-        self.cache = cache
-        self.status = status
+    def __init__(self, ctx: CycleContext, planner: Planner, capacity: BarrierCapacity, preemption: GroupPreemption,
+                 replans_: ReplanBudget, heap: Heap) -> None:
+        """A standby (``ctx.acting`` False) touches nothing, it only prunes."""
+        self.acting = ctx.acting
+        self.lock, self.book, self.cache, self.status = ctx.lock, ctx.book, ctx.cache, ctx.status
+        self.queue, self.verdicts, self.recorded, self.parked = ctx.queue, ctx.verdicts, ctx.recorded, ctx.parked
+        self.inbox, self.clock = ctx.inbox, ctx.clock
+        self.tenants = ctx.tenants  # per-namespace limits: a pass checks a namespace's fair share
         self.planner = planner
         self.capacity = capacity
-        self.queue = queue
         self.preemption = preemption
-        self.verdicts = verdicts
-        self.recorded = recorded
-        self.parked = parked
         self.replans = replans_
-        self.inbox = inbox
         self.heap = heap
-        self.clock = clock
-        self.tenants = tenants  # per-namespace limits: a pass checks a namespace's fair share
+        cache, clock = ctx.cache, ctx.clock
         self._nodes_seen: set[str] = set(cache.nodes)  # to tell a node added from a re-list's replay
         self._capacity_seen = cache.capacity_version
         self._backoffs_seen = clock()  # backoffs ending up to this time were looked at

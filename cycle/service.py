@@ -53,6 +53,7 @@ from . import replans
 from .ahead import PlanAhead
 from .binding import Binding
 from .capacity import BarrierCapacity
+from .context import CycleContext
 from .dispatch import Dispatcher
 from .heap import Heap
 from .holds import QueuePolicies
@@ -173,19 +174,17 @@ class WorkloadCycle:
                                           victim_contexts=self.queue_policies.victim_contexts, solves=solves)
         # gangs short of capacity ask cluster-autoscaler for nodes (by default, or by annotation)
         self.provisioning = Provisioning(cache, writer, self.status, self.explanations, self.inbox, provisioning)
-        self.planner = Planner(self.lock, self.book, cache, self.status, self.metrics, clock, options, plan_ttl,
-                               barrier_timeout, self.capacity, self.queue, self.queue_policies, self.preemption,
-                               self.verdicts, self.recorded, self.parked, self.inbox, self.explanations,
-                               self.domains, self.tenants, self.smallest, self.provisioning)
+        # what the cycle's jobs share, handed as one (cycle/context.py)
+        self.context = CycleContext(self.lock, self.book, cache, self.status, self.metrics, clock, self.inbox,
+                                    self.queue, self.verdicts, self.parked, self.recorded, self.tenants,
+                                    self.explanations, self.domains, self.leadership.acting)
+        self.planner = Planner(self.context, options, plan_ttl, barrier_timeout, self.capacity, self.queue_policies,
+                               self.preemption, self.smallest, self.provisioning)
         self.binding = Binding(self.lock, self.book, cache, writer, self.status, self.metrics, clock,
                                barrier_timeout, bind_workers)
-        self.requeue = Requeue(self.lock, self.book, cache, self.status, self.planner, self.capacity,
-                               self.queue, self.preemption, self.verdicts, self.recorded, self.parked,
-                               self.replans, self.inbox, self.heap, clock, self.tenants,
-                               acting=self.leadership.acting)
+        self.requeue = Requeue(self.context, self.planner, self.capacity, self.preemption, self.replans, self.heap)
         # gangs of these profiles planned before they ask
-        self.ahead = PlanAhead(self.lock, self.book, cache, self.planner, self.preemption, plan_ahead,
-                               acting=self.leadership.acting)
+        self.ahead = PlanAhead(self.context, self.planner, self.preemption, plan_ahead)
         self.preemption.acting = self.leadership.acting
         self.metrics.leading.set_function(lambda: 1 if self.leadership.acting() else 0)  # as of the scrape
         self.leadership.subscribe(self._on_leadership)
