@@ -10,6 +10,8 @@ import (
 	"google.golang.org/grpc/status"
 	fwk "k8s.io/kube-scheduler/framework"
 	"k8s.io/kubernetes/pkg/scheduler/framework"
+
+	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
 )
 
 func statusErr() error { return status.Error(codes.Unavailable, "down") }
@@ -108,5 +110,28 @@ func TestBreakerFailedTrialOpensItForAnotherCooldown(t *testing.T) {
 	now = now.Add(time.Second / 2)
 	if b.Allow() != nil {
 		t.Fatal("the next trial after that cooldown")
+	}
+}
+
+func TestTheStreamReconnectingClosesTheBreakerAndRetriesTheMembers(t *testing.T) {
+	r := newRig(t, false) // serve not up yet: the scheduler started first
+	for i := 0; i < 3; i++ {
+		r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+	}
+	if !r.plugin.breaker.Open() {
+		t.Fatal("three failures in a row open the breaker")
+	}
+	go func() { _ = r.server.Serve(r.listener) }()        // serve comes up; the breaker's cooldown is an hour
+	go func() { r.svc.snapshots <- &pb.Reservations{} }() // its first snapshot, as serve sends on connect
+	deadline := time.Now().Add(5 * time.Second)
+	for r.plugin.breaker.Open() {
+		if time.Now().After(deadline) {
+			t.Fatal("the stream reconnected to a reachable serve but the breaker stayed open")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	_, st := r.plugin.PreFilter(context.Background(), framework.NewCycleState(), member("a", "g"), nil)
+	if st != nil && strings.Contains(st.Message(), ErrOpen.Error()) {
+		t.Fatalf("PreFilter still refused by the breaker: %v", st)
 	}
 }

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/backoff"
 	"google.golang.org/grpc/credentials/insecure"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -100,6 +101,15 @@ var (
 	_ fwk.SignPlugin        = &Plugin{}
 )
 
+// reconnect is how soon the plugin's connection to serve is dialled again after a failed attempt:
+// from 100 ms, growing to at most maxStreamBackoff (gRPC's default grows to 120 s, 1 s at first: a
+// scheduler that started a few seconds before its serve then waited seconds more for a serve that
+// was up). A dial to serve is cheap: on loopback beside it, or one TLS handshake to its Service.
+var reconnect = grpc.WithConnectParams(grpc.ConnectParams{
+	Backoff:           backoff.Config{BaseDelay: 100 * time.Millisecond, Multiplier: 1.6, Jitter: 0.2, MaxDelay: maxStreamBackoff},
+	MinConnectTimeout: 5 * time.Second,
+})
+
 // New is the plugin factory registered with app.WithPlugin.
 func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, error) {
 	args, err := DecodeArgs(obj)
@@ -112,7 +122,7 @@ func New(ctx context.Context, obj runtime.Object, h fwk.Handle) (fwk.Plugin, err
 			return nil, err
 		}
 	}
-	conn, err := grpc.NewClient(args.Address, grpc.WithTransportCredentials(transport))
+	conn, err := grpc.NewClient(args.Address, grpc.WithTransportCredentials(transport), reconnect)
 	if err != nil {
 		return nil, fmt.Errorf("phalanx plugin: gRPC client for %s: %w", args.Address, err)
 	}

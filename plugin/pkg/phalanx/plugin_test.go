@@ -222,11 +222,12 @@ func (h *fakeHandle) Activate(_ klog.Logger, pods map[string]*v1.Pod) {
 }
 
 type rig struct {
-	svc    *fakeService
-	handle *fakeHandle
-	plugin *Plugin
-	cancel context.CancelFunc
-	server *grpc.Server
+	svc      *fakeService
+	handle   *fakeHandle
+	plugin   *Plugin
+	cancel   context.CancelFunc
+	server   *grpc.Server
+	listener *bufconn.Listener // what server serves on (a rig made without serving starts it later)
 }
 
 // shippedPreBind: the PreBind plugins of the shipped profile on kube-scheduler v1.37.2's defaults
@@ -260,7 +261,7 @@ func newRigWait(t testing.TB, serve bool, planWait time.Duration, pods ...*v1.Po
 	if serve {
 		go func() { _ = server.Serve(listener) }()
 	}
-	conn, err := grpc.NewClient("passthrough:///phalanx", grpc.WithTransportCredentials(insecure.NewCredentials()),
+	conn, err := grpc.NewClient("passthrough:///phalanx", grpc.WithTransportCredentials(insecure.NewCredentials()), reconnect,
 		grpc.WithContextDialer(func(ctx context.Context, _ string) (net.Conn, error) { return listener.DialContext(ctx) }))
 	if err != nil {
 		t.Fatal(err)
@@ -276,7 +277,7 @@ func newRigWait(t testing.TB, serve bool, planWait time.Duration, pods ...*v1.Po
 	}
 	lister := corelisters.NewPodLister(indexer)
 	r := &rig{svc: svc, handle: h, plugin: NewWithClient(ctx, args, h, lister, pb.NewSchedulerPluginClient(conn)),
-		cancel: cancel, server: server}
+		cancel: cancel, server: server, listener: listener}
 	t.Cleanup(func() {
 		cancel()
 		server.Stop()

@@ -18,6 +18,12 @@ import (
 	pb "phalanx.dev/scheduler-plugin/gen/phalanx/v1"
 )
 
+// maxStreamBackoff bounds the wait between two attempts to open the stream: serve is beside the
+// scheduler (or behind its Service), a dial is cheap, and every second the stream is down after serve
+// came up is a second no member is scheduled (at 5 s, a scheduler started before its serve left
+// upstream's smallest scheduler_perf workloads waiting 6–36 s for a serve that had been up for seconds).
+const maxStreamBackoff = time.Second
+
 // watch keeps the reservations stream open for the plugin's lifetime (its own goroutine, started by
 // NewWithClient): it reconnects with a backoff, and the mirror is empty while the stream is down.
 func (p *Plugin) watch(ctx context.Context) {
@@ -34,12 +40,13 @@ func (p *Plugin) watch(ctx context.Context) {
 			return
 		case <-time.After(backoff):
 		}
-		backoff = min(2*backoff, 5*time.Second)
+		backoff = min(2*backoff, maxStreamBackoff)
 	}
 }
 
-// watchOnce is one connection of the stream: each snapshot replaces the mirror; the first retries
-// every pending member, the later ones the members of groups that can make progress.
+// watchOnce is one connection of the stream: each snapshot replaces the mirror; the first closes the
+// breaker and retries every pending member, the later ones the members of groups that can make
+// progress.
 func (p *Plugin) watchOnce(ctx context.Context) error {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
@@ -56,6 +63,9 @@ func (p *Plugin) watchOnce(ctx context.Context) error {
 		progress := p.mirror.Apply(snap)
 		p.rejectLeft(snap.GetRejectUids())
 		if first {
+			// serve answered: it is reachable, so a breaker the outage opened closes now instead of
+			// refusing the members activated here until its cooldown ends
+			p.breaker.Record(nil)
 			p.activateAll()
 			first = false
 		} else if len(progress) > 0 {
