@@ -138,6 +138,8 @@ class LeaseFollower:
         self._thread: threading.Thread | None = None
         self._reading = threading.Lock()  # one read of the Lease at a time
         self._read_at = float("-inf")  # when the last read ended
+        self._reads = 0  # reads made, in order; observed: the latest read whose outcome was taken
+        self._observed = 0
 
     @classmethod
     def on(cls, kube: Kube, lease: str, identity: str) -> "LeaseFollower":
@@ -181,11 +183,18 @@ class LeaseFollower:
             why = f"held by this replica's kube-scheduler, not renewed for over {self.stand_down_after:g} s"
         return f"{role} (Lease {self.lease}, identity {self.identity}: {why})"
 
-    def observe(self, obj: Mapping[str, Any] | None, error: str = "") -> bool:
+    def observe(self, obj: Mapping[str, Any] | None, error: str = "", read: int = 0) -> bool:
         """Take one read of the Lease (``error``: the read failed, nothing is known); tell the
-        listeners when this serve starts or stops acting. Returns whether it acts."""
+        listeners when this serve starts or stops acting. Returns whether it acts. ``read``: the
+        read's number (:meth:`poll_once`); a read older than one already taken is ignored — two
+        threads read in turn but take their outcomes unordered, and an older one taken last would
+        put a Lease already taken over back (seen: a standby for a second after it acted)."""
         view = None if error else LeaseView.parse(obj)
         with self._lock:
+            if read:
+                if read < self._observed:
+                    return self._acting_now()
+                self._observed = read
             self._error = error
             if not error:
                 if view is None:
@@ -212,6 +221,8 @@ class LeaseFollower:
         """Read the Lease and :meth:`observe` it (the listeners run after the read is done)."""
         obj: Mapping[str, Any] | None = None
         with self._reading:
+            self._reads += 1
+            read = self._reads
             try:
                 obj, error = self._read(), ""
             except (KubeError, OSError) as err:
@@ -219,7 +230,7 @@ class LeaseFollower:
             except Exception as err:  # noqa: BLE001 - the client raises what urllib3 raises
                 error = f"{type(err).__name__}: {err}"
             self._read_at = self.clock()
-        return self.observe(obj, error)
+        return self.observe(obj, error, read)
 
     def confirm(self) -> bool:
         if self.clock() - self._read_at >= CONFIRM_SECONDS:

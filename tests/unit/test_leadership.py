@@ -147,6 +147,17 @@ def test_confirm_reads_the_lease_now_but_not_more_than_ten_times_a_second():
     assert f.confirm() and reads["n"] == 2  # read 0 s ago: not again
 
 
+def test_an_older_read_taken_after_a_newer_one_is_ignored():
+    """Two threads read the Lease in turn (the poll thread, a write's confirm) and take their
+    outcomes in whichever order they run: the older one must not put back a Lease taken over."""
+    clock = Clock()
+    f, _ = follower(clock, None)
+    f.observe(lease("replica-b_1", "t0"), read=1)
+    assert f.observe(lease("replica-a_1", "t1"), read=3)  # the newer read: taken over by this replica
+    assert f.observe(lease("", "t0", duration=1), read=2)  # the older read (released), taken last: ignored
+    assert f.acting() and "held by this replica" in f.describe()
+
+
 def test_an_empty_identity_is_refused():
     with pytest.raises(ValueError, match="leader-identity"):
         LeaseFollower(lambda: None, "", "ns/l")
