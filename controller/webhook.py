@@ -19,7 +19,7 @@ from __future__ import annotations
 
 from typing import Any, Callable, Mapping
 
-from flask import Flask
+from flask import Flask, Response, request
 from prometheus_client import CollectorRegistry
 
 from cluster import names
@@ -82,8 +82,22 @@ def webhook_app(mutate_pod: Review, registry: CollectorRegistry | None = None, g
     for name, review in routes.items():
         json_endpoint(app, f"/{name}", name, _checked_by(review), metrics)
     add_health_routes(app, (registry,), healthy="ok")
+    webhook_paths = {f"/{name}" for name in routes}
+
+    @app.after_request
+    def one_call_per_connection(response: Response) -> Response:
+        # The API server keeps its webhook connections alive for up to 90 s (Go's transport), this
+        # server closes an idle one after SOCKET_TIMEOUT (10 s, its bound on a stalled handshake):
+        # a call sent as the server closes the connection fails with EOF and, under
+        # failurePolicy Ignore, admits the pod unstamped — one member of a gang then binds alone
+        # (seen in the upgrade e2e test, about one run in twelve). A new connection per call
+        # (one TLS handshake, about a millisecond) never meets a closing one.
+        if request.path in webhook_paths:
+            response.headers.set("Connection", "close")
+        return response
+
     if gate is not None:
-        open_paths = {"/healthz", *(f"/{name}" for name in routes)}
+        open_paths = {"/healthz", *webhook_paths}
         require_token(app, gate, open_paths.__contains__)
     return app
 

@@ -59,6 +59,18 @@ def test_statefulset_validation_answers_an_admission_review(client, registry):
     assert requests_counted(registry, "validate-statefulsets", "200") == 2
 
 
+def test_each_webhook_call_asks_for_its_own_connection_and_the_probes_keep_theirs(client):
+    """An idle connection the server closes as the API server reuses it would fail the call with
+    EOF and, under failurePolicy Ignore, admit a gang's pod unstamped: webhook answers close it."""
+    for path, body in (("/mutate-pods", sts_review({"kind": "Pod"}, "p1")),
+                       ("/validate-statefulsets", sts_review(statefulset(scheduling=GANG))),
+                       ("/validate-leaderworkersets", sts_review({"kind": "LeaderWorkerSet"}, "l1"))):
+        assert client.post(path, json=body).headers.get("Connection") == "close", path
+    assert client.post("/mutate-pods", data=b"{not json", content_type="application/json").headers.get(
+        "Connection") == "close"  # an error answer too
+    assert client.get("/healthz").headers.get("Connection") != "close"
+
+
 def test_pods_go_to_the_mutator_and_lws_to_their_rules(client):
     assert client.post("/mutate-pods?timeout=10s", json=sts_review({"kind": "Pod"}, "p1")).get_json() == {
         "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview", "response": {"uid": "p1", "allowed": True}}
