@@ -196,6 +196,9 @@ leaderElection:
   leaderElect: true
   resourceName: {{ include "phalanx.fullname" . }}-scheduler
   resourceNamespace: {{ .Release.Namespace }}
+  {{- with .Values.scheduler.leaderElection }}
+  {{- toYaml . | nindent 2 }}
+  {{- end }}
 {{ include "phalanx.schedulingConfig" (list . .Values.scheduler.name) }}
 {{- end -}}
 
