@@ -114,13 +114,18 @@ class Kube:
     def __init__(self, kubeconfig: str | None = None, context: str | None = None, timeout: float = 30.0,
                  qps_pool: int = 32):
         config = kubernetes.client.Configuration()
-        if kubeconfig:
-            kubernetes.config.load_kube_config(config_file=kubeconfig, context=context, client_configuration=config)
-        else:
-            try:
-                kubernetes.config.load_incluster_config(client_configuration=config)
-            except kubernetes.config.ConfigException:
-                kubernetes.config.load_kube_config(context=context, client_configuration=config)
+        try:
+            if kubeconfig:
+                kubernetes.config.load_kube_config(config_file=kubeconfig, context=context,
+                                                   client_configuration=config)
+            else:
+                try:
+                    kubernetes.config.load_incluster_config(client_configuration=config)
+                except kubernetes.config.ConfigException:
+                    kubernetes.config.load_kube_config(context=context, client_configuration=config)
+        except kubernetes.config.ConfigException as err:  # a missing or broken kubeconfig: one line, no traceback
+            where = f"kubeconfig {kubeconfig}" if kubeconfig else "no in-cluster configuration and no kubeconfig"
+            raise ValueError(f"{where}: {err}") from None
         config.connection_pool_maxsize = qps_pool
         if getattr(config, "refresh_api_key_hook", None) is not None:
             _throttle_token_check(config, TOKEN_CHECK_SECONDS)

@@ -166,7 +166,7 @@ def _controller(args: argparse.Namespace) -> int:
     try:
         return run(args.kubeconfig, args.webhook_addr, args.tls_cert, args.tls_key, args.lease_namespace,
                    workers=args.workers, scheduling_settle=args.scheduling_settle)
-    except FlavorUnavailable as err:
+    except (FlavorUnavailable, ValueError) as err:  # ValueError: a kubeconfig that cannot be loaded
         raise SystemExit(f"phalanx controller: {err}") from None
 
 

@@ -212,3 +212,18 @@ def test_no_retry_without_an_integer_retry_after_on_a_429_or_5xx(api, kube, stat
     with pytest.raises(KubeError) as err:
         kube.create(path, {"kind": "Eviction"})
     assert err.value.status == status and waits == [] and len(api.seen) == 1
+
+
+def test_a_kubeconfig_that_cannot_be_loaded_is_one_line_naming_it(tmp_path):
+    import subprocess
+    import sys
+
+    missing = tmp_path / "nope.kubeconfig"
+    with pytest.raises(ValueError, match=f"kubeconfig {missing}: "):
+        Kube(str(missing))
+    for argv in (["serve", "--kubeconfig", str(missing)],
+                 ["controller", "--kubeconfig", str(missing), "--tls-cert", str(missing), "--tls-key", str(missing)]):
+        done = subprocess.run([sys.executable, "-m", "phalanx_cli.main", *argv], capture_output=True, text=True,
+                              timeout=120)
+        assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
+        assert f"kubeconfig {missing}:" in done.stderr.strip().splitlines()[-1]
