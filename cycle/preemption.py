@@ -104,10 +104,11 @@ class GroupPreemption:
                  reservations: Callable[[str], Usage],
                  victim_contexts: Callable[[PodGroup, PreemptionContext], Iterator[PreemptionContext]],
                  grace: float = 120.0, retry_initial: float = 5.0, retry_max: float = 300.0,
-                 solves: Solves | None = None) -> None:
+                 solves: Solves | None = None, acting: Callable[[], bool] = lambda: True) -> None:
         """``reservations(exclude_group)``: the capacity other groups hold, as a cycle sees it;
         ``victim_contexts``: the queue policies' victim offers (holds.py); ``solves``: where plans
-        are solved (the process's solver workers unless given, see workers.py)."""
+        are solved (the process's solver workers unless given, see workers.py); ``acting``: whether
+        this serve acts (several replicas: a standby evicts nothing)."""
         self.solves = solves or shared()
         self.cache = cache
         self.writer = writer
@@ -133,10 +134,8 @@ class GroupPreemption:
         self.solving = threading.Lock()  # one group-preemption solve at a time, off the cycle's lock
         self._units = threading.Lock()  # one broken-unit pass at a time (worker or caller)
         self._broken: queue.Queue[str | None] = queue.Queue()  # unit keys; None only wakes
-        #: whether this serve acts (several replicas): a standby evicts nothing and keeps the units
-        #: that broke meanwhile in ``_deferred`` for :meth:`resume`
-        self.acting: Callable[[], bool] = lambda: True
-        self._deferred: set[str] = set()
+        self.acting = acting
+        self._deferred: set[str] = set()  # units that broke while this serve stood by, for resume()
         self._worker = threading.Thread(target=self._evict_broken_units, name="phalanx-broken-units", daemon=True)
         cache.subscribe(self._on_cache_event)
 

@@ -171,7 +171,8 @@ class WorkloadCycle:
         self.queue_policies = QueuePolicies(cache, clock, self.queue, self.status, queue_policy)
         self.preemption = GroupPreemption(cache, writer, clock, self.metrics, self.status, self.inbox,
                                           reservations=lambda exclude: self.planner.reservations(exclude),
-                                          victim_contexts=self.queue_policies.victim_contexts, solves=solves)
+                                          victim_contexts=self.queue_policies.victim_contexts, solves=solves,
+                                          acting=self.leadership.acting)
         # gangs short of capacity ask cluster-autoscaler for nodes (by default, or by annotation)
         self.provisioning = Provisioning(cache, writer, self.status, self.explanations, self.inbox, provisioning)
         # what the cycle's jobs share, handed as one (cycle/context.py)
@@ -185,7 +186,6 @@ class WorkloadCycle:
         self.requeue = Requeue(self.context, self.planner, self.capacity, self.preemption, self.replans, self.heap)
         # gangs of these profiles planned before they ask
         self.ahead = PlanAhead(self.context, self.planner, self.preemption, plan_ahead)
-        self.preemption.acting = self.leadership.acting
         self.metrics.leading.set_function(lambda: 1 if self.leadership.acting() else 0)  # as of the scrape
         self.leadership.subscribe(self._on_leadership)
         self.whatif = WhatIf(self.lock, cache, self.planner, self.preemption, options)  # read only

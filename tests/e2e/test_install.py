@@ -24,7 +24,6 @@ import copy
 import os
 import ssl
 import sys
-import tempfile
 import urllib.error
 import urllib.request
 import uuid
@@ -38,12 +37,9 @@ import yaml
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from harness import (
     ControlPlane,
-    MissingBinaries,
     create,
     create_node,
-    locate,
     podgroup_conditions,
-    release_workdir,
     statefulset,
     wait_all_bound,
     wait_for,
@@ -51,7 +47,7 @@ from harness import (
 )
 from harness.faults import record_text
 from harness.process import Component, free_port
-from harness.tools import Tools, locate_tools
+from harness.tools import Tools, override_flags, own_control_plane, plane_tools
 
 from cluster.kube import Kube, KubeError, api_path
 from tests.pod_specs import pod_templates, shipped_problems
@@ -82,25 +78,12 @@ PLUGIN_TLS = [*PLUGIN, "--set", "tls.enabled=true"]
 
 @pytest.fixture(scope="module")
 def plane(request):
-    try:
-        binaries = locate()
-    except MissingBinaries as err:
-        pytest.fail(str(err), pytrace=False)
-    workdir = Path(tempfile.mkdtemp(prefix="phalanx-e2e-install-"))
-    control_plane = ControlPlane(workdir, binaries).start()
-    try:
-        yield control_plane
-    finally:
-        control_plane.stop()
-        release_workdir(workdir, bool(request.session.testsfailed), "phalanx e2e install")
+    yield from own_control_plane(request, "phalanx-e2e-install-", "phalanx e2e install")
 
 
 @pytest.fixture(scope="module")
 def tools(plane) -> Tools:
-    try:
-        return locate_tools(plane.admin_kubeconfig, plane.workdir / "helm-home")
-    except MissingBinaries as err:
-        pytest.fail(str(err), pytrace=False)
+    return plane_tools(plane)
 
 
 # -- objects -------------------------------------------------------------------------------------
@@ -152,18 +135,7 @@ def container(deployment: dict, name: str) -> dict:
 
 def override(args: list[str], **flags: str) -> list[str]:
     """``args`` with the given ``--flag`` values replaced (``--flag=v`` or ``--flag v``), others appended."""
-    wanted = {"--" + k.replace("_", "-"): v for k, v in flags.items()}
-    out, seen, i = [], set(), 0
-    while i < len(args):
-        name, eq, _ = args[i].partition("=")
-        if name in wanted:
-            seen.add(name)
-            out.append(f"{name}={wanted[name]}")
-            i += 1 if eq else 2
-        else:
-            out.append(args[i])
-            i += 1
-    return out + [f"{k}={v}" for k, v in wanted.items() if k not in seen]
+    return override_flags(args, {"--" + k.replace("_", "-"): v for k, v in flags.items()})
 
 
 # -- credentials as the pods get them ---------------------------------------------------------------

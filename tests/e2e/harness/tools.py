@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import os
 import subprocess
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, Iterator
 
-from .binaries import MissingBinaries, read_versions
+from .binaries import MissingBinaries, locate, read_versions
+from .controlplane import ControlPlane, release_workdir
 
 
 @dataclass(frozen=True)
@@ -45,3 +48,47 @@ def locate_tools(kubeconfig: Path, home: Path) -> Tools:
         raise MissingBinaries(f"kubectl/helm not built: missing {', '.join(missing)}. "
                               "Run `make e2e` or `bash hack/build-tools.sh` first.")
     return Tools(kubectl=kubectl, helm=helm, kubeconfig=kubeconfig, home=home)
+
+
+def override_flags(args: list[str], flags: dict[str, str]) -> list[str]:
+    """A container's ``args`` with ``--flag`` values replaced (``--flag=v`` or ``--flag v``); absent
+    ones appended: what the install tests change when they run a rendered container as a process."""
+    out, seen, i = [], set(), 0
+    while i < len(args):
+        name, eq, _ = args[i].partition("=")
+        if name in flags:
+            seen.add(name)
+            out.append(f"{name}={flags[name]}")
+            i += 1 if eq else 2
+        else:
+            out.append(args[i])
+            i += 1
+    return out + [f"{k}={v}" for k, v in flags.items() if k not in seen]
+
+
+def own_control_plane(request: Any, prefix: str, what: str) -> Iterator[ControlPlane]:
+    """A module's control plane of its own (the installs create cluster-wide objects that must
+    not leak into other modules), released after; missing binaries fail, never skip."""
+    import pytest
+
+    try:
+        binaries = locate()
+    except MissingBinaries as err:
+        pytest.fail(str(err), pytrace=False)
+    workdir = Path(tempfile.mkdtemp(prefix=prefix))
+    plane = ControlPlane(workdir, binaries).start()
+    try:
+        yield plane
+    finally:
+        plane.stop()
+        release_workdir(workdir, bool(request.session.testsfailed), what)
+
+
+def plane_tools(plane: ControlPlane) -> Tools:
+    """kubectl and helm against ``plane``, helm's home in its work directory; missing tools fail."""
+    import pytest
+
+    try:
+        return locate_tools(plane.admin_kubeconfig, plane.workdir / "helm-home")
+    except MissingBinaries as err:
+        pytest.fail(str(err), pytrace=False)
