@@ -47,7 +47,7 @@ from harness import (
 )
 from harness.faults import record_text
 from harness.process import Component, free_port
-from harness.tools import Tools, override_flags, own_control_plane, plane_tools
+from harness.tools import Tools, flag_value, override_flags, own_control_plane, plane_tools
 
 from cluster.kube import Kube, KubeError, api_path
 from tests.pod_specs import pod_templates, shipped_problems
@@ -285,15 +285,6 @@ def forbidden(kube: Kube, method: str, path: str, body: Any = None) -> bool:
 
 
 # -- running the installed components ---------------------------------------------------------------
-
-def flag_value(args: list[str], flag: str) -> str | None:
-    """The value of ``flag`` in ``args`` (``--flag=v`` or ``--flag v``), None when absent."""
-    for i, arg in enumerate(args):
-        name, eq, value = arg.partition("=")
-        if name == flag:
-            return value if eq else args[i + 1]
-    return None
-
 
 def phalanx_plugin_args(config: dict) -> dict | None:
     """The args of the Phalanx plugin in a KubeSchedulerConfiguration (None: no profile configures it)."""

@@ -61,8 +61,8 @@ import pytest
 import yaml
 from harness import ControlPlane, wait_for
 from harness.process import Component, free_port
-from harness.tools import Tools, own_control_plane, plane_tools
-from harness.upgrade import SchedulerPod, Stopped, UpgradeCase, flag, hostname_for
+from harness.tools import Tools, flag_value, own_control_plane, plane_tools
+from harness.upgrade import SchedulerPod, Stopped, UpgradeCase, hostname_for
 
 from tests.e2e.test_install import (
     Install,
@@ -340,8 +340,8 @@ def test_helm_upgrade_while_gangs_bind(plane, tools, mode, rollback):
         assert first["spec"]["replicas"] == 2
         assert any(o["kind"] == "PodDisruptionBudget" for o in release.objects)
         serve_first = container(first, "phalanx")
-        assert flag(serve_first["args"], "--leader-lease") == f"{release.ns}/{RELEASE}-scheduler"
-        assert flag(serve_first["args"], "--leader-identity") is None
+        assert flag_value(serve_first["args"], "--leader-lease") == f"{release.ns}/{RELEASE}-scheduler"
+        assert flag_value(serve_first["args"], "--leader-identity") is None
         lease_config = release.config(first)["leaderElection"]
         assert set(lease_config) == {"leaderElect", "resourceName", "resourceNamespace"}, lease_config  # defaults
         controller_args = container(release.deployment("controller"), "controller")["args"]

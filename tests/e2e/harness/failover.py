@@ -49,7 +49,7 @@ from typing import Any, Callable
 import yaml
 
 from .controlplane import MODE_BINARY, ControlPlane, _insecure_get, phalanx_scheduler_config
-from .faults import Watch, _min_count, bind_violations, record_text, retry
+from .faults import Watch, _min_count, bind_violations, namespace_snapshot, record_text, retry
 from .nodes import RACK, create_node, delete_node
 from .objects import SCHEDULING_API, statefulset
 from .process import Component, free_port
@@ -582,11 +582,7 @@ class FailoverCase:
 
     # -- rest and invariants ----------------------------------------------------------------------------
     def snapshot(self) -> tuple[list[dict], list[dict]]:
-        pods = retry(lambda: self.rest.list_items(f"/api/v1/namespaces/{self.ns}/pods"))
-        groups = retry(lambda: self.rest.list_items(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups"))
-        for g in groups:
-            self._record_seen(g)
-        return pods, groups
+        return namespace_snapshot(self.rest, self.ns, self._record_seen)
 
     def wait_rest(self, result: FaultResult | None = None, quiet: float = 3.0,
                   timeout: float = 60.0) -> tuple[list[dict], list[dict]]:

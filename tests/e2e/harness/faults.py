@@ -78,6 +78,16 @@ PLACEMENT_CONDITION = names.CONDITION_PLACEMENT
 UNIT_LABEL = "faults.phalanx.dev/unit"
 
 
+def namespace_snapshot(rest: Any, ns: str, seen: Callable[[dict], None]) -> tuple[list[dict], list[dict]]:
+    """The pods and PodGroups of ``ns`` as the API server holds them (retried), each PodGroup handed
+    to ``seen`` first (a run's record of every placement record it saw)."""
+    pods = retry(lambda: rest.list_items(f"/api/v1/namespaces/{ns}/pods"))
+    groups = retry(lambda: rest.list_items(f"/apis/{SCHEDULING_API}/namespaces/{ns}/podgroups"))
+    for g in groups:
+        seen(g)
+    return pods, groups
+
+
 def bind_violations(pod: str, node: str, group: str, records: dict[str, dict[str, set[str]]]) -> list[dict]:
     """A bound member's violations: bound with no placement record of its group naming it
     (``unrecorded_bind``), or on a node no record of its group put it (``unplanned_node``);
@@ -634,11 +644,7 @@ class FaultRun:
 
     # -- rest and invariants ----------------------------------------------------------------------
     def snapshot(self) -> tuple[list[dict], list[dict]]:
-        pods = retry(lambda: self.rest.list_items(f"/api/v1/namespaces/{self.ns}/pods"))
-        groups = retry(lambda: self.rest.list_items(f"/apis/{SCHEDULING_API}/namespaces/{self.ns}/podgroups"))
-        for g in groups:
-            self._record_seen(g)
-        return pods, groups
+        return namespace_snapshot(self.rest, self.ns, self._record_seen)
 
     def partial(self, pods: list[dict], groups: list[dict]) -> list[dict]:
         out = []

@@ -66,6 +66,15 @@ def override_flags(args: list[str], flags: dict[str, str]) -> list[str]:
     return out + [f"{k}={v}" for k, v in flags.items() if k not in seen]
 
 
+def flag_value(args: list[str], flag: str) -> str | None:
+    """The value of ``flag`` in a container's ``args`` (``--flag=v`` or ``--flag v``), None when absent."""
+    for i, arg in enumerate(args):
+        name, eq, value = arg.partition("=")
+        if name == flag:
+            return value if eq else args[i + 1]
+    return None
+
+
 def own_control_plane(request: Any, prefix: str, what: str) -> Iterator[ControlPlane]:
     """A module's control plane of its own (the installs create cluster-wide objects that must
     not leak into other modules), released after; missing binaries fail, never skip."""

@@ -43,7 +43,7 @@ from .controlplane import ControlPlane, _insecure_get
 from .failover import LEADING, LEASES, FailoverCase, _wall, metric
 from .faults import record_text, retry
 from .process import Component, free_port
-from .tools import override_flags
+from .tools import flag_value, override_flags
 
 
 def uts(hostname: str, argv: list[str]) -> list[str]:
@@ -55,14 +55,6 @@ def uts(hostname: str, argv: list[str]) -> list[str]:
 def pod_suffix(rng: random.Random) -> str:
     """Five characters as the ReplicaSet controller's generated pod names end with."""
     return "".join(rng.choice("bcdfghjklmnpqrstvwxz2456789") for _ in range(5))
-
-
-def flag(args: list[str], name: str) -> str | None:
-    for i, arg in enumerate(args):
-        key, eq, value = arg.partition("=")
-        if key == name:
-            return value if eq else args[i + 1]
-    return None
 
 
 @dataclass
@@ -119,7 +111,7 @@ class SchedulerPod:
         self.http_port, self.health_port, self.grpc_port, self.secure_port = (free_port() for _ in range(4))
         logs = plane.workdir / "logs"
         # serve: its container's args; listen addresses on the pod's loopback ports, its token
-        http_addr, grpc_addr = flag(serve_args, "--http-addr"), flag(serve_args, "--grpc-addr")
+        http_addr, grpc_addr = flag_value(serve_args, "--http-addr"), flag_value(serve_args, "--grpc-addr")
         self.serve_args = override_flags(serve_args, {
             "--kubeconfig": str(serve_kubeconfig), "--http-addr": f"127.0.0.1:{self.http_port}",
             "--health-addr": f"127.0.0.1:{self.health_port}", "--grpc-addr": f"127.0.0.1:{self.grpc_port}"})
