@@ -601,8 +601,27 @@ def markdown(rows: list[dict]) -> str:
         step = max(1, len(a["windows"]) // 12)
         out += ["", "| window end (s) | filter calls | p50 ms | p99 ms |", "|---:|---:|---:|---:|"]
         out += [f"| {w['t']:.0f} | {w['calls']} | {w['p50']} | {w['p99']} |" for w in a["windows"][::step]]
+        out += memory_markdown(run.get("memory_trace"))
         out.append("")
     return "\n".join(out)
+
+
+def memory_markdown(trace: dict | None) -> list[str]:
+    """serve's memory trace, when the run had one: each owner of its memory, and what grew."""
+    if not trace or "mib" not in trace:
+        return [] if not trace else ["", f"Memory trace: {trace.get('note', '')}"]
+    out = ["", f"**serve's memory trace** ({trace['looks']} looks; from {trace['from_s'] / 60:.0f} min, after the "
+               f"warm-up, to {trace['to_s'] / 60:.0f} min; threads {trace['threads'][0]} → {trace['threads'][1]})",
+           "", "| MiB | first | last | per hour |", "|---|---:|---:|---:|"]
+    out += [f"| {k} | {v['first']} | {v['last']} | {v['per_hour']} |" for k, v in trace["mib"].items()]
+    if trace.get("grew"):
+        out += ["", "| Python allocation site (innermost phalanx frame first) | grew KiB | live KiB | blocks |",
+                "|---|---:|---:|---:|"]
+        for row in trace["grew"]:
+            frames = [f for f in row["frames"] if "/site-packages/" not in f and "/lib/python" not in f]
+            where = " ← ".join((frames or row["frames"])[:3])
+            out.append(f"| `{where}` | {row['grew'] / 1024:.0f} | {row['size'] / 1024:.0f} | {row['count']} |")
+    return out
 
 
 def plot(run: dict, path: pathlib.Path) -> None:
@@ -650,14 +669,16 @@ def plot(run: dict, path: pathlib.Path) -> None:
 
 
 # -- entry point -------------------------------------------------------------------------------
-def run(duration: float, interval: float, seeds: int = 1, real: bool = False) -> list[dict]:
+def run(duration: float, interval: float, seeds: int = 1, real: bool = False,
+        memory_trace: str | None = None) -> list[dict]:
     seed = int(os.environ.get("PHALANX_SOAK_SEED", "0"))
     rows = []
     for s in range(seed, seed + seeds):
         if real:
             from .soak_real import RealSoak
 
-            result = RealSoak(duration=duration, interval=interval, seed=s).run()
+            trace = pathlib.Path(memory_trace) / f"seed-{s}" if memory_trace else None
+            result = RealSoak(duration=duration, interval=interval, seed=s, memory_trace=trace).run()
         else:
             result = SimSoak(duration=duration, interval=interval, seed=s).run()
         result["analysis"] = analyse(result)
@@ -666,11 +687,13 @@ def run(duration: float, interval: float, seeds: int = 1, real: bool = False) ->
 
 
 def main(quick: bool, json_path: str | None, seeds: int | None = None, duration: float | None = None,
-         real: bool = False) -> int:
+         real: bool = False, memory_trace: str | None = None) -> int:
     params: dict = dict(QUICK if quick else FULL)
     if duration:
         params["duration"] = duration
     params["real"] = real
+    if memory_trace:
+        params["memory_trace"] = memory_trace
     name = "soak-real" if real else "soak"
     json_path = json_path or str(RESULTS / f"{name}{'-quick' if quick else ''}.json")
     code = run_suite(run, markdown, params, seeds, json_path)

@@ -29,6 +29,7 @@ counted as ``partial_no_room``) — plus
 
 from __future__ import annotations
 
+import pathlib
 import sys
 import threading
 import time
@@ -40,7 +41,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from cluster import names
 
 from . import E2E, control_plane_binaries
-from .soak_samples import SOAK_HISTORY_GROUPS, churn_step, proc_status, record_sample
+from .soak_samples import SOAK_HISTORY_GROUPS, churn_step, memory_summary, proc_smaps, proc_status, record_sample
 
 LOW, HIGH = "soak-low", "soak-high"
 
@@ -79,8 +80,12 @@ def scrape(port: int) -> tuple[dict[str, int], dict[float, float], int]:
 
 class RealSoak:
     def __init__(self, duration: float, interval: float, seed: int = 0, rest_every: float = 90.0,
-                 racks: int = 3, nodes_per_rack: int = 8, log: Callable[[str], None] = print) -> None:
+                 racks: int = 3, nodes_per_rack: int = 8, log: Callable[[str], None] = print,
+                 memory_trace: pathlib.Path | None = None) -> None:
+        """``memory_trace``: a directory for serve's memory trace (``phalanx serve --memory-trace``,
+        a diagnostic that slows serve), summarised into the result; None: no trace."""
         self.duration, self.interval, self.seed, self.rest_every, self.log = duration, interval, seed, rest_every, log
+        self.memory_trace = memory_trace
         self.racks, self.nodes_per_rack = racks, nodes_per_rack
         self.samples: list[dict] = []
         self.rests: list[dict] = []
@@ -109,7 +114,7 @@ class RealSoak:
         self.fr = fr = FaultRun(plane, FaultConfig(seed=self.seed, faults=0, kinds={"controller": 1.0},
                                                    racks=self.racks, nodes_per_rack=self.nodes_per_rack,
                                                    rest_timeout=90.0, log=self.log,
-                                                   serve_args=("--history-groups", str(SOAK_HISTORY_GROUPS))))
+                                                   serve_args=self._serve_args()))
         for name, value in ((LOW, 0), (HIGH, 1000)):
             plane.rest.delete(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}", missing_ok=True)
             plane.rest.create("/apis/scheduling.k8s.io/v1/priorityclasses", priority_class(name, value))
@@ -143,13 +148,23 @@ class RealSoak:
         finally:
             self.halt.set()
             fr.teardown()
-        return {"mode": "real control plane", "seed": self.seed, "duration_s": self.duration,
+        result = {"mode": "real control plane", "seed": self.seed, "duration_s": self.duration,
                 "interval_s": self.interval,
                 "cluster": f"{fr.cfg.racks} racks x {fr.cfg.nodes_per_rack} nodes x {fr.cfg.cpu_per_node} CPUs "
                            f"(+ up to 6 added), one-CPU pods",
                 "history_groups": SOAK_HISTORY_GROUPS,
                 "actions": self.actions, "created": self.created, "rests": self.rests,
                 "violations": self.violations, "samples": self.samples}
+        if self.memory_trace is not None:
+            result["memory_trace"] = memory_summary(self.memory_trace)
+        return result
+
+    def _serve_args(self) -> tuple[str, ...]:
+        args: tuple[str, ...] = ("--history-groups", str(SOAK_HISTORY_GROUPS))
+        if self.memory_trace is not None:
+            every = max(60.0, min(300.0, self.duration / 12))  # a dozen looks or more, at most every minute
+            args += ("--memory-trace", str(self.memory_trace), "--memory-trace-every", f"{every:.0f}")
+        return args
 
     # -- churn --------------------------------------------------------------------------------
     def _live(self, kind: str | None = None) -> list[Any]:
@@ -314,10 +329,11 @@ class RealSoak:
                 "groups": len(rest.list_items(f"/apis/{SCHEDULING_API}/podgroups")),
                 "nodes": len(rest.list_items("/api/v1/nodes"))}
         status = proc_status(serve.proc.pid) if serve is not None else {"rss_kib": 0, "threads": 0}
+        mappings = proc_smaps(serve.proc.pid) if serve is not None else {}
         driver = proc_status()
         row = record_sample(self.samples, self.log, time.monotonic() - self.started, status, live, calls - calls_before,
                             histogram_window(before, buckets, 0.5), histogram_window(before, buckets, 0.99), sizes,
-                            len(self.violations), driver=driver)
+                            len(self.violations), driver=driver, smaps_kib=mappings)
         self.log(f"          (driver process, the controller in it: rss {driver['rss_kib'] / 1024:.1f} MiB)")
         return row
 

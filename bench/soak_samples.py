@@ -29,6 +29,61 @@ def proc_status(pid: int | str = "self") -> dict[str, int]:
     return out
 
 
+def proc_smaps(pid: int | str = "self") -> dict[str, int]:
+    """A process's resident KiB by kind of mapping (/proc/PID/smaps): ``heap`` (the brk heap:
+    glibc's main arena), ``anon`` (other anonymous mappings: glibc's other arenas, Python's 1 MiB
+    arenas, directly mapped chunks, thread stacks), ``file`` (code and data of files); {} where not
+    readable. Each thread's stack is an anonymous mapping of its own, so ``anon`` grows with threads."""
+    out = {"heap": 0, "anon": 0, "file": 0, "stack": 0}
+    kind = "anon"
+    try:
+        with open(f"/proc/{pid}/smaps") as smaps:
+            for line in smaps:
+                head = line.split(None, 1)[0]
+                if not head.endswith(":"):  # a mapping's first line: address perms offset dev inode [path]
+                    fields = line.split()
+                    path = fields[5] if len(fields) > 5 else ""
+                    kind = ("heap" if path == "[heap]" else "stack" if path.startswith("[stack")
+                            else "anon" if not path or path.startswith("[anon") else "file")
+                elif head == "Rss:":
+                    out[kind] += int(line.split()[1])
+    except (OSError, ValueError, IndexError):
+        return {}
+    return out
+
+
+def memory_summary(directory: pathlib.Path, warmup: float = 0.25, top: int = 15) -> dict[str, Any]:
+    """serve's memory trace (``--memory-trace``) over a soak: each owner of its memory at the first
+    look after the warm-up and at the last (MiB), and the Python allocation sites that grew most
+    between those two looks. Python's traced bytes exclude tracemalloc's own."""
+    from cycle.memtrace import read_series, snapshot_growth
+
+    series = read_series(directory)
+    if len(series) < 2:
+        return {"looks": len(series), "note": "fewer than two looks: nothing to compare"}
+    first, last = series[min(len(series) - 2, int(len(series) * warmup))], series[-1]
+
+    def owners(row: dict) -> dict[str, float]:
+        mib = 1 << 20
+        out = {"rss": row["rss"] / mib}
+        out.update({f"malloc_{k}": v / mib for k, v in (row.get("malloc") or {}).items()})
+        if "python" in row:
+            out["python_traced"] = row["python"]["traced"] / mib
+            out["tracemalloc_own"] = row["python"]["tracing"] / mib
+        out.update({f"pymalloc_{k}": v / mib for k, v in (row.get("pymalloc") or {}).items() if k != "arenas"})
+        return out
+
+    a, b = owners(first), owners(last)
+    hours = max(1e-9, (last["t"] - first["t"]) / 3600)
+    table = {k: {"first": round(a[k], 2), "last": round(b[k], 2), "per_hour": round((b[k] - a[k]) / hours, 2)}
+             for k in a if k in b}
+    summary: dict[str, Any] = {"looks": len(series), "from_s": first["t"], "to_s": last["t"], "mib": table,
+                               "threads": [first["threads"], last["threads"]]}
+    if first.get("snapshot") and last.get("snapshot"):
+        summary["grew"] = snapshot_growth(directory / first["snapshot"], directory / last["snapshot"], top)
+    return summary
+
+
 def churn_step(rng: random.Random, counts: dict[str, int],
                actions: dict[str, tuple[float, Callable[[], object] | list | None]]) -> str:
     """One churn action drawn by weight from ``actions`` (name -> (weight, what to do; empty or

@@ -39,11 +39,14 @@ def _bench(args: argparse.Namespace) -> int:
         raise SystemExit(f"phalanx bench {args.suite}: --trace and --cluster are for trace only")
     if (args.duration or args.real) and args.suite != "soak":
         raise SystemExit(f"phalanx bench {args.suite}: --duration and --real are for soak only")
+    if args.memory_trace and not (args.suite == "soak" and args.real):
+        raise SystemExit("phalanx bench: --memory-trace is for soak --real only")
     if args.duration is not None and args.duration <= 0:
         raise SystemExit("phalanx bench soak: --duration must be a positive number of minutes")
     extra: dict = {"workloads_arg": args.workloads} if args.suite == "scheduler-perf" else {}
     if args.suite == "soak":
-        extra = {"duration": args.duration * 60 if args.duration else None, "real": args.real}
+        extra = {"duration": args.duration * 60 if args.duration else None, "real": args.real,
+                 "memory_trace": args.memory_trace}
     if args.trace or args.cluster:
         extra.update(_given_trace(args.trace, args.cluster))
     if args.whole_process:
@@ -93,6 +96,8 @@ def _serve(args: argparse.Namespace) -> int:
     _log_to_stderr(logging.WARNING)
     if args.history_groups < 1:
         raise SystemExit("phalanx serve: --history-groups must be >= 1")
+    if args.memory_trace:
+        _memory_trace(args)
     options = ServeOptions(http_addr=args.http_addr, http_threads=args.http_threads, tls_cert=args.tls_cert,
                            tls_key=args.tls_key, client_ca=args.client_ca, barrier_timeout=args.barrier_timeout,
                            plan_ttl=args.plan_ttl, solver_path=args.solver, grpc_addr=args.grpc_addr,
@@ -243,10 +248,25 @@ HISTORY_GROUPS = 20000
 
 
 def _add_history(serve: argparse.ArgumentParser) -> None:
-    """``phalanx serve``'s bound on the dashboard's memory (docs/cli.md)."""
+    """``phalanx serve``'s bound on the dashboard's memory, and the memory diagnostic (docs/cli.md)."""
     serve.add_argument("--history-groups", type=int, default=HISTORY_GROUPS, metavar="N",
                        help=f"groups the dashboard's history remembers, the oldest forgotten first (default "
                             f"{HISTORY_GROUPS}; each costs a few KiB)")
+    serve.add_argument("--memory-trace", metavar="DIR",
+                       help="a diagnostic, slows serve: write Python allocation snapshots and the allocators' "
+                            "counters to DIR (docs/operations.md, \"Memory\")")
+    serve.add_argument("--memory-trace-every", type=float, default=300.0, metavar="SECONDS",
+                       help="seconds between the memory trace's looks (default 300)")
+    serve.add_argument("--memory-trace-frames", type=int, default=8, metavar="N",
+                       help="frames kept per traced allocation (default 8; 0: the allocators' counters only)")
+
+
+def _memory_trace(args: argparse.Namespace) -> None:
+    from cycle.memtrace import MemoryTrace
+
+    if args.memory_trace_every <= 0 or args.memory_trace_frames < 0:
+        raise SystemExit("phalanx serve: --memory-trace-every must be > 0 and --memory-trace-frames >= 0")
+    MemoryTrace(args.memory_trace, args.memory_trace_every, args.memory_trace_frames).start()
 
 
 def _add_namespace_limits(serve: argparse.ArgumentParser) -> None:
@@ -285,6 +305,9 @@ def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                        help="soak: how long to churn (default: 60 full, 5 quick)")
     bench.add_argument("--real", action="store_true",
                        help="soak: on the real loopback control plane of the e2e tests, not the simulated cluster")
+    bench.add_argument("--memory-trace", metavar="DIR",
+                       help="soak --real: run serve with its memory trace into DIR (a diagnostic, slows serve) and "
+                            "report what grew")
     bench.set_defaults(func=_bench)
 
 
