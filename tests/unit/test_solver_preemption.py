@@ -383,3 +383,64 @@ def test_exact_cost_equals_the_brute_force_optimum_without_a_topology_key(instan
                 best = cost
     result = plan(snap, group, context)
     assert (result.cost if result.helps else None) == best
+
+
+# -- the room count that skips hopeless reprieves ----------------------------------------------------
+def _upstream_basic(nodes: int, per_node: int) -> tuple[Snapshot, PodGroup, PreemptionContext]:
+    """upstream scheduler_perf's GangPreemptionBasic, 100Nodes_1PreemptorGang_100Pods: every node
+    runs ``per_node`` 40m pods of priority 0; a gang of one 3970m pod per node must evict them all."""
+    cluster_nodes = [Node(f"n{i}", {"cpu": 4000, "memory": 32 * 2**30, "pods": 110}) for i in range(nodes)]
+    bound = [Pod(f"low-{i}", f"low-{i}", PodSpec({"cpu": 40, "memory": 100 * 2**20}), node=f"n{i % nodes}",
+                 namespace="low") for i in range(nodes * per_node)]
+    members = tuple(Pod(f"g-{i}", f"g-{i}", PodSpec({"cpu": 3970, "memory": 100 * 2**20}), namespace="hi",
+                        group="hi/g") for i in range(nodes))
+    group = PodGroup("hi", "g", members, Policy.GANG, nodes, priority=8888888)
+    return Snapshot(cluster_nodes, bound), group, PreemptionContext({p.uid: VictimInfo(0) for p in bound})
+
+
+def test_a_gang_that_needs_every_victim_is_planned_without_a_solve_per_reprieve(monkeypatch):
+    from solver import preemption as planning
+
+    snapshot, group, context = _upstream_basic(nodes=40, per_node=10)
+    solves = []
+    real_place = planning.place
+    monkeypatch.setattr(planning, "place", lambda *a, **k: solves.append(1) or real_place(*a, **k))
+    plan = plan_preemption(snapshot, group, context)
+    assert plan.helps and len(plan.victims) == 400 and len(plan.placement) == 40
+    # 400 victims given back in turn twice (the greedy, then every-victim-necessary): each refused
+    # by the room count, none by a solve; the solves left are the plan's own checks
+    assert len(solves) < 10
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_the_room_count_never_changes_a_plan(seed, monkeypatch):
+    """The count only skips checks that would refuse: the plans with and without it are the same."""
+    import numpy as np
+
+    from solver import preemption as planning
+
+    rng = np.random.default_rng(seed)
+    nodes = [gpu_node(f"n{i}", rack=f"r{i // 4}") for i in range(12)]
+    bound, victims = [], {}
+    for i, node in enumerate(nodes):
+        used = 0
+        while used < 8:
+            gpus = int(rng.choice([1, 2, 4]))
+            if used + gpus > 8:
+                break
+            uid = f"v{i}-{used}"
+            bound.append(Pod(uid, uid, PodSpec({"cpu": 1000 * gpus, "nvidia.com/gpu": gpus}), node=node.name,
+                             namespace="low", group=f"low/g{i % 5}"))
+            victims[uid] = VictimInfo(int(rng.choice([10, 20, 30])), f"low/g{i % 5}",
+                                      DisruptionMode.ALL if i % 5 == 0 else DisruptionMode.SINGLE)
+            used += gpus
+    snapshot, context = Snapshot(nodes, bound), PreemptionContext(victims)
+    for size, gpus, key in ((6, 4, ""), (4, 8, RACK), (10, 2, RACK)):
+        group = gang(f"p{size}", size, gpus, key, priority=100)
+        with_count = plan_preemption(snapshot, group, context)
+        monkeypatch.setattr(planning._Room, "refuses", lambda self, usage: False)
+        without = plan_preemption(snapshot, group, context)
+        monkeypatch.undo()
+        assert with_count.victims, "the instance must preempt"
+        assert (with_count.victims, with_count.placement, with_count.cost) == \
+            (without.victims, without.placement, without.cost)
