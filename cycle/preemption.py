@@ -34,6 +34,7 @@ import logging
 import queue
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable, Iterator, Mapping
 
@@ -61,6 +62,7 @@ from .workers import Solves, shared
 log = logging.getLogger("phalanx.preemption")
 
 TOO_MANY_REQUESTS = 429  # the Eviction API's answer when a PodDisruptionBudget refuses
+EVICTION_WORKERS = 16  # a plan's evictions in flight at once
 NOT_FOUND = 404
 #: how long a deleted Node is remembered, so that members seen bound to it only afterwards still
 #: break their unit (s): well past upstream's pod GC, which removes such pods 40 s after the node
@@ -137,6 +139,9 @@ class GroupPreemption:
         self.acting = acting
         self._deferred: set[str] = set()  # units that broke while this serve stood by, for resume()
         self._worker = threading.Thread(target=self._evict_broken_units, name="phalanx-broken-units", daemon=True)
+        # a plan's victims are evicted side by side (kube-scheduler's preemption deletes its victims
+        # from 16 goroutines): one after the other, a 1,000-pod plan took 75 s of API round trips
+        self._evictions = ThreadPoolExecutor(max_workers=EVICTION_WORKERS, thread_name_prefix="phalanx-evict")
         cache.subscribe(self._on_cache_event)
 
     def start(self) -> None:
@@ -228,8 +233,8 @@ class GroupPreemption:
         self.status.event(group.key, names.EVENT_PREEMPTING, note)
         self.status.emit("preempting", group=group.key, victims=list(plan.victims), units=nomination.evicted_units)
         respect_pdb = plan.pdb_violations == 0
-        threading.Thread(target=self._evict, args=(group.key, list(plan.victims), respect_pdb),
-                         name="phalanx-preempt", daemon=True).start()
+        for uid in plan.victims:
+            self._evictions.submit(self._evict, group.key, uid, respect_pdb)
         return note
 
     def plan(self, group: PodGroup, snapshot: Snapshot) -> PreemptionPlan | None:
@@ -250,19 +255,19 @@ class GroupPreemption:
             for uid in nomination.placement:
                 self._nominated[uid] = nomination.group
 
-    def _evict(self, preemptor: str, uids: list[str], respect_pdb: bool) -> None:
-        for uid in uids:
-            record = self.cache.pods.get(uid)
-            if record is None:
-                continue
-            pod = record.pod
-            message = f"preempted by podgroup {preemptor}"
-            try:
-                self.writer.evict(pod.namespace, pod.name, uid, message, respect_pdb)
-            except WriteError as err:
-                log.warning("evicting %s for %s failed: %s", pod.key, preemptor, err)
-                continue
-            self._victim_event(record, names.EVENT_PREEMPTED, message)
+    def _evict(self, preemptor: str, uid: str, respect_pdb: bool) -> None:
+        """One victim of ``preemptor``'s plan (from the eviction pool)."""
+        record = self.cache.pods.get(uid)
+        if record is None:
+            return
+        pod = record.pod
+        message = f"preempted by podgroup {preemptor}"
+        try:
+            self.writer.evict(pod.namespace, pod.name, uid, message, respect_pdb)
+        except WriteError as err:
+            log.warning("evicting %s for %s failed: %s", pod.key, preemptor, err)
+            return
+        self._victim_event(record, names.EVENT_PREEMPTED, message)
 
     def _victim_event(self, record: PodRecord, reason: str, note: str) -> None:
         pod = record.pod
