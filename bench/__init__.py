@@ -24,6 +24,7 @@ SUITES = {
     "contention": "bench.contention_bench",
     "plugin": "bench.plugin_bench",
     "scheduler-perf": "bench.scheduler_perf_bench",
+    "preemption-perf": "bench.preemption_perf_bench",
     "tenants": "bench.tenants_bench",
     "soak": "bench.soak_bench",
     "whatif": "bench.whatif_bench",

@@ -33,7 +33,10 @@ from bench import run_suite
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCHEDULERS = ("in-tree", "plugin", "extender")
 TOPICS = {"GangScheduling": "podgroup/gangscheduling", "TopologyAwareScheduling": "podgroup/tas",
-          "BasicScheduling": "podgroup/basicscheduling"}
+          "BasicScheduling": "podgroup/basicscheduling",
+          # workload-aware preemption: high-priority gangs that must evict pods or lower gangs to fit
+          "GangPreemptionBasic": "workload_preemption", "GangPreemptionPodGroups": "workload_preemption",
+          "GangPreemptionAffinity": "workload_preemption"}
 # the workloads of the published table: every GangScheduling and TopologyAwareScheduling size that
 # finishes here in the three schedulers, and BasicScheduling's smallest for scale (see
 # docs/benchmarks.md for the ones left out and why)
@@ -94,7 +97,8 @@ def workloads(upstream: pathlib.Path, ids: tuple[str, ...] | list[str]) -> list[
             for w in case["workloads"]:
                 params = w.get("params", {})
                 nodes = int(params.get("initNodes", 0))
-                groups = int(params.get("initPodGroups", 0))
+                groups = int(params.get("initPodGroups") or params.get("preemptorPodGroups")
+                             or params.get("highPriorityGroups") or 0)  # the measured pods' groups
                 per_group = int(params.get("podsPerGroup", 1))
                 known[f"{case_name}/{w['name']}"] = Workload(case_name, w["name"], tuple(w.get("labels", [])), nodes,
                                                              groups * per_group, topic_dir)
@@ -179,6 +183,10 @@ def read_results(out: pathlib.Path) -> dict[str, Any]:
                 row["scheduling_s"] = round(data.get("Duration", 0.0), 1)
             elif metric == "heap_memory_usage":
                 row["scheduler_heap_max_mb"] = round(data.get("Max", 0.0))
+    for path in glob.glob(str(out / "*.evictions.json")):  # every scheduler's victims (evictions.go)
+        count = json.loads(pathlib.Path(path).read_text())
+        for key in ("evicted_pods", "evicted_groups", "partial_groups"):
+            row[key] = count.get(key, 0)
     for path in glob.glob(str(out / "*.usage.json")):
         usage = json.loads(pathlib.Path(path).read_text())
         row["serve_cpu_s"] = round(usage.get("cpu_seconds", 0.0), 1)
@@ -210,10 +218,12 @@ def run(workload_ids: tuple[str, ...], schedulers: tuple[str, ...] = SCHEDULERS,
 
 def markdown(rows: list[dict]) -> str:
     """One line per workload and scheduler, with the ratio of its throughput to in-tree's in the same
-    run."""
+    run; where the workloads preempt, the victims each scheduler evicted."""
+    preempting = any("evicted_pods" in r for r in rows)
     lines = ["| workload | scheduler | status | throughput avg (pods/s) | p50 | p99 | × in-tree | "
-             "scheduling (s) | pod-group attempt avg / p99 (ms) | phalanx serve CPU (s) / RSS (MiB) |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "scheduling (s) | pod-group attempt avg / p99 (ms) | phalanx serve CPU (s) / RSS (MiB) |"
+             + (" evicted pods / groups (partial) |" if preempting else ""),
+             "|---|---|---|---|---|---|---|---|---|---|" + ("---|" if preempting else "")]
     base = {(r["workload"], r.get("seed", 0)): r for r in rows if r["scheduler"] == "in-tree"}
     for r in rows:
         ref = base.get((r["workload"], r.get("seed", 0)))
@@ -225,7 +235,9 @@ def markdown(rows: list[dict]) -> str:
         serve = f"{r['serve_cpu_s']} / {r['serve_rss_mib']}" if "serve_cpu_s" in r else "—"
         lines.append(f"| {r['workload']} | {r['scheduler']} | {r['status']} | {r.get('throughput_avg', '')} | "
                      f"{r.get('throughput_p50', '')} | {r.get('throughput_p99', '')} | {ratio} | "
-                     f"{r.get('scheduling_s', '')} | {attempt} | {serve} |")
+                     f"{r.get('scheduling_s', '')} | {attempt} | {serve} |"
+                     + (f" {r.get('evicted_pods', '')} / {r.get('evicted_groups', '')} "
+                        f"({r.get('partial_groups', '')}) |" if preempting else ""))
     return "\n".join(lines)
 
 

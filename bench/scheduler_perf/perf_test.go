@@ -29,6 +29,7 @@ import (
 	_ "k8s.io/component-base/logs/json/register"
 	frameworkruntime "k8s.io/kubernetes/pkg/scheduler/framework/runtime"
 	perf "k8s.io/kubernetes/test/integration/scheduler_perf"
+	"k8s.io/kubernetes/test/utils/client-go/ktesting"
 
 	"phalanx.dev/scheduler-plugin/pkg/phalanx"
 )
@@ -113,9 +114,13 @@ func BenchmarkPerfScheduling(b *testing.B) {
 		registry = frameworkruntime.Registry{phalanx.Name: phalanx.New}
 		perf.PluginNames = append(perf.PluginNames, phalanx.Name)
 	}
-	if mode != modeInTree {
-		options = append(options, perf.WithPrepareFn(serve.start))
-	}
+	options = append(options, perf.WithPrepareFn(func(tCtx ktesting.TContext) error {
+		watchEvictions(tCtx, logDir) // every scheduler's victims, counted the same way
+		if mode == modeInTree {
+			return nil
+		}
+		return serve.start(tCtx)
+	}))
 	if *podsTimeout > 0 {
 		options = append(options, perf.WithPodsSchedulingTimeout(*podsTimeout))
 	}
