@@ -335,6 +335,9 @@ class _Search:
                 if d in self.domain_units:
                     self.domain_units[d].append(k)
         self.eligible = eligible
+        # the group's pods ask for room and node eligibility only (no inter-pod terms, spread,
+        # host ports), and the group has no member running yet to count against them
+        self.room_only = not group.bound and not any(p.spec.has_pod_constraints for p in group.pending)
 
     # -- helpers --------------------------------------------------------------------------------
     def uids(self, units: Iterable[int]) -> list[str]:
@@ -368,11 +371,6 @@ class _Search:
                         if left[b.name] < 0:
                             violating.add(k)
         return [k for k in ordered if k in violating] + [k for k in ordered if k not in violating]
-
-    def fits_in_domain(self, snap: Snapshot, d: int) -> bool:
-        problem = Problem(snap, self.group)
-        hosts = np.nonzero((problem.domain_ids == d) & (problem.pods_ub > 0))[0]
-        return len(hosts) > 0 and greedy_domain(problem, hosts) is not None
 
     def places(self, units: Iterable[int]) -> tuple[Snapshot, Placement]:
         snap = self.snapshot.without_pods(self.uids(units))
@@ -416,7 +414,8 @@ class _Search:
     def greedy(self, d: int, units: list[int]) -> list[int] | None:
         """Upstream's shape in one domain: evict every candidate, then reprieve in order."""
         current = self.snapshot.without_pods(self.uids(units))
-        if not self.fits_in_domain(current, d):
+        witness = self.packing_in_domain(current, d)
+        if witness is None:
             return None
         room = _Room(self, current, [d])
         evicted = set(units)
@@ -425,26 +424,54 @@ class _Search:
             if room.refuses(usage):
                 continue
             trial = current.with_usage(usage)
-            if self.fits_in_domain(trial, d):
-                current = trial
-                room.take(usage)
-                evicted.discard(k)
+            if not self.untouched(witness, usage):
+                found = self.packing_in_domain(trial, d)
+                if found is None:
+                    continue
+                witness = found
+            current = trial
+            room.take(usage)
+            evicted.discard(k)
         return sorted(evicted)
 
     def necessary_only(self, units: list[int]) -> list[int]:
         """Give back, in reprieve order, every unit the placement solver does not need."""
         kept = list(units)
         room = _Room(self, self.snapshot.without_pods(self.uids(kept)), list(self.domain_units))
+        witness: set[str] | None = None  # the nodes of the last placement found, where known
         for k in self.reprieve_order(units):
             usage = self.usage(k)
             if room.refuses(usage):
                 continue
             trial = [j for j in kept if j != k]
-            if self.places(trial)[1].assignments:
-                kept = trial
-                room.take(usage)
+            if witness is None or not self.untouched(witness, usage):
+                placement = self.places(trial)[1]
+                if not placement.assignments:
+                    continue
+                witness = set(placement.assignments.values())
+            kept = trial
+            room.take(usage)
         return kept
 
+    def packing_in_domain(self, snap: Snapshot, d: int) -> set[str] | None:
+        """The nodes of a packing of the group in domain ``d`` (:func:`greedy_domain`), None when
+        it finds none."""
+        problem = Problem(snap, self.group)
+        hosts = np.nonzero((problem.domain_ids == d) & (problem.pods_ub > 0))[0]
+        if not len(hosts):
+            return None
+        packing = greedy_domain(problem, hosts)
+        if packing is None:
+            return None
+        return {snap.nodes[int(i)].name for counts in packing.values() for i, _ in counts}
+
+    def untouched(self, witness: set[str], usage: Mapping[str, Mapping[str, int]]) -> bool:
+        """A unit given back whose pods sit only on nodes outside ``witness`` (a placement found
+        with it evicted) leaves that placement standing, when the group's pods ask only for room
+        and node eligibility: then nothing but the room of their own nodes concerns them. Its
+        check is skipped: a 10-pod gang preempting on a 100-node cluster gives back the units of
+        the 90 other nodes, each a solve before."""
+        return self.room_only and witness.isdisjoint(usage)
     def finish(self, units: list[int], path: str, optimal: bool) -> PreemptionPlan:
         snap, placement = self.places(units)
         if not placement.assignments:

@@ -413,8 +413,9 @@ def test_a_gang_that_needs_every_victim_is_planned_without_a_solve_per_reprieve(
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_the_room_count_never_changes_a_plan(seed, monkeypatch):
-    """The count only skips checks that would refuse: the plans with and without it are the same."""
+def test_the_room_count_and_the_standing_placement_never_change_a_plan(seed, monkeypatch):
+    """The count only skips checks that would refuse, the placement left standing only checks that
+    would accept: the plans with and without both shortcuts are the same."""
     import numpy as np
 
     from solver import preemption as planning
@@ -439,6 +440,7 @@ def test_the_room_count_never_changes_a_plan(seed, monkeypatch):
         group = gang(f"p{size}", size, gpus, key, priority=100)
         with_count = plan_preemption(snapshot, group, context)
         monkeypatch.setattr(planning._Room, "refuses", lambda self, usage: False)
+        monkeypatch.setattr(planning._Search, "untouched", lambda self, witness, usage: False)
         without = plan_preemption(snapshot, group, context)
         monkeypatch.undo()
         assert with_count.victims, "the instance must preempt"
