@@ -53,6 +53,7 @@ from solver import (
 )
 from solver.model import PreemptionPolicy, placement_usage
 
+from .dispatch import Write
 from .inbox import Inbox
 from .metrics import CycleMetrics
 from .plans import Usage
@@ -270,12 +271,12 @@ class GroupPreemption:
         self._victim_event(record, names.EVENT_PREEMPTED, message)
 
     def _victim_event(self, record: PodRecord, reason: str, note: str) -> None:
+        """The victim's Event, off the eviction's path: queued to the dispatcher (kube-scheduler's
+        events go through its broadcaster the same way), so an eviction waits for no Event."""
         pod = record.pod
-        try:
-            self.writer.event({"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid},
-                                    reason, note, "Normal")
-        except WriteError:
-            pass
+        regarding = {"kind": "Pod", "namespace": pod.namespace, "name": pod.name, "uid": pod.uid}
+        self.status.dispatcher.submit(Write(f"Pod/{pod.namespace}/{pod.name}", "event",
+                                            lambda: self.writer.event(regarding, reason, note, "Normal")))
 
     # -- the event stream (the cache's thread: note the work, never write or take the cycle's lock)
     def _on_cache_event(self, event: CacheEvent) -> None:
