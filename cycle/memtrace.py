@@ -142,12 +142,13 @@ class MemoryTrace:
             snapshot = tracemalloc.take_snapshot().filter_traces(
                 (tracemalloc.Filter(False, tracemalloc.__file__),
                  tracemalloc.Filter(False, "<frozen importlib._bootstrap>")))
-            row["snapshot"] = name = SNAPSHOT.format(self.count)
+            name = SNAPSHOT.format(self.count)
             snapshot.dump(str(self.directory / name))
             traced, peak = tracemalloc.get_traced_memory()
-            row["python"] = {"traced": traced, "peak": peak, "tracing": tracemalloc.get_tracemalloc_memory()}
+            row.update(snapshot=name, python={"traced": traced, "peak": peak,
+                                              "tracing": tracemalloc.get_tracemalloc_memory()})
         else:
-            row["pymalloc"] = pymalloc_counters()
+            row.update(pymalloc=pymalloc_counters())
         with open(self.directory / SERIES, "a") as series:
             series.write(json.dumps(row) + "\n")
         self.count += 1

@@ -67,8 +67,17 @@ def test_workloads_are_read_from_upstreams_files_and_an_unknown_name_lists_the_k
     for other in ("tas", "basicscheduling"):
         (tmp_path / "podgroup" / other).mkdir()
         (tmp_path / "podgroup" / other / "performance-config.yaml").write_text("[]\n")
+    preemption = tmp_path / "workload_preemption"
+    preemption.mkdir()
+    (preemption / "performance-config.yaml").write_text(
+        "- name: GangPreemptionBasic\n  workloads:\n  - name: 100Nodes_10PreemptorGangs_10Pods_Evicting_1000InitPods\n"
+        "    labels: [performance]\n    params: {initNodes: 100, initPods: 1000, preemptorPodGroups: 10, "
+        "podsPerGroup: 10}\n")
     (w,) = perf.workloads(tmp_path, ["GangScheduling/10Nodes_3Gangs"])
     assert (w.nodes, w.pods, w.labels, w.topic_dir) == (10, 9, ("integration-test", "short"), topic)
+    # a preemption workload counts its preemptors' pods (the pods it measures), not the victims
+    (w,) = perf.workloads(tmp_path, ["GangPreemptionBasic/100Nodes_10PreemptorGangs_10Pods_Evicting_1000InitPods"])
+    assert (w.nodes, w.pods, w.topic_dir) == (100, 100, preemption)
     try:
         perf.workloads(tmp_path, ["GangScheduling/nope"])
     except SystemExit as err:
