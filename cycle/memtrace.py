@@ -159,12 +159,11 @@ def snapshot_growth(first: Path, last: Path, top: int = 15) -> list[dict[str, An
     """The allocation sites (by traceback) whose live bytes grew most from ``first`` to ``last``:
     each with its growth, live bytes and count at the end, and its frames, innermost first."""
     before, after = tracemalloc.Snapshot.load(str(first)), tracemalloc.Snapshot.load(str(last))
-    rows = []
-    for stat in after.compare_to(before, "traceback")[:top]:
-        if stat.size_diff <= 0:
-            break
-        rows.append({"grew": stat.size_diff, "size": stat.size, "count": stat.count, "count_grew": stat.count_diff,
-                     "frames": [f"{frame.filename}:{frame.lineno}" for frame in reversed(stat.traceback)]})
+    grew = sorted((stat for stat in after.compare_to(before, "traceback") if stat.size_diff > 0),
+                  key=lambda stat: -stat.size_diff)  # compare_to orders by the size of a change, either way
+    rows = [{"grew": stat.size_diff, "size": stat.size, "count": stat.count, "count_grew": stat.count_diff,
+             "frames": [f"{frame.filename}:{frame.lineno}" for frame in reversed(stat.traceback)]}
+            for stat in grew[:top]]
     return rows
 
 
