@@ -618,7 +618,8 @@ def memory_markdown(trace: dict | None) -> list[str]:
         out += ["", "| Python allocation site (innermost phalanx frame first) | grew KiB | live KiB | blocks |",
                 "|---|---:|---:|---:|"]
         for row in trace["grew"]:
-            frames = [f for f in row["frames"] if "/site-packages/" not in f and "/lib/python" not in f]
+            frames = [f for f in row["frames"] if not any(part in f for part in ("site-packages/", "/lib/python"))
+                      and not f.startswith("python3.")]
             where = " ← ".join((frames or row["frames"])[:3])
             out.append(f"| `{where}` | {row['grew'] / 1024:.0f} | {row['size'] / 1024:.0f} | {row['count']} |")
     return out
