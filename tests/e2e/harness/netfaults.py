@@ -101,9 +101,9 @@ PLAIN_BOUND_S = 30.0
 STATUS_BOUND_S = 30.0
 THREAD_SLACK = 16
 #: phalanx serve's pools that start threads lazily and keep them, and their bounds with the flags
-#: the rig starts serve with (``--grpc-workers`` 32, the binder's 16): their growth up to the bound
-#: is not a leak
-BOUNDED_POOLS = {"phalanx-grpc": 32, "phalanx-bind": 16}
+#: the rig starts serve with (``--grpc-workers`` 32, the binder's 16, group preemption's evictions'
+#: 16): their growth up to the bound is not a leak
+BOUNDED_POOLS = {"phalanx-grpc": 32, "phalanx-bind": 16, "phalanx-evict": 16}
 RSS_SLACK = 1.5
 SERVE_LINK_OUTAGE_BOUND = 40.0  # a plugin-mode outage is held at most this long (plain-pod probe)
 
