@@ -266,7 +266,10 @@ def _memory_trace(args: argparse.Namespace) -> None:
 
     if args.memory_trace_every <= 0 or args.memory_trace_frames < 0:
         raise SystemExit("phalanx serve: --memory-trace-every must be > 0 and --memory-trace-frames >= 0")
-    MemoryTrace(args.memory_trace, args.memory_trace_every, args.memory_trace_frames).start()
+    try:
+        MemoryTrace(args.memory_trace, args.memory_trace_every, args.memory_trace_frames).start()
+    except OSError as err:
+        raise SystemExit(f"phalanx serve: --memory-trace {args.memory_trace}: {err.strerror or err}") from None
 
 
 def _add_namespace_limits(serve: argparse.ArgumentParser) -> None:

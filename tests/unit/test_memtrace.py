@@ -84,3 +84,24 @@ def test_the_resident_size_is_split_by_kind_of_mapping():
     assert set(kinds) == {"heap", "anon", "file", "stack"}
     assert kinds["file"] > 0 and kinds["anon"] + kinds["heap"] > 0  # the interpreter's code; its objects
     assert proc_smaps(2 ** 31) == {}  # no such process
+
+
+@pytest.mark.parametrize("args, said", [
+    (["--memory-trace", "/proc/no-such-dir"], "phalanx serve: --memory-trace /proc/no-such-dir: No such file"),
+    (["--memory-trace", "DIR", "--memory-trace-every", "0"], "--memory-trace-every must be > 0"),
+    (["--memory-trace", "DIR", "--memory-trace-frames", "-1"], "--memory-trace-frames >= 0"),
+])
+def test_a_bad_memory_trace_flag_is_one_line(args, said, tmp_path: Path):
+    from phalanx_cli.main import main
+
+    args = [str(tmp_path / "trace") if a == "DIR" else a for a in args]
+    with pytest.raises(SystemExit, match=said):  # said before serve starts, not a traceback
+        main(["serve", "--sim", str(tmp_path / "absent.yaml"), *args])
+
+
+def test_only_the_real_soak_takes_a_memory_trace():
+    from phalanx_cli.main import main
+
+    for suite in (["soak"], ["solver"]):
+        with pytest.raises(SystemExit, match="--memory-trace is for soak --real only"):
+            main(["bench", *suite, "--memory-trace", "x"])
