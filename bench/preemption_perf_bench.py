@@ -48,7 +48,8 @@ def medians(rows: list[dict]) -> list[dict[str, Any]]:
         for m in MEASURES:
             values = [r[m] for r in done if r.get(m) is not None]
             if values:
-                row[m] = round(statistics.median(values), 2)
+                middle = statistics.median(values)  # of an even count, a mean of two: kept whole where it is
+                row[m] = int(middle) if float(middle).is_integer() else round(middle, 2)
         if len(done) < len(runs):
             row["failed"] = "; ".join(r["status"] for r in runs if r["status"] != "ok")[:300]
         out.append(row)

@@ -84,3 +84,21 @@ def test_workloads_are_read_from_upstreams_files_and_an_unknown_name_lists_the_k
         assert "GangScheduling/10Nodes_3Gangs" in str(err)
     else:
         raise AssertionError("an unknown workload was accepted")
+
+
+def test_the_preemption_table_gives_medians_beside_in_trees_and_says_what_failed() -> None:
+    from bench import preemption_perf_bench as preemption
+
+    def row(scheduler: str, seconds: float, p99: float, status: str = "ok") -> dict:
+        return {"workload": "GangPreemptionBasic/w", "scheduler": scheduler, "status": status, "scheduling_s": seconds,
+                "podgroup_attempt_ms_p99": p99, "evicted_pods": 1000, "evicted_groups": 0, "partial_groups": 0}
+
+    rows = [row("in-tree", 10, 100), row("in-tree", 12, 120), row("in-tree", 30, 90),
+            row("plugin", 20, 400), row("plugin", 24, 300), row("plugin", 99, 999, "timed out after 900 s")]
+    table = {r["scheduler"]: r for r in preemption.medians(rows)}
+    assert (table["in-tree"]["scheduling_s"], table["in-tree"]["ok"]) == (12, 3)
+    # a round that did not finish is left out of the medians and said
+    assert (table["plugin"]["scheduling_s"], table["plugin"]["ok"], table["plugin"]["rounds"]) == (22, 2, 3)
+    text = preemption.markdown(rows)
+    assert "| GangPreemptionBasic / w | plugin | 2/3 | 22 | 0.55× |" in text
+    assert "timed out after 900 s" in text
