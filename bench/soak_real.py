@@ -162,7 +162,7 @@ class RealSoak:
     def _serve_args(self) -> tuple[str, ...]:
         args: tuple[str, ...] = ("--history-groups", str(SOAK_HISTORY_GROUPS))
         if self.memory_trace is not None:
-            every = max(60.0, min(300.0, self.duration / 12))  # a dozen looks or more, at most every minute
+            every = max(60.0, min(300.0, self.duration / 12))  # a dozen looks, one to five minutes apart
             args += ("--memory-trace", str(self.memory_trace), "--memory-trace-every", f"{every:.0f}")
         return args
 

@@ -112,7 +112,6 @@ class MemoryTrace:
         """``frames``: frames kept per traced allocation; 0: no ``tracemalloc``, counters only."""
         self.directory, self.every, self.frames = Path(directory), every, frames
         self.count = 0
-        self._halt = threading.Event()
         self._started = time.monotonic()
 
     def start(self) -> None:
@@ -123,12 +122,10 @@ class MemoryTrace:
         threading.Thread(target=self._loop, name="memory-trace", daemon=True).start()
         log.warning("memory trace on (a diagnostic: serve is slower): %s every %.0f s", self.directory, self.every)
 
-    def stop(self) -> None:
-        self._halt.set()
-
     def _loop(self) -> None:
         self.look()
-        while not self._halt.wait(self.every):
+        while True:  # for the process's life (a daemon thread)
+            time.sleep(self.every)
             try:
                 self.look()
             except Exception:  # noqa: BLE001 - a diagnostic never takes serve down

@@ -273,12 +273,13 @@ class _Room:
         self.index, self.rindex = snapshot.index, snapshot.rindex
         self.ids, self.eligible = base.domain_ids, search.eligible
         self.needed = max(base.needed, 1)
-        caps = self._caps(np.arange(len(self.free)))
+        caps = self._caps(np.arange(len(self.free)), self.free)
         self.sums = {d: int(caps[self.ids == d].sum()) for d in domains}
         self.caps = caps
 
-    def _caps(self, rows: np.ndarray) -> np.ndarray:
-        held = np.min(self.free[np.ix_(rows, self.cols)] // self.per_pod, axis=1)
+    def _caps(self, rows: np.ndarray, free: np.ndarray) -> np.ndarray:
+        """Pods of the group that ``rows`` hold, ``free`` being their free room (one row each)."""
+        held = np.min(free[:, self.cols] // self.per_pod, axis=1)
         return np.where(self.eligible[rows], np.maximum(held, 0), 0)
 
     def _after(self, usage: Mapping[str, Mapping[str, int]]) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -289,8 +290,7 @@ class _Room:
                 j = self.rindex.get(r)
                 if j is not None:
                     free[i, j] -= amount
-        held = np.min(free[:, self.cols] // self.per_pod, axis=1)
-        return rows, free, np.where(self.eligible[rows], np.maximum(held, 0), 0)
+        return rows, free, self._caps(rows, free)
 
     def refuses(self, usage: Mapping[str, Mapping[str, int]]) -> bool:
         """True when, with ``usage`` (a unit given back: node -> amounts) charged again, no domain
