@@ -7,9 +7,11 @@ namespace), ``spec.provisioningClassName`` names the class, and both are immutab
 ``status.conditions`` are ``metav1.Condition`` of the types ``Accepted``, ``Provisioned``,
 ``Failed``, ``CapacityRevoked`` and ``BookingExpired``.
 
-phalanx asks for one request per gang, named from the PodGroup's uid (:func:`request_name`), so a
-second ask for the same gang (another cycle, a restart of ``phalanx serve``) finds the first;
-the request and its PodTemplates are owned by the PodGroup, so deleting the group deletes them.
+phalanx asks for one request per gang and size, named from the PodGroup's uid and the members it
+already holds (:func:`request_name`), so a second ask for the same gang (another cycle, a restart
+of ``phalanx serve``) finds the first, and a gang that grows once bound (its minCount raised, a
+lost member's replacement) asks again for the increment under a name of its own; the request and
+its PodTemplates are owned by the PodGroup, so deleting the group deletes them.
 """
 
 from __future__ import annotations
@@ -37,9 +39,21 @@ FINAL = frozenset({names.PROVISIONING_FAILED, names.PROVISIONING_CAPACITY_REVOKE
                    names.PROVISIONING_BOOKING_EXPIRED})
 
 
-def request_name(podgroup_uid: str) -> str:
-    """The one request of the gang whose PodGroup has this uid."""
-    return f"phalanx-{podgroup_uid}"
+def request_name(podgroup_uid: str, held: int = 0) -> str:
+    """The one request of the gang whose PodGroup has this uid while ``held`` of its members are
+    bound or finished: ``phalanx-<uid>`` for a gang that holds nothing yet (the name of every
+    earlier version), ``phalanx-<uid>-<held>`` for the increment of a gang that grows."""
+    return f"phalanx-{podgroup_uid}-{held}" if held else f"phalanx-{podgroup_uid}"
+
+
+def request_held(name: str, podgroup_uid: str) -> int | None:
+    """The members held when ``name`` was asked for the PodGroup of this uid (see
+    :func:`request_name`), or None when ``name`` is no request of that PodGroup."""
+    first = request_name(podgroup_uid)
+    if name == first:
+        return 0
+    held = name[len(first) + 1:] if name.startswith(first + "-") else ""
+    return int(held) if held.isdigit() and not held.startswith("0") else None
 
 
 @dataclass(frozen=True)
@@ -117,10 +131,11 @@ class ProvisioningAsk:
     domain: str = ""
     class_name: str = names.PROVISIONING_CLASS_ATOMIC
     parameters: Mapping[str, str] = field(default_factory=dict)
+    held: int = 0  # the gang's members bound or finished when it asked (a growing gang's increment)
 
     @property
     def name(self) -> str:
-        return request_name(self.podgroup_uid)
+        return request_name(self.podgroup_uid, self.held)
 
     @property
     def templates(self) -> tuple[str, ...]:

@@ -35,7 +35,15 @@ from cluster import names
 from cluster.backend import ClusterWriter, WriteError
 from cluster.cache import CacheEvent, ClusterCache
 from cluster.convert import PodGroupRecord
-from cluster.provisioning import FINAL, MAX_POD_SETS, PodSet, ProvisioningAsk, ProvisioningRecord, request_name
+from cluster.provisioning import (
+    FINAL,
+    MAX_POD_SETS,
+    PodSet,
+    ProvisioningAsk,
+    ProvisioningRecord,
+    request_held,
+    request_name,
+)
 from solver import Explanation, PodGroup, Policy
 from solver.explain import CAPACITY, DomainShortfall
 from solver.model import Pod, by_shape
@@ -122,6 +130,7 @@ class Provisioning:
         self._lock = threading.Lock()  # over the maps below: the cache's thread notes, the cycle reads
         self.asked: dict[str, str] = {}  # group -> the request asked for (the cache may not show it yet)
         self.said: dict[str, str] = {}  # group -> the request's state last written on the group
+        self.deleting: set[str] = set()  # requests (namespace/name) whose deletion is queued
         self.reasons: dict[str, str] = {}  # group -> the solver's reason the request was made for
         # namespace/name of a request of phalanx's -> its group: those listed before this cycle
         # subscribed (serve lists its caches first), then kept by the cache's events
@@ -147,7 +156,8 @@ class Provisioning:
         record = self.cache.podgroups.get(group.key)
         if record is None or not record.uid or group.policy is not Policy.GANG or not self.wanted(record):
             return Asked()
-        key = f"{group.namespace}/{request_name(record.uid)}"
+        held = len(group.bound) + group.finished  # a gang that grows asks for its increment anew
+        key = f"{group.namespace}/{request_name(record.uid, held)}"
         existing = self.cache.provisioning_requests.get(key)
         with self._lock:
             asked = self.asked.get(group.key)
@@ -160,7 +170,8 @@ class Provisioning:
         sets = pod_sets(group.pending, shortfall.missing)
         if not sets:
             return Asked()
-        ask = ProvisioningAsk(group.namespace, group.name, record.uid, sets, group.topology_key, shortfall.value)
+        ask = ProvisioningAsk(group.namespace, group.name, record.uid, sets, group.topology_key, shortfall.value,
+                              held=held)
         with self._lock:
             self.asked[group.key] = key
         self._create(group, ask)
@@ -212,15 +223,32 @@ class Provisioning:
         if not self.dirty:
             return
         self.dirty = False
-        ours = {f"{r.namespace}/{r.podgroup}": r for r in list(self.cache.provisioning_requests.values()) if r.podgroup}
+        ours: dict[str, list[ProvisioningRecord]] = {}
+        for request in list(self.cache.provisioning_requests.values()):
+            if request.podgroup:
+                ours.setdefault(f"{request.namespace}/{request.podgroup}", []).append(request)
         with self._lock:
             groups = set(self.asked) | set(ours)
+            self.deleting &= set(self.cache.provisioning_requests)  # gone: their deletion landed
         for group_key in groups:
-            self._sync_group(group_key, ours.get(group_key))
+            self._sync_group(group_key, self._newest(group_key, ours.get(group_key, [])))
+
+    def _newest(self, group_key: str, requests: list[ProvisioningRecord]) -> ProvisioningRecord | None:
+        """The request of ``group_key`` asked for its latest size; the earlier ones of the same
+        PodGroup (a gang that grew before its last request was deleted) are deleted."""
+        record = self.cache.podgroups.get(group_key)
+        if record is None or len(requests) < 2:
+            return requests[0] if requests else None
+        requests = sorted(requests, key=lambda r: (request_held(r.name, record.uid) is not None,
+                                                   request_held(r.name, record.uid) or 0))
+        newest = requests[-1]
+        for request in requests[:-1]:
+            self._delete(group_key, request, f"superseded by {newest.key}", superseded=True)
+        return newest
 
     def _sync_group(self, group_key: str, request: ProvisioningRecord | None) -> None:
         record = self.cache.podgroups.get(group_key)
-        if request is not None and (record is None or request.name != request_name(record.uid)):
+        if request is not None and (record is None or request_held(request.name, record.uid) is None):
             self._delete(group_key, request, "its PodGroup is gone")  # (owner references collect it too)
             return
         if record is None:
@@ -244,12 +272,16 @@ class Provisioning:
         final = state is not None and state.type in FINAL
         self.status.event(group_key, names.EVENT_PROVISIONING_CHANGED, words, "Warning" if final else "Normal")
 
-    def _delete(self, group_key: str, request: ProvisioningRecord, why: str) -> None:
+    def _delete(self, group_key: str, request: ProvisioningRecord, why: str, superseded: bool = False) -> None:
+        """Queue ``request``'s deletion, once (the cache shows it until the deletion lands);
+        ``superseded``: an earlier request of a gang that asked again, whose state is its newest's."""
         with self._lock:
-            if self.said.get(group_key) == DELETING:
-                return  # queued already; the cache shows it until the deletion lands
-            self.said[group_key] = DELETING
-            self.reasons.pop(group_key, None)
+            if request.key in self.deleting:
+                return
+            self.deleting.add(request.key)
+            if not superseded:
+                self.said[group_key] = DELETING
+                self.reasons.pop(group_key, None)
         def delete() -> None:
             self.writer.delete_provisioning_request(request.namespace, request.name, request.templates)
         self.status.submit(group_key, "provisioning", delete, coalesce=f"provisioning-delete:{request.key}")

@@ -18,6 +18,12 @@ the one that fits the most groups without preemption is answered, each group say
 it (``order``). That is a search over orders, not a joint solve: groups that would fit only when
 placed jointly (each bending to the others) may still be answered does-not-fit.
 
+A StatefulSet that exists already is answered as the scale (or update) of the gang it runs: its
+PodGroup in the cluster is the group, at the manifest's minCount; the members it keeps (ordinals
+below the new replicas) stay as they are, bound where they run, and only the ordinals it would add
+are placed — inside the domain the running members hold, as the cycle places a gang that grows
+(``running`` counts the kept running members; members past the new replicas are left out).
+
 Members' PersistentVolumeClaims are those of the cluster where they exist, else the ones the
 manifest would create (a StatefulSet's claim templates, generic ephemeral volumes), unbound and
 waiting for their pod (:meth:`DraftGroup.members_with_volumes`).
@@ -89,6 +95,9 @@ class WhatIfAnswer:
     #: members (names) the placement leaves out — beyond minCount, they would wait — and why
     waiting: tuple[str, ...] = ()
     waiting_why: str = ""
+    #: members already running that the manifest keeps where they are (a StatefulSet that exists,
+    #: scaled): the answer places only the others
+    running: int = 0
 
 
 class WhatIf:
@@ -103,7 +112,7 @@ class WhatIf:
         solver can take (the doors answer it as a refusal of the manifest)."""
         with self.lock:
             snapshot = self.planner.snapshot_for("", refresh=False)
-            groups = [(self._group(draft), draft.source) for draft in drafts]
+            groups = [(self._live(draft) or self._group(draft), draft.source) for draft in drafts]
         order = tuple(range(len(groups)))
         answers = self._in_order(groups, order, snapshot)
         fitting = sum(a.verdict == FITS for a in answers)
@@ -122,6 +131,23 @@ class WhatIf:
                 self.cache.priority_classes)
         except InvalidInput as err:
             raise InvalidInput(f"{draft.source}: {err}") from None
+
+    def _live(self, draft: DraftGroup) -> PodGroup | None:
+        """The gang a drafted StatefulSet already runs, as the manifest would leave it (see the
+        module's docstring), or None when it runs none (lock held)."""
+        owner = draft.record.owner
+        if owner.kind != "StatefulSet":
+            return None
+        live = next((r for r in self.cache.podgroups.values() if r.namespace == draft.record.namespace
+                     and r.owner.kind == owner.kind and r.owner.name == owner.name), None)
+        if live is None:
+            return None
+        wanted = {p.name: p for p in draft.members}
+        kept = {r.pod.name: r.pod for r in self.cache.members(live.key) if r.pod.name in wanted and not r.gated}
+        added = tuple(replace(p, group=live.key) for name, p in wanted.items() if name not in kept)
+        spec = replace(live.spec, min_count=draft.record.spec.min_count)
+        return podgroup_of(replace(live, spec=spec), tuple(kept.values()) + added, self.cache.priority_classes,
+                           finished=len(self.cache.finished_members(live.key)))
 
     def _in_order(self, groups: Sequence[tuple[PodGroup, str]], order: tuple[int, ...],
                   snapshot: Snapshot) -> list[WhatIfAnswer]:
@@ -150,7 +176,9 @@ class WhatIf:
     def _one(self, group: PodGroup, source: str, snapshot: Snapshot) -> tuple[WhatIfAnswer, Snapshot]:
         """The answer for ``group`` and the snapshot the next group sees."""
         blank = WhatIfAnswer(group.key, source, DOES_NOT_FIT, len(group.members), group.min_count,
-                             group.policy.value, group.topology_key)
+                             group.policy.value, group.topology_key, running=len(group.bound))
+        if not group.pending and not group.missing_members:  # scaled down, or as it runs: nothing new
+            return replace(blank, verdict=FITS, domain=_held_domain(group, snapshot)), snapshot
         try:
             placement = place(snapshot, group, self.options)
         except InvalidInput as err:
@@ -222,6 +250,13 @@ def _other_orders(sizes: Sequence[int]) -> list[tuple[int, ...]]:
     largest = tuple(sorted(own, key=lambda i: -sizes[i]))
     smallest = tuple(sorted(own, key=lambda i: sizes[i]))
     return [o for o in dict.fromkeys((largest, smallest)) if o != own]
+
+
+def _held_domain(group: PodGroup, snapshot: Snapshot) -> str:
+    """The value of the group's required key its running members hold ("" none, or several)."""
+    values = {snapshot.nodes[snapshot.index[p.node]].labels.get(group.topology_key, "")
+              for p in group.bound if p.node in snapshot.index}
+    return values.pop() if group.topology_key and len(values) == 1 else ""
 
 
 def _by_name(assignments: Mapping[str, str], pods: Mapping[str, Pod]) -> dict[str, str]:

@@ -80,6 +80,10 @@ def render_table(reply: pb.WhatIfReply) -> str:
         lines.append(f"\n{g.namespace}/{g.name} ({g.source}): {g.verdict}"
                      + (f" in {g.topology_key}={g.domain}" if g.topology_key and g.domain else "")
                      + (f" (planned {_ordinal(g.order)}: the manifest's order fits fewer groups)" if reordered else ""))
+        if g.running:
+            added = g.members - g.running
+            lines.append(f"  {g.running} running stay where they are; "
+                         + (f"{added} to place beside them" if added else "nothing new to place"))
         width = max((len(p) for p in g.nodes), default=0)
         lines += [f"  {pod:<{width}}  {node}" for pod, node in sorted(g.nodes.items())]
         if g.waiting:

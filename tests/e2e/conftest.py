@@ -12,6 +12,7 @@ Logs and configs live in one work directory, printed at the start; it is kept wh
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 import tempfile
@@ -194,6 +195,23 @@ def phalanx(control_plane: ControlPlane) -> Iterator[Any]:
                     kubeconfig=str(control_plane.admin_kubeconfig)).start()
     yield service
     service.stop()
+
+
+@contextlib.contextmanager
+def serve_with_whatif(control_plane: ControlPlane) -> Iterator[Any]:
+    """phalanx serve as the command composes it: the ``phalanx`` fixture's, with the controller's
+    compiler for what-if."""
+    from controller.whatif import compile_objects
+    from extender.server import ServeOptions, build
+
+    options = ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0",
+                           http_threads=256, barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0,
+                           compile_manifest=compile_objects)
+    service = build(options, kubeconfig=str(control_plane.admin_kubeconfig)).start()
+    try:
+        yield service
+    finally:
+        service.stop()
 
 
 PHALANX_SCHEDULER_MODES = PHALANX_MODES

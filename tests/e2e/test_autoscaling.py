@@ -7,7 +7,10 @@ one rack all at once as KWOK nodes, or fails a request past its node group's max
   for the 6 missing pods in one rack; the stand-in's nodes arrive in that rack; the gang is bound
   whole there; the request and its PodTemplates are deleted;
 - a gang needing more nodes than the node group's maximum: the request fails, and the PodGroup's
-  condition says so.
+  condition says so;
+- a bound gang of 2 that grows to 4 (minCount raised, two members added) while the other rack has
+  room for both: one request, of its own name, for the 2 new members in the rack the gang holds;
+  the gang is bound whole there, its first members unmoved.
 """
 
 from __future__ import annotations
@@ -104,3 +107,26 @@ def test_stand_in_fails_a_request_past_the_node_group_maximum_and_the_podgroup_s
     [request] = requests_in(rest, namespace)  # kept, saying why; never asked again
     assert [s["count"] for s in request["spec"]["podSets"]] == [MAX_NODES + 1]
     assert not [p for p in pods(rest, namespace, podgroup="huge") if p["spec"].get("nodeName")]
+
+
+def test_stand_in_a_bound_gang_that_grows_gets_its_increment_in_the_rack_it_holds(
+        rest: Kube, namespace: str, nodes: NodePool, extender: Scheduler, stand_in: StandInProvisioner) -> None:
+    racks(nodes, per_rack=2)
+    atomic_gang(rest, namespace, "serve", 2)  # fits the nodes there are: no request
+    first = wait_all_bound(rest, namespace, 2, timeout=60, podgroup="serve")
+    [held] = {node.split("-")[0] for node in first.values()}
+    assert not requests_in(rest, namespace)
+    # grown as phalanx's controller grows a scaled StatefulSet's gang: minCount first, then the pods;
+    # the other rack has room for both new members, the held rack none
+    rest.patch(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups/serve",
+               {"spec": {"schedulingPolicy": {"gang": {"minCount": 4}}}})
+    for i in (2, 3):
+        create(rest, pod(f"serve-{i}", "serve", requests=CPU1), namespace)
+    grown = wait_all_bound(rest, namespace, 4, timeout=120, podgroup="serve")
+    assert stand_in.errors == []
+    [(rack, made)] = [(r, n) for r, n in stand_in.created.items() if n]
+    assert rack == held and len(made) == 2, stand_in.created  # exactly the increment, in the held rack
+    assert {n: grown[n] for n in first} == first and {grown["serve-2"], grown["serve-3"]} == set(made)
+    [name] = [key for key in stand_in.seen if key.startswith(f"{namespace}/")]  # (it watches every namespace)
+    assert name.endswith("-2") and stand_in.seen[name] == "Provisioned", name  # the increment's own request: phalanx-<uid>-<members held>
+    wait_for(lambda: not requests_in(rest, namespace), 60, "the increment's request deleted once the gang is bound")

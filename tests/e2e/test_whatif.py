@@ -35,7 +35,7 @@ from harness.corpus import CASES, storage_class
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
-from .conftest import PHALANX_BARRIER_SECONDS, start_phalanx_scheduler
+from .conftest import serve_with_whatif, start_phalanx_scheduler
 
 CORPUS = tuple(c.name for c in CASES)
 BIND_TIMEOUT = 60.0
@@ -46,15 +46,8 @@ GANG_IN_A_RACK = {"schedulingPolicy": {"gang": {}}, "schedulingConstraints": {"t
 @pytest.fixture(scope="module")
 def serve(control_plane) -> Iterator[Any]:
     """phalanx serve as the command composes it: with the controller's compiler for what-if."""
-    from controller.whatif import compile_objects
-    from extender.server import ServeOptions, build
-
-    options = ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0",
-                           http_threads=256, barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0,
-                           compile_manifest=compile_objects)
-    service = build(options, kubeconfig=str(control_plane.admin_kubeconfig)).start()
-    yield service
-    service.stop()
+    with serve_with_whatif(control_plane) as service:
+        yield service
 
 
 @pytest.fixture(scope="module")

@@ -13,6 +13,7 @@ from cluster.provisioning import (
     pod_template_json,
     provisioning_record,
     provisioning_request_json,
+    request_held,
     request_name,
 )
 from cluster.sim import SimCluster
@@ -262,3 +263,71 @@ def test_the_template_carries_the_shapes_tolerations_and_selector_and_no_domain_
     assert request["spec"]["podSets"] == [{"podTemplateRef": {"name": "phalanx-u-1-0"}, "count": 3}]
     with pytest.raises(InvalidInput, match="1 to 32 pod sets"):
         provisioning_request_json(ProvisioningAsk("ns", "g", "u-1", ()), "scheduling.k8s.io/v1beta1")
+
+
+def grow(sim, name, to, gpu=4):
+    """The gang's minCount raised to ``to`` and its new members created, as a StatefulSet scaled up
+    through phalanx's controller would."""
+    def raise_min(o):
+        o["spec"]["schedulingPolicy"]["gang"]["minCount"] = to
+    sim.update("PodGroup", f"default/{name}", raise_min)
+    have = len([p for p in sim.list("Pod") if p["metadata"]["name"].startswith(f"{name}-")])
+    return [sim.create(pod(f"{name}-{i}", name, gpu=gpu)) for i in range(have, to)]
+
+
+def test_a_bound_gang_that_grows_asks_for_its_increment_in_the_rack_it_holds(sim, cycle):
+    pods = gang(sim, "train", 2)  # 2 x 4 GPUs: fits one rack of 2 nodes x 4 GPUs, asks nothing
+    planned, errors = bind_all(cycle, sim, pods)
+    assert errors == [] and cycle.flush() and requests(sim) == []
+    [held] = {sim.get("Node", n)["metadata"]["labels"][RACK] for n in planned.values()}
+    new = grow(sim, "train", 4)  # the other rack has room for both new members: not theirs to take
+    answer = verbs.filter(cycle, new[0], all_nodes(sim))
+    assert answer.nodes == []
+    name = request_name(uid_of(sim, "train"), 2)
+    assert f"ProvisioningRequest default/{name} asks for 2 pods in rack {held}, all at once" in answer_reason(answer)
+    assert cycle.flush()
+    [request] = requests(sim)
+    assert request["metadata"]["name"] == name and name != request_name(uid_of(sim, "train"))
+    assert [s["count"] for s in request["spec"]["podSets"]] == [2]
+    assert template(sim, request)["template"]["spec"]["nodeSelector"] == {RACK: held}
+    consumes = {p["metadata"]["name"]: (p["metadata"].get("annotations") or {}).get(names.ANNOTATION_CONSUME_PROVISIONING)
+                for p in sim.list("Pod")}
+    assert consumes == {"train-0": None, "train-1": None, "train-2": name, "train-3": name}
+    for i in range(2, 4):  # the increment's nodes arrive in the held rack; the new members bind there
+        sim.create(node(f"n-{held[1]}-{i}", rack=held, gpus=4))
+    current = [sim.get("Pod", f"default/{p['metadata']['name']}") for p in new]
+    planned, errors = bind_all(cycle, sim, current)
+    assert errors == [] and {sim.get("Node", n)["metadata"]["labels"][RACK] for n in planned.values()} == {held}
+    wait_until(lambda: cycle.flush() and not requests(sim) and not sim.list("PodTemplate"))
+
+
+def test_a_gang_provisioned_once_asks_again_when_it_grows_and_the_first_request_goes():
+    sim = SimCluster()
+    sim.create(node("n-0-0", rack="r0", gpus=4))
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()  # its requeue thread syncs
+    try:
+        pods = gang(sim, "train", 2)
+        verbs.filter(cycle, pods[0], all_nodes(sim))
+        assert cycle.flush()
+        first = request_name(uid_of(sim, "train"))
+        assert [r["metadata"]["name"] for r in requests(sim)] == [first]
+        sim.create(node("n-0-1", rack="r0", gpus=4))  # the first request's node: the gang binds
+        current = [sim.get("Pod", f"default/{p['metadata']['name']}") for p in pods]
+        _, errors = bind_all(cycle, sim, current)
+        assert errors == []
+        grow(sim, "train", 3)  # grown before the first request was deleted: both exist a moment
+        answer = verbs.filter(cycle, sim.get("Pod", "default/train-2"), all_nodes(sim))
+        second = request_name(uid_of(sim, "train"), 2)
+        assert f"ProvisioningRequest default/{second} asks for 1 pods in rack r0" in answer_reason(answer)
+        wait_until(lambda: cycle.flush() and [r["metadata"]["name"] for r in requests(sim)] == [second])
+        deleted = [e["note"] for e in sim.events if e["reason"] == names.EVENT_PROVISIONING_DELETED]
+        assert deleted == [f"ProvisioningRequest default/{first} deleted: superseded by default/{second}"], deleted
+    finally:
+        cycle.close()
+
+
+def test_a_request_name_says_the_gang_and_the_members_it_held():
+    assert request_held(request_name("u-1"), "u-1") == 0
+    assert request_held(request_name("u-1", 12), "u-1") == 12
+    for other in ("phalanx-u-2", "phalanx-u-1-", "phalanx-u-1-x", "phalanx-u-1-012", "phalanx-u-10", "u-1"):
+        assert request_held(other, "u-1") is None, other

@@ -13,10 +13,11 @@ from cluster import names
 from controller.whatif import compile_objects
 from cycle import DOES_NOT_FIT, FITS, FITS_AFTER_PREEMPTION, WorkloadCycle
 from extender.http import create_app
-from phalanx_cli.whatif import whatif
+from phalanx_cli.whatif import render_table, whatif
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 from rpc import start_grpc_server
+from rpc.servicer import whatif_message
 
 from .k8s_objects import pod, podgroup
 
@@ -571,3 +572,65 @@ def test_what_if_manifests_corrupted_at_nested_fields_never_answer_5xx_or_intern
             assert err.code() is grpc.StatusCode.INVALID_ARGUMENT, (body, err.code(), err.details())
 
     run()
+
+
+def running_statefulset(sim, cycle, name, replicas, gpu=2):
+    """A gang StatefulSet's objects as phalanx's controller and the StatefulSet controller leave
+    them (a PodGroup owned by the StatefulSet, its pods), placed by the cycle and bound."""
+    group = podgroup(f"{name}-live", replicas, RACK)
+    group["metadata"]["ownerReferences"] = [{"apiVersion": "apps/v1", "kind": "StatefulSet", "name": name,
+                                             "uid": f"uid-{name}", "controller": True}]
+    sim.create(group)
+    for i in range(replicas):
+        sim.create(pod(f"{name}-{i}", f"{name}-live", gpu=gpu))
+    placed = cycle.place_group(f"default/{name}-live")
+    assert not isinstance(placed, str), placed
+    for uid, node_name in placed.assignments.items():
+        sim.bind("default", cycle.cache.pods[uid].pod.name, uid, node_name)
+    return {cycle.cache.pods[u].pod.name: n for u, n in placed.assignments.items()}
+
+
+def test_a_running_statefulset_scaled_up_places_only_its_new_members_in_the_rack_it_holds(sim, cycle):
+    running = running_statefulset(sim, cycle, "db", 2)  # 2 x 2 GPUs on one node of one rack
+    held = {rack_of(sim, n) for n in running.values()}
+    [answer] = what_if(cycle, statefulset("db", 4, gpu=2))
+    assert answer.group == "default/db-live" and answer.verdict == FITS  # the gang it runs, not a new one
+    assert (answer.running, answer.members, answer.min_count) == (2, 4, 4)
+    assert sorted(answer.nodes) == ["db-2", "db-3"] and {answer.domain} == held
+    assert {rack_of(sim, n) for n in answer.nodes.values()} == held
+    # applied as the controller and the StatefulSet controller would: the prediction comes true
+    sim.update("PodGroup", "default/db-live",
+               lambda o: o["spec"]["schedulingPolicy"]["gang"].update(minCount=4))
+    for i in (2, 3):
+        sim.create(pod(f"db-{i}", "db-live", gpu=2))
+    placed = cycle.place_group("default/db-live")
+    assert not isinstance(placed, str)
+    assert {cycle.cache.pods[u].pod.name: n for u, n in placed.assignments.items()} == dict(answer.nodes)
+
+
+def test_a_scale_up_with_no_room_in_the_held_rack_does_not_fit_though_its_new_member_would_elsewhere(sim, cycle):
+    running = running_statefulset(sim, cycle, "db", 2, gpu=4)  # a whole rack: 2 nodes x 4 GPUs
+    [held] = {rack_of(sim, n) for n in running.values()}
+    other = ({"r0", "r1"} - {held}).pop()
+    [answer] = what_if(cycle, statefulset("db", 3, gpu=4))
+    assert answer.verdict == DOES_NOT_FIT and answer.running == 2 and not answer.nodes
+    assert f"rack {held}" in answer.explanation and f"rack {other}" not in answer.explanation, answer.explanation
+    [alone] = what_if(cycle, statefulset("other", 1, gpu=4))  # the same pod as a gang of its own fits
+    assert alone.verdict == FITS and alone.domain == other and alone.running == 0
+
+
+def test_a_running_statefulset_scaled_down_or_unchanged_has_nothing_new_to_place(sim, cycle):
+    running = running_statefulset(sim, cycle, "db", 3, gpu=1)
+    for replicas in (3, 1):
+        [answer] = what_if(cycle, statefulset("db", replicas, gpu=1))
+        assert (answer.verdict, answer.running, answer.members, dict(answer.nodes)) == (FITS, replicas, replicas, {})
+        assert answer.domain == rack_of(sim, running["db-0"])
+
+
+def test_the_table_says_which_members_run_and_which_are_placed(sim, cycle):
+    running_statefulset(sim, cycle, "db", 2)
+    reply = pb.WhatIfReply(groups=[])
+    [answer] = what_if(cycle, statefulset("db", 4, gpu=2))
+    reply.groups.append(whatif_message(answer))
+    assert reply.groups[0].running == 2
+    assert "2 running stay where they are; 2 to place beside them" in render_table(reply)

@@ -1,0 +1,207 @@
+"""A gang that grows, on the real control plane, side by side with kube-scheduler's in-tree gang
+scheduling (``GenericWorkload`` and ``TopologyAwareWorkloadScheduling`` on) on the same shapes.
+
+Two racks: ``a`` of two 2-GPU nodes, ``b`` of two 4-GPU nodes. A StatefulSet of 2-GPU pods that
+must sit in one rack starts with 3 replicas (only rack ``b`` holds 6 GPUs) and is scaled up:
+
+1. to 4: the new member fits beside the others in ``b`` and binds there;
+2. to 5: rack ``b`` is full; the new member alone would fit in ``a``, which would split the gang
+   across racks. phalanx keeps it pending (the gang's required rack is the one its running members
+   hold), and the PodGroup's ``MembersScheduled`` condition says what rack ``b`` lacks;
+3. a 2-GPU node joins rack ``b``: the pending member binds there.
+
+phalanx's side is the product path: the StatefulSet carries phalanx's scheduling annotation, phalanx's
+controller and the real StatefulSet controller make the PodGroup and pods and sync minCount on
+scale; before each scale-up ``WhatIf`` is asked for the scaled manifest, and its answer (the new
+members only, in the held rack; does-not-fit when the rack is full) must come true; the running
+members never move. In-tree does the same on its side (the 4th member in rack b, the 5th pending
+while rack b is full), which the test checks too. In-tree's side
+gets what KEP-6277's controller would make (in-tree has no StatefulSet integration in v1.37.2): a
+Workload and PodGroup, minCount raised before the replicas, as the KEP orders it.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Iterator
+
+import grpc
+import pytest
+from harness import (
+    GPU,
+    RACK,
+    create,
+    path,
+    podgroup,
+    podgroup_conditions,
+    podgroup_template,
+    scheduler_config,
+    statefulset,
+    wait_for,
+    workload,
+)
+
+from cluster import names
+from proto.phalanx.v1 import workload_cycle_pb2 as pb
+from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
+
+from .conftest import serve_with_whatif, start_phalanx_scheduler
+
+IN_TREE, PHALANX = "in-tree", "phalanx"
+SCHEDULER = {IN_TREE: "growth-in-tree", PHALANX: "growth-phalanx"}
+REQUESTS = {"cpu": "1", GPU: 2}
+GANG_IN_A_RACK = {"schedulingPolicy": {"gang": {}}, "schedulingConstraints": {"topology": [{"key": RACK}]}}
+SETTLE_SECONDS = 8.0  # how long a member that must not bind is watched
+
+
+@pytest.fixture(scope="module")
+def phalanx(control_plane) -> Iterator[Any]:
+    """phalanx serve as the command composes it: with the controller's compiler for what-if."""
+    with serve_with_whatif(control_plane) as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def in_tree(start_scheduler):
+    return start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="growth-in-tree", feature_gates={
+        "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True})
+
+
+@pytest.fixture(scope="module")
+def ours(control_plane, scheduler_mode, phalanx):
+    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, phalanx, scheduler_name=SCHEDULER[PHALANX],
+                                        name=f"growth-phalanx-{scheduler_mode}")
+    yield scheduler
+    scheduler.stop()
+
+
+@pytest.fixture(scope="module")
+def stub(phalanx) -> Iterator[pb_grpc.WorkloadCycleStub]:
+    with grpc.insecure_channel(f"127.0.0.1:{phalanx.grpc.port}") as channel:
+        yield pb_grpc.WorkloadCycleStub(channel)
+
+
+def racks(nodes, prefix: str) -> dict[str, str]:
+    """Rack a (2 x 2 GPUs) and rack b (2 x 4 GPUs); node name -> rack."""
+    out = {}
+    for rack, gpus in (("a", 2), ("b", 4)):
+        for i in range(2):
+            name = f"{prefix}-{rack}{i}"
+            nodes.add(name, gpu=gpus, rack=f"{prefix}-{rack}")
+            out[name] = f"{prefix}-{rack}"
+    return out
+
+
+def members(rest, namespace: str) -> dict[str, str]:
+    """pod name -> node ("" while pending) of the StatefulSet's live pods."""
+    return {p["metadata"]["name"]: p["spec"].get("nodeName") or ""
+            for p in rest.list_items(f"/api/v1/namespaces/{namespace}/pods")
+            if p["metadata"]["name"].startswith("grow-") and not p["metadata"].get("deletionTimestamp")}
+
+
+def wait_members(rest, namespace: str, count: int, bound: int, what: str) -> dict[str, str]:
+    def probe() -> dict[str, str] | None:
+        now = members(rest, namespace)
+        return now if len(now) == count and sum(1 for n in now.values() if n) == bound else None
+    return wait_for(probe, 90, f"{what}: {count} members, {bound} bound", interval=0.3)
+
+
+def watch_pending(rest, namespace: str, pod_name: str) -> str:
+    """Watch ``pod_name`` for SETTLE_SECONDS; the node it was bound to, or "" if it stayed pending."""
+    try:
+        return wait_for(lambda: members(rest, namespace).get(pod_name) or None, SETTLE_SECONDS,
+                        f"{pod_name} bound", interval=0.3)
+    except TimeoutError:
+        return ""
+
+
+def scale(rest, namespace: str, replicas: int, podgroup_name: str | None = None) -> None:
+    """Scale the StatefulSet; ``podgroup_name``: in-tree's side, its PodGroup's minCount first (what
+    KEP-6277's controller does before it creates pods)."""
+    if podgroup_name:
+        rest.patch(path("scheduling.k8s.io/v1beta1", "PodGroup", namespace, podgroup_name),
+                   {"spec": {"schedulingPolicy": {"gang": {"minCount": replicas}}}})
+    rest.patch(path("apps/v1", "StatefulSet", namespace, "grow"), {"spec": {"replicas": replicas}})
+
+
+def what_if(stub, namespace: str, replicas: int) -> pb.WhatIfGroup:
+    sts = statefulset("grow", replicas, requests=REQUESTS, scheduling=GANG_IN_A_RACK,
+                      scheduler_name=SCHEDULER[PHALANX])
+    reply = stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(sts)], namespace=namespace), timeout=60)
+    [group] = reply.groups
+    return group
+
+
+def run_in_tree(rest, namespace: str, nodes) -> dict[str, Any]:
+    """In-tree's side; what it did at each step."""
+    rack_of = racks(nodes, "gi")
+    create(rest, workload("grow", [podgroup_template("grow", min_count=3, topology_key=RACK)],
+                          controller_ref={"apiGroup": "apps", "kind": "StatefulSet", "name": "grow"}), namespace)
+    create(rest, podgroup("grow", min_count=3, workload_name="grow", template_name="grow", topology_key=RACK),
+           namespace)
+    sts = statefulset("grow", 3, requests=REQUESTS, scheduler_name=SCHEDULER[IN_TREE])
+    sts["spec"]["template"]["spec"]["schedulingGroup"] = {"podGroupName": "grow"}
+    create(rest, sts, namespace)
+    first = wait_members(rest, namespace, 3, 3, "in-tree: the gang of 3")
+    scale(rest, namespace, 4, "grow")
+    second = wait_members(rest, namespace, 4, 4, "in-tree: scaled to 4")
+    scale(rest, namespace, 5, "grow")
+    fifth = watch_pending(rest, namespace, "grow-4")
+    return {"first": {rack_of[n] for n in first.values()}, "fourth": rack_of[second["grow-3"]],
+            "fifth": rack_of.get(fifth, "pending")}
+
+
+def test_a_gang_scaled_up_grows_inside_its_rack_or_waits_whole(rest, namespace, nodes, in_tree, ours, scheduler_mode,
+                                                              stub, registered_controller):
+    other = f"{namespace[:50]}-it"
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    try:
+        theirs = run_in_tree(rest, other, nodes)
+    finally:
+        rest.delete(f"/api/v1/namespaces/{other}", missing_ok=True)
+        rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
+        for name in list(nodes.names):  # phalanx's side gets racks of its own
+            nodes.delete(name)
+    print(f"\n  in-tree: gang of 3 in {theirs['first']}, 4th member in {theirs['fourth']}, "
+          f"5th member (its rack full): {theirs['fifth']}")
+
+    rack_of = racks(nodes, "gp")
+    create(rest, statefulset("grow", 3, requests=REQUESTS, scheduling=GANG_IN_A_RACK,
+                             scheduler_name=SCHEDULER[PHALANX]), namespace)
+    first = wait_members(rest, namespace, 3, 3, "phalanx: the gang of 3")
+    assert {rack_of[n] for n in first.values()} == {"gp-b"}  # the only rack with 6 GPUs
+
+    grown = what_if(stub, namespace, 4)
+    assert (grown.verdict, grown.running, grown.members, grown.domain) == ("fits", 3, 4, "gp-b"), grown
+    assert sorted(grown.nodes) == ["grow-3"]
+    scale(rest, namespace, 4)
+    second = wait_members(rest, namespace, 4, 4, "phalanx: scaled to 4")
+    assert rack_of[second["grow-3"]] == "gp-b" and second["grow-3"] == grown.nodes["grow-3"]
+    assert {n: second[n] for n in first} == first  # the running members never moved
+
+    full = what_if(stub, namespace, 5)
+    assert (full.verdict, full.running, full.members) == ("does-not-fit", 4, 5), full
+    assert "gp-b" in full.explanation and "gp-a" not in full.explanation, full.explanation
+    group_name = next(iter(phalanx_groups(rest, namespace)))
+    scale(rest, namespace, 5)
+    assert watch_pending(rest, namespace, "grow-4") == "", "phalanx bound the 5th member outside its rack"
+
+    def short() -> dict | None:
+        condition = podgroup_conditions(rest, namespace, group_name).get(names.CONDITION_MEMBERS_SCHEDULED)
+        return condition if condition and condition["status"] == "False" and "gp-b" in condition["message"] else None
+    condition = wait_for(short, 30, "MembersScheduled says what rack gp-b lacks")
+    assert "nvidia.com/gpu" in condition["message"], condition
+    assert podgroup_conditions(rest, namespace, group_name)[names.CONDITION_INITIALLY_SCHEDULED]["status"] == "True"
+
+    nodes.add("gp-b2", gpu=2, rack="gp-b")  # room in the held rack: the member binds there
+    third = wait_members(rest, namespace, 5, 5, "phalanx: the 5th member once its rack has room")
+    assert third["grow-4"] == "gp-b2"
+    print(f"  phalanx ({scheduler_mode}): gang of 3 in gp-b, 4th member in gp-b, 5th pending "
+          f"until gp-b had room, then gp-b")
+    # in-tree on the same shapes: the 4th member beside the others, the 5th kept out of rack a too
+    assert (theirs["first"], theirs["fourth"], theirs["fifth"]) == ({"gi-b"}, "gi-b", "pending"), theirs
+
+
+def phalanx_groups(rest, namespace: str) -> list[str]:
+    return [g["metadata"]["name"]
+            for g in rest.list_items(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups")]
