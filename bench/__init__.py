@@ -28,6 +28,7 @@ SUITES = {
     "tenants": "bench.tenants_bench",
     "soak": "bench.soak_bench",
     "whatif": "bench.whatif_bench",
+    "composite": "bench.composite_bench",
 }
 
 

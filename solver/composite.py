@@ -1,0 +1,275 @@
+"""A CompositePodGroup planned as one unit: its children (PodGroups and composites, any depth) placed
+together, inside one domain of the composite's required topology key, each child inside one domain of
+its own key within it, all-or-nothing over the children its policy requires.
+
+The shape follows kube-scheduler v1.37.2's (``schedule_one_podgroup.go``: one candidate placement per
+value of the composite's key, the children tried in each, a gang composite feasible once
+``minGroupCount`` children fit, the best feasible placement kept, nothing assumed unless the whole
+subtree fits). phalanx differs in three ways, each for packing:
+
+- the parent's domains are tried **tightest first** (least free main resource among those whose
+  totals can hold the required children), and the first whose children all fit is kept: the rest of
+  the cluster keeps its roomiest domains;
+- inside a domain the children are placed **largest first** (their pending main resource), each by
+  :func:`solver.place` on what the ones before it left (capacity charged, pods assumed for the
+  inter-pod rules), and when that order leaves a required child out, the children's own order is
+  tried too;
+- a child's running members hold it, and the composite, to the domains they run in (a composite
+  whose members run is only ever planned around them).
+
+A Basic composite places the children that fit (none is required); a gang composite needs
+``minGroupCount`` of them, each whole by its own minCount. Pure: no I/O, nothing shared.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field, replace
+from typing import Mapping, Union
+
+import numpy as np
+
+from .errors import InvalidInput
+from .model import PODS, DisruptionMode, Pod, PodGroup, Policy
+from .objective import main_resource
+from .placement import Placement, SolveOptions, place
+from .snapshot import Snapshot
+
+#: how deep composites nest (upstream's WorkloadMaxTreeDepth: the leaf PodGroups' level included)
+MAX_DEPTH = 4
+
+Child = Union[PodGroup, "Composite"]
+
+
+@dataclass(frozen=True)
+class Composite:
+    """A CompositePodGroup and its children. ``min_group_count`` is the gang policy's (the children
+    that must fit together); a Basic composite requires none."""
+
+    namespace: str
+    name: str
+    children: tuple[Child, ...]
+    policy: Policy = Policy.GANG
+    min_group_count: int = 1
+    topology_key: str = ""
+    priority: int = 0
+    disruption_mode: DisruptionMode = DisruptionMode.SINGLE
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            raise InvalidInput("compositepodgroup name must not be empty")
+        count = self.min_group_count
+        if isinstance(count, bool) or not isinstance(count, int) or count < 1:
+            raise InvalidInput(f"compositepodgroup {self.key}: minGroupCount must be an integer >= 1, got {count!r}")
+        keys = [c.key for c in self.children]
+        if len(set(keys)) != len(keys):
+            raise InvalidInput(f"compositepodgroup {self.key}: a child is listed twice")
+        if self.depth > MAX_DEPTH:
+            raise InvalidInput(f"compositepodgroup {self.key}: nests {self.depth} levels, at most {MAX_DEPTH}")
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+    @property
+    def depth(self) -> int:
+        """Levels from this composite down to its deepest PodGroup, both counted."""
+        return 1 + max((c.depth if isinstance(c, Composite) else 1 for c in self.children), default=0)
+
+    @property
+    def required(self) -> int:
+        """How many children must fit together for the composite to be placed."""
+        return self.min_group_count if self.policy is Policy.GANG else 0
+
+    @property
+    def missing_children(self) -> str:
+        """Why the composite cannot be planned yet — fewer children than minGroupCount exist, or a
+        required child waits for members — or "" when it can."""
+        if len(self.children) < self.required:
+            return (f"compositepodgroup {self.key}: waiting for children, {len(self.children)} of "
+                    f"{self.required} exist")
+        waiting = [c for c in self.children if c.missing_members]
+        if len(self.children) - len(waiting) < self.required:
+            return waiting[0].missing_members
+        return ""
+
+    @property
+    def missing_members(self) -> str:
+        return self.missing_children
+
+    def leaves(self) -> tuple[PodGroup, ...]:
+        """Every PodGroup of the tree, depth first in the children's order."""
+        out: list[PodGroup] = []
+        for child in self.children:
+            out += child.leaves() if isinstance(child, Composite) else [child]
+        return tuple(out)
+
+
+@dataclass(frozen=True)
+class CompositePlacement:
+    """The answer for one composite: the children placed (PodGroups' and nested composites'
+    answers, by key), the value of its key they sit in, and — when it does not fit — why, naming
+    the child that did not."""
+
+    composite: str
+    domain: str = ""
+    children: Mapping[str, Union[Placement, "CompositePlacement"]] = field(default_factory=dict)
+    explanation: str = ""
+
+    @property
+    def fits(self) -> bool:
+        return not self.explanation
+
+    @property
+    def assignments(self) -> dict[str, str]:
+        """Every pending pod the plan places (uid -> node), over the whole subtree."""
+        out: dict[str, str] = {}
+        for answer in self.children.values():
+            out.update(answer.assignments)
+        return out
+
+
+def place_composite(snapshot: Snapshot, composite: Composite,
+                    options: SolveOptions = SolveOptions()) -> CompositePlacement:
+    """Place ``composite`` as one unit on ``snapshot`` (see the module's docstring). Raises
+    :class:`InvalidInput` for one that cannot be planned yet (a missing child or member)."""
+    if composite.missing_children:
+        raise InvalidInput(composite.missing_children)
+    return _place(snapshot, composite, options)
+
+
+def _place(snapshot: Snapshot, composite: Composite, options: SolveOptions) -> CompositePlacement:
+    values, ids = snapshot.domains(composite.topology_key)
+    held = _held_domains(snapshot, composite, ids)
+    candidates = sorted(held) if held else list(range(len(values)))
+    ranked = _tightest_first(snapshot, composite, ids, candidates)
+    if not ranked:
+        return CompositePlacement(composite.key, explanation=(
+            f"compositepodgroup {composite.key}: no {composite.topology_key} domain holds the "
+            f"{_demand_words(composite)} its required children ask for"))
+    nearest: CompositePlacement | None = None
+    for domain in ranked:
+        names = [snapshot.nodes[i].name for i in np.flatnonzero(ids == domain)]
+        inside = snapshot.only_nodes(names) if composite.topology_key else snapshot
+        value = values[domain] if composite.topology_key else ""
+        answer = _in_domain(inside, composite, value, options)
+        if answer.fits:
+            return answer
+        if nearest is None or len(answer.children) > len(nearest.children):
+            nearest = answer
+    assert nearest is not None
+    return replace(nearest, children={})
+
+
+def _in_domain(snapshot: Snapshot, composite: Composite, value: str, options: SolveOptions) -> CompositePlacement:
+    """The children placed in one domain of the composite's key: largest first, then in their own
+    order when that leaves a required child out."""
+    by_size = sorted(composite.children, key=lambda c: -_main_demand(c))
+    first = _in_order(snapshot, composite, value, by_size, options)
+    if first.fits or list(by_size) == list(composite.children):
+        return first
+    second = _in_order(snapshot, composite, value, list(composite.children), options)
+    return second if second.fits else first
+
+
+def _in_order(snapshot: Snapshot, composite: Composite, value: str, children: list[Child],
+              options: SolveOptions) -> CompositePlacement:
+    placed: dict[str, Placement | CompositePlacement] = {}
+    why: list[str] = []
+    current = snapshot
+    where = f" in {composite.topology_key}={value}" if composite.topology_key else ""
+    for left, child in enumerate(children):
+        if why and len(placed) + len(children) - left < composite.required:
+            break  # the required children can no longer all fit here (as in-tree's feasibility check)
+        if child.missing_members:
+            why.append(child.missing_members)
+            continue
+        answer = _child(current, child, options)
+        if answer is None:
+            placed[child.key] = Placement(child.key, {}, optimal=True)  # running whole: nothing to place
+            continue
+        if isinstance(answer, str):
+            why.append(answer)
+            continue
+        placed[child.key] = answer
+        current = _charged(current, child, answer.assignments)
+    if len(placed) >= max(composite.required, 1 if composite.policy is Policy.BASIC else 0) or not why:
+        return CompositePlacement(composite.key, value, placed)
+    return CompositePlacement(composite.key, value, placed, explanation=(
+        f"compositepodgroup {composite.key}{where}: {len(placed)} of {len(composite.children)} children fit, "
+        f"{composite.required} required; {why[0]}"))
+
+
+def _child(snapshot: Snapshot, child: Child, options: SolveOptions) -> Placement | CompositePlacement | str | None:
+    """A child's answer on ``snapshot``; the reason (str) when it does not fit; None when it has
+    nothing to place (its members all run)."""
+    if isinstance(child, Composite):
+        answer = _place(snapshot, child, options)
+        return answer if answer.fits else answer.explanation
+    if not child.pending:
+        return None
+    placement = place(snapshot, child, options)
+    if placement.assignments:
+        return placement
+    reason = placement.explanation.message() if placement.explanation else "no placement"
+    return f"podgroup {child.key} does not fit: {reason}"
+
+
+def _charged(snapshot: Snapshot, child: Child, assignments: Mapping[str, str]) -> Snapshot:
+    """``snapshot`` with ``child``'s placed pods charged and assumed (for the next child's rules)."""
+    pods: dict[str, Pod] = {p.uid: p for leaf in _leaves(child) for p in leaf.pending if p.uid in assignments}
+    charged = snapshot.with_placement(assignments, pods)
+    assumed = tuple(replace(p, node=assignments[uid]) for uid, p in pods.items())
+    return charged.with_context(assumed=snapshot.assumed + assumed)
+
+
+def _leaves(child: Child) -> tuple[PodGroup, ...]:
+    return child.leaves() if isinstance(child, Composite) else (child,)
+
+
+def _held_domains(snapshot: Snapshot, composite: Composite, ids: np.ndarray) -> set[int]:
+    """The domains of the composite's key its running members sit in."""
+    if not composite.topology_key:
+        return set()
+    return {int(ids[snapshot.index[p.node]]) for leaf in composite.leaves() for p in leaf.bound
+            if p.node in snapshot.index and ids[snapshot.index[p.node]] >= 0}
+
+
+def _main(composite: Composite) -> str:
+    return main_resource([p for leaf in composite.leaves() for p in leaf.pending])
+
+
+def _main_demand(child: Child) -> int:
+    resource = _main(child) if isinstance(child, Composite) else main_resource(list(child.pending))
+    return sum(1 if resource == PODS else p.spec.requests.get(resource, 0) for leaf in _leaves(child)
+               for p in leaf.pending)
+
+
+def _required_demand(composite: Composite, resource: str) -> int:
+    """The least of ``resource`` the required children ask for together: the smallest ones' pods
+    that must be placed."""
+    def demand(child: Child) -> int:
+        if isinstance(child, Composite):
+            parts = sorted(demand(c) for c in child.children)
+            return sum(parts[:child.required])
+        pods = sorted((1 if resource == PODS else p.spec.requests.get(resource, 0) for p in child.pending))
+        return sum(pods[:child.needed])
+    parts = sorted(demand(c) for c in composite.children)
+    return sum(parts[:composite.required])
+
+
+def _tightest_first(snapshot: Snapshot, composite: Composite, ids: np.ndarray, candidates: list[int]) -> list[int]:
+    """The candidate domains whose free main resource can hold the required children, least free
+    first (then by value)."""
+    resource = _main(composite)
+    column = snapshot.rindex.get(resource)
+    if column is None:
+        return candidates
+    free = snapshot.free[:, column]
+    need = _required_demand(composite, resource)
+    room = {d: int(free[ids == d].sum()) for d in candidates}
+    return sorted((d for d in candidates if room[d] >= need), key=lambda d: (room[d], d))
+
+
+def _demand_words(composite: Composite) -> str:
+    resource = _main(composite)
+    return f"{_required_demand(composite, resource)} {resource}"
