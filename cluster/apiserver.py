@@ -37,7 +37,7 @@ FLAVOR_RESOURCES = frozenset({"workloads", "podgroups"})
 
 #: kinds whose API may not be served (yet): a 404 counts as synced, with nothing to cache
 #: (ProvisioningRequests are served only where cluster-autoscaler's CRD is installed)
-OPTIONAL_KINDS = frozenset({"PodGroup", "Workload", "ProvisioningRequest"})
+OPTIONAL_KINDS = frozenset({"PodGroup", "Workload", "ProvisioningRequest", "CompositePodGroup"})
 
 
 class FlavorUnavailable(RuntimeError):
@@ -99,6 +99,9 @@ class ApiServerBackend:
             "Namespace": ("v1", "namespaces"),
             "ProvisioningRequest": (names.PROVISIONING_API_VERSION, "provisioningrequests"),
         }
+        if self.flavor == BUILTIN:  # (served only with the CompositePodGroup gate and v1alpha3 on)
+            self.resources["CompositePodGroup"] = (f"{names.SCHEDULING_GROUP}/{names.COMPOSITE_VERSION}",
+                                                   "compositepodgroups")
         self.synced: dict[str, bool] = {k: False for k in self.resources}
         self.fresh_at: dict[str, float] = {k: 0.0 for k in self.resources}
         self.relists = 0

@@ -31,6 +31,8 @@ from typing import Any, Callable, Sequence, TypeGuard
 import numpy as np
 
 from solver import InvalidInput, Node, Pod, PodGroup, PreemptionContext, Snapshot, VolumeInventory
+from solver.composite import MAX_DEPTH as COMPOSITE_MAX_DEPTH
+from solver.composite import Composite
 from solver.model import PODS
 
 from . import kinds, names
@@ -38,10 +40,12 @@ from .convert import (
     ClaimInfo,
     ClaimRef,
     ClassInfo,
+    CompositeRecord,
     PdbRecord,
     PodGroupRecord,
     VolumeInfo,
     claim_from_json,
+    composite_record,
     conditions_from_json,
     csinode_limits,
     disruption_budget,
@@ -70,7 +74,7 @@ STORAGE_KINDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "Namespace": namespace_labels,
 }
 KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget", "ProvisioningRequest",
-         *STORAGE_KINDS)
+         "CompositePodGroup", *STORAGE_KINDS)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -218,6 +222,7 @@ class ClusterCache:
         self.nodes: dict[str, Node] = {}
         self.pods: dict[str, PodRecord] = {}  # by uid
         self.podgroups: dict[str, PodGroupRecord] = {}  # by namespace/name
+        self.composites: dict[str, CompositeRecord] = {}  # CompositePodGroups, by namespace/name
         self.workloads: dict[str, kinds.Workload] = {}
         self.priority_classes: dict[str, int] = {}
         self.pdbs: dict[str, PdbRecord] = {}
@@ -297,7 +302,7 @@ class ClusterCache:
         stores: dict[str, dict[str, Any]] = {
             "Node": self.nodes, "PodGroup": self.podgroups, "Workload": self.workloads,
             "PriorityClass": self.priority_classes, "PodDisruptionBudget": self.pdbs,
-            "ProvisioningRequest": self.provisioning_requests,
+            "ProvisioningRequest": self.provisioning_requests, "CompositePodGroup": self.composites,
             "PersistentVolumeClaim": self.claims, "PersistentVolume": self.persistent_volumes,
             "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}
         return stores[kind]
@@ -559,6 +564,59 @@ class ClusterCache:
         pods = tuple(r.pod for r in records if not r.gated)
         return podgroup_of(record, pods, self.priority_classes, finished=len(self.finished_members(group_key)))
 
+    def composite_root(self, group_key: str) -> str:
+        """The root CompositePodGroup (namespace/name) of the tree the PodGroup ``group_key`` is a
+        leaf of, or "" when it names no parent. A parent not seen (yet), or a chain deeper than
+        upstream allows or looping, still gives the last composite reached: the tree is then not
+        ready (:meth:`composite`)."""
+        with self._lock:
+            record = self.podgroups.get(group_key)
+            if record is None or not record.parent:
+                return ""
+            key = f"{record.namespace}/{record.parent}"
+            for _ in range(COMPOSITE_MAX_DEPTH):
+                parent = self.composites.get(key)
+                if parent is None or not parent.parent:
+                    return key
+                key = f"{parent.namespace}/{parent.parent}"
+            return key
+
+    def composite(self, key: str) -> Composite | str:
+        """The solver's view of the CompositePodGroup ``key`` and its subtree (children: the
+        PodGroups and CompositePodGroups of its namespace naming it as parent, in name order), or
+        why it cannot be planned yet: the composite not seen, or a tree deeper than upstream allows."""
+        with self._lock:
+            children_of: dict[str, list[str]] = {}
+            for table, kind in ((self.podgroups, "pg"), (self.composites, "cpg")):
+                for child_key, child in table.items():
+                    if child.parent:
+                        children_of.setdefault(f"{child.namespace}/{child.parent}", []).append(f"{kind}:{child_key}")
+            composites = dict(self.composites)
+
+        def build(at: str, depth: int) -> Composite | str:
+            record = composites.get(at)
+            if record is None:
+                return f"compositepodgroup {at} does not exist (yet)"
+            if depth > COMPOSITE_MAX_DEPTH:
+                return f"compositepodgroup {at}: the tree is deeper than {COMPOSITE_MAX_DEPTH} levels"
+            children: list[PodGroup | Composite] = []
+            for tagged in sorted(children_of.get(at, ())):
+                kind, child_key = tagged.split(":", 1)
+                child = build(child_key, depth + 1) if kind == "cpg" else self.podgroup(child_key)
+                if isinstance(child, str):
+                    return child
+                if child is not None:
+                    children.append(child)
+            spec = record.spec
+            priority = self.priority_classes.get(spec.priority_class)
+            try:
+                return Composite(record.namespace, record.name, tuple(children), spec.policy, spec.min_count,
+                                 spec.topology_key, priority if priority is not None else spec.priority or 0,
+                                 spec.disruption_mode)
+            except InvalidInput as err:
+                return str(err)
+        return build(key, 1)
+
     def invalid_members(self, group_key: str) -> list[InvalidPod]:
         """Pods naming the group that failed to convert (the group cannot be complete without them)."""
         with self._lock:
@@ -639,6 +697,7 @@ RECORDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "Workload": kinds.workload,
     "PodDisruptionBudget": pdb_record,
     "ProvisioningRequest": provisioning_record,
+    "CompositePodGroup": composite_record,
 }
 
 

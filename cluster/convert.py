@@ -466,8 +466,14 @@ class GroupSpec:
 def podgroup_spec(obj: JSON) -> GroupSpec:
     """``spec`` of a PodGroup: schedulingPolicy (basic or gang with minCount), at most one required
     topology key, disruptionMode, priority (class and value) and preemptionPolicy."""
-    name = _name(obj, "podgroup")
-    where = f"podgroup {(obj.get('metadata') or {}).get('namespace') or 'default'}/{name}"
+    return _group_spec(obj, "podgroup", "minCount")
+
+
+def _group_spec(obj: JSON, kind: str, count_field: str) -> GroupSpec:
+    """The spec fields PodGroups and CompositePodGroups share; ``count_field`` is the gang policy's
+    count (``minCount`` of pods, ``minGroupCount`` of child groups), read into ``min_count``."""
+    name = _name(obj, kind)
+    where = f"{kind} {(obj.get('metadata') or {}).get('namespace') or 'default'}/{name}"
     spec = _mapping(obj.get("spec"), f"{where}: spec")
     policy_spec = _mapping(spec.get("schedulingPolicy"), f"{where}: spec.schedulingPolicy")
     if "gang" in policy_spec and "basic" in policy_spec:
@@ -476,9 +482,9 @@ def podgroup_spec(obj: JSON) -> GroupSpec:
     min_count = 1
     if gang:
         path = f"{where}: spec.schedulingPolicy.gang"
-        min_count = _integer(_mapping(policy_spec["gang"], path).get("minCount"), f"{path}.minCount", default=1)
+        min_count = _integer(_mapping(policy_spec["gang"], path).get(count_field), f"{path}.{count_field}", default=1)
         if not 1 <= min_count <= INT32_MAX:  # upstream's validation: an int32, at least 1
-            raise InvalidInput(f"{path}.minCount must be between 1 and {INT32_MAX}, got {min_count}")
+            raise InvalidInput(f"{path}.{count_field} must be between 1 and {INT32_MAX}, got {min_count}")
     path = f"{where}: spec.schedulingConstraints.topology"
     topology = _items(_mapping(spec.get("schedulingConstraints"), f"{where}: spec.schedulingConstraints")
                       .get("topology"), path)
@@ -497,6 +503,41 @@ def podgroup_spec(obj: JSON) -> GroupSpec:
         or "PreemptLowerPriority",
         expected_duration=expected_duration(obj.get("metadata") or {}),
     )
+
+
+def parent_composite(obj: JSON, kind: str) -> str:
+    """``spec.parentCompositePodGroupName`` of a PodGroup or CompositePodGroup ("" none)."""
+    name = _name(obj, kind)
+    where = f"{kind} {(obj.get('metadata') or {}).get('namespace') or 'default'}/{name}"
+    spec = _mapping(obj.get("spec"), f"{where}: spec")
+    return _text(spec.get("parentCompositePodGroupName"), f"{where}: spec.parentCompositePodGroupName")
+
+
+@dataclass(frozen=True)
+class CompositeRecord:
+    """A CompositePodGroup (``scheduling.k8s.io/v1alpha3``) as the watch cache keeps it: a group of
+    groups — its children are the PodGroups and CompositePodGroups that name it as their parent.
+    ``spec.min_count`` is the gang policy's ``minGroupCount``."""
+
+    namespace: str
+    name: str
+    spec: GroupSpec = GroupSpec()
+    parent: str = ""  # spec.parentCompositePodGroupName: the composite it nests in ("" a root)
+    uid: str = ""
+
+    @property
+    def key(self) -> str:
+        return f"{self.namespace}/{self.name}"
+
+
+def composite_record(obj: JSON) -> CompositeRecord:
+    """A CompositePodGroup's record; raises InvalidInput naming the field when it is malformed
+    (upstream's schema: schedulingPolicy basic or gang with minGroupCount, at most one topology
+    constraint, disruptionMode, priority, preemptionPolicy, an optional parent)."""
+    spec = _group_spec(obj, "compositepodgroup", "minGroupCount")
+    meta = obj["metadata"]
+    return CompositeRecord(namespace=str(meta.get("namespace") or "default"), name=str(meta["name"]), spec=spec,
+                           parent=parent_composite(obj, "compositepodgroup"), uid=str(meta.get("uid") or ""))
 
 
 _DURATION_UNITS = {"h": 3600.0, "m": 60.0, "s": 1.0}
@@ -890,6 +931,7 @@ class PodGroupRecord:
     owner: GroupOwner = GroupOwner("", "")
     conditions: tuple[Condition, ...] = ()
     placement: str = ""  # the placement record's text (recorded_placement), "" when none
+    parent: str = ""  # spec.parentCompositePodGroupName: the CompositePodGroup it is a child of
 
     @property
     def key(self) -> str:
@@ -918,6 +960,7 @@ def podgroup_record(obj: JSON, spec: GroupSpec | None = None) -> PodGroupRecord:
         owner=podgroup_owner(obj),
         conditions=conditions,
         placement=recorded_placement(annotations, conditions),
+        parent=parent_composite(obj, "podgroup"),
     )
 
 

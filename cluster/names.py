@@ -8,6 +8,7 @@ as upstream spells them (see the Workload-Aware Scheduling API, scheduling.k8s.i
 SCHEDULING_GROUP = "scheduling.k8s.io"  # built-in Workload/PodGroup (Kubernetes 1.37+, GenericWorkload)
 CRD_GROUP = "scheduling.phalanx.dev"  # CRD fallback with the same v1beta1 schema
 SCHEDULING_VERSION = "v1beta1"
+COMPOSITE_VERSION = "v1alpha3"  # CompositePodGroup is served only here in 1.37 (gate CompositePodGroup)
 RESOURCE_API_VERSION = "resource.k8s.io/v1"  # DRA ResourceClaims and ResourceClaimTemplates (GA since 1.34)
 
 # -- phalanx's own names ----------------------------------------------------------------------------

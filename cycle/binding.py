@@ -101,9 +101,25 @@ class Binding:
         """Members at the barrier or bound."""
         return sum(1 for u in plan.assignments if u in plan.arrived or self.cache.bound_node(u))
 
-    # the rule's one home (docs/design.md: KEP-6277/gang-bind-barrier)
+    # the rules' one home (docs/design.md: KEP-6277/gang-bind-barrier, composite/tree-barrier)
     def complete(self, plan: Plan) -> bool:
-        return all(u in plan.arrived or self.cache.bound_node(u) for u in plan.assignments)
+        """Every planned member reached bind (or is bound) — for a composite's child, every member of
+        every plan made with it, each still held (lock held)."""
+        plans = self.book.tree_of(plan)
+        if len(plans) < max(len(plan.tree), 1):
+            return False  # a sibling's plan is gone: the composite is planned again, whole
+        bound = self.cache.bound_node
+        return all(u in p.arrived or bound(u) for p in plans for u in p.assignments)
+
+    def start_binding(self, plan: Plan) -> list[Plan]:
+        """The complete gang's plans (itself, or a composite's children together) moved to binding
+        (lock held); [] when another call moved them already."""
+        plans = self.book.tree_of(plan)
+        if any(p.state is not PlanState.PLANNED for p in plans):
+            return []
+        for p in plans:
+            self.book.transition(p, PlanState.BINDING)
+        return plans
 
     # -- the verb ----------------------------------------------------------------------------
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
@@ -174,13 +190,13 @@ class Binding:
         """Wait until every planned member reached bind (or is bound); the last to arrive leads
         the binding of all. Holds no lock while bindings are made."""
         deadline = self.clock() + self.barrier_timeout
-        lead = False
+        lead: list[Plan] = []
         with self.lock:
             plan.arrived.add(uid)
             self.metrics.barrier_waiting.inc()
             try:
                 if plan.state is PlanState.PLANNED and self.complete(plan):
-                    lead = self.book.transition(plan, PlanState.BINDING)
+                    lead = self.start_binding(plan)
                 while plan.state is PlanState.PLANNED:
                     left = deadline - self.clock()
                     if left <= 0:
@@ -191,8 +207,8 @@ class Binding:
                     plan.deadline = max(plan.deadline, self.clock() + 1.0)  # no expiry while waiting
             finally:
                 self.metrics.barrier_waiting.dec()
-        if lead:
-            self._bind_all(plan)
+        for leading in lead:  # a composite's children bind one after another, each whole
+            self._bind_all(leading)
         with self.lock:
             while plan.state is PlanState.BINDING:
                 self.lock.wait(1.0)

@@ -39,6 +39,7 @@ from solver import (
     assert_placement_valid,
     place,
 )
+from solver.composite import Composite, CompositePlacement, place_composite
 
 from . import replans
 from .capacity import BarrierCapacity
@@ -51,6 +52,17 @@ from .smallest import SmallestChanges
 
 #: a workload cycle whose inputs changed while it solved off the lock is solved again, this often
 SOLVE_ATTEMPTS = 3
+
+
+def _leaf_placements(placement: CompositePlacement) -> dict[str, Placement]:
+    """Every PodGroup's answer in a composite's plan, nested composites flattened."""
+    out: dict[str, Placement] = {}
+    for child, answer in placement.children.items():
+        if isinstance(answer, CompositePlacement):
+            out.update(_leaf_placements(answer))
+        else:
+            out[child] = answer
+    return out
 
 
 class Planner:
@@ -223,8 +235,12 @@ class Planner:
     # -- the cycle ---------------------------------------------------------------------------
     def cycle(self, group: PodGroup, fresh: str = "") -> Placement:
         """One workload cycle for ``group`` (lock held, once). ``fresh`` is the pod of the filter
-        call that triggered it (its verdict is the newest, see Verdicts.allowed)."""
+        call that triggered it (its verdict is the newest, see Verdicts.allowed). A child of a
+        CompositePodGroup is planned with its whole tree (:meth:`composite_cycle`)."""
         key = group.key
+        root = self.cache.composite_root(key)
+        if root:
+            return self.composite_cycle(root, group)
         if key in self.solving:
             ahead = self.solving[key]
             deadline = self.clock() + max(self.barrier_timeout, 30.0)
@@ -312,6 +328,8 @@ class Planner:
         """Plan ``group`` before any member asks (lock held): a placement found is kept as a
         member's call would keep it; none found changes nothing (no explanation, preemption or
         status: the members' own calls run the full cycle). True when a plan is now held."""
+        if self.cache.composite_root(group.key):
+            return False  # a composite's child is planned with its tree, when a member asks
         if group.key in self.solving or self.namespace_limit(group.key) or self.namespace_cycle(group.key):
             return False
         with self._solving(group.key, ahead=True):
@@ -367,6 +385,100 @@ class Planner:
         else:  # written with its smallest change, off this call (see smallest.py)
             self.smallest.submit(group, snapshot, message, asked.reason)
         return placement
+
+    # -- CompositePodGroups -----------------------------------------------------------------------
+    # the rule's one home (docs/design.md: composite/one-cycle)
+    def composite_cycle(self, root: str, group: PodGroup) -> Placement:
+        """One workload cycle for the CompositePodGroup ``root`` that ``group`` is a leaf of (lock
+        held): its whole tree solved at once (solver.composite), and every child it places held as
+        a plan made with the others (``Plan.tree``: they cross the barrier and are released
+        together) — or none, and every child says why. A child the plan leaves out (a gang
+        composite needs only ``minGroupCount`` children) waits for the next plan of its tree."""
+        key = group.key
+        if root in self.solving:  # another child's call is solving the tree: take its outcome
+            deadline = self.clock() + max(self.barrier_timeout, 30.0)
+            while root in self.solving and self.clock() < deadline:
+                self.lock.wait(1.0)
+            plan = self.book.get(key)
+            return plan.placement if plan is not None and plan.placement is not None else \
+                Placement(key, {}, explanation=None)
+        with self._solving(root):
+            tree = self.cache.composite(root)
+            waiting = tree if isinstance(tree, str) else tree.missing_children
+            if waiting:
+                self.explanations[key] = waiting
+                self.status.members_waiting(key, waiting)
+                return Placement(key, {}, explanation=None)
+            assert not isinstance(tree, str)
+            leaves = {leaf.key: leaf for leaf in tree.leaves()}
+            held = [self.book[k] for k in leaves if k in self.book and self.book[k].state in HOLDING]
+            if held:  # the tree is planned: this child has its plan, or was left out of it
+                plan = self.book.get(key)
+                if plan is not None and plan.placement is not None:
+                    return plan.placement
+                self.explanations[key] = (f"podgroup {key}: its compositepodgroup {root} is planned without it "
+                                          f"({len(held)} of its {len(leaves)} groups placed)")
+                return Placement(key, {}, explanation=None)
+            answer = self._solve_composite(root, tree, group)
+            if answer is None:
+                self.explanations[key] = f"phalanx: compositepodgroup {root}: other plans changed while it was solved"
+                return Placement(key, {}, explanation=None)
+            if isinstance(answer, InvalidInput):
+                for leaf in leaves:
+                    self.status.set_status(leaf, False, names.REASON_SCHEDULER_ERROR, str(answer))
+                return Placement(key, {}, explanation=None)
+            placement, elapsed, capacity_version = answer
+            if not placement.fits:
+                self.metrics.attempts.labels(result="unschedulable").inc()
+                for leaf in leaves:
+                    self.explanations[leaf] = placement.explanation
+                    self.queue.failed_attempt(leaf, capacity_version, placement.explanation)
+                    self.status.unschedulable(leaf, placement.explanation)
+                return Placement(key, {}, explanation=None)
+            return self._keep_tree(group, leaves, placement, elapsed)
+
+    def _solve_composite(self, root: str, tree: Composite, group: PodGroup
+                         ) -> tuple[CompositePlacement, float, int] | InvalidInput | None:
+        """The tree solved off the lock until the plan generation held still (as :meth:`_solve`)."""
+        for _ in range(SOLVE_ATTEMPTS):
+            started = time.perf_counter()
+            generation = self.book.generation
+            capacity_version = self.cache.capacity_version
+            snapshot, _ = self.policies.restrict(group, self.snapshot_for(root))
+            with self.lock.unlocked():
+                try:
+                    placement = place_composite(snapshot, tree, self.options)
+                except InvalidInput as err:
+                    return err
+            self.refresh_records()
+            if self.book.generation == generation:
+                return placement, time.perf_counter() - started, capacity_version
+        return None
+
+    def _keep_tree(self, group: PodGroup, leaves: Mapping[str, PodGroup], placement: CompositePlacement,
+                   elapsed: float) -> Placement:
+        """Hold every placed child's plan, made together — or none, when one of them cannot wait at
+        the barrier now (lock held)."""
+        placed = _leaf_placements(placement)
+        for child, answer in placed.items():
+            refused = self.capacity.never(leaves[child], len(answer.assignments)) or \
+                self.capacity.wait(leaves[child], len(answer.assignments))
+            if refused:
+                self.explanations[group.key] = refused
+                return Placement(group.key, {}, explanation=None)
+        self.metrics.attempts.labels(result="scheduled").inc()
+        self.metrics.attempt_duration.observe(elapsed)
+        tree = tuple(sorted(child for child, answer in placed.items() if answer.assignments))
+        for child in tree:
+            self.keep(leaves[child], placed[child], elapsed)
+            plan = self.book.get(child)
+            if plan is not None:
+                plan.tree = tree
+        mine = self.book.get(group.key)
+        if mine is not None and mine.placement is not None:
+            return mine.placement
+        self.explanations[group.key] = f"podgroup {group.key}: its compositepodgroup is planned without it"
+        return Placement(group.key, {}, explanation=None)
 
     def reach(self, group: PodGroup, allowed: Mapping[str, frozenset[str]]) -> set[str] | None:
         """The nodes any pending member may take, or None for all: the union of the verdicts when

@@ -106,6 +106,10 @@ class Plan:
     left_out: frozenset[str] = frozenset()
     #: kube-scheduler's pod-group cycle writes PodGroupInitiallyScheduled (plugin mode, GenericWorkload)
     condition_by_scheduler: bool = False
+    #: the groups whose plans were made together with this one, itself included: the children of
+    #: one CompositePodGroup, planned as one unit, cross the barrier together and are released
+    #: together (empty: a group planned alone)
+    tree: tuple[str, ...] = ()
     _classes: dict[str, int] | None = field(default=None, repr=False, compare=False)
 
     def trade_classes(self) -> dict[str, int]:
@@ -221,4 +225,21 @@ class PlanBook(Mapping[str, Plan]):
             self.generation += 1
         if self._listener is not None:
             self._listener(plan, came, to, change)
+        if plan.tree and to in (PlanState.RELEASED, PlanState.EXPIRED):
+            self._release_tree(plan, to, change)
         return True
+
+    def tree_of(self, plan: Plan) -> list[Plan]:
+        """The plans made with ``plan`` (a composite's children) that are still in the book, itself
+        first; ``[plan]`` for a plan made alone."""
+        others = [p for k in plan.tree if k != plan.group and (p := self._plans.get(k)) is not None
+                  and p.tree == plan.tree]
+        return [plan, *others]
+
+    def _release_tree(self, plan: Plan, to: PlanState, change: Change) -> None:
+        """A composite's child plan let go short of binding: its siblings still planned go too (the
+        composite is planned again as one unit, never child by child)."""
+        why = f"compositepodgroup child {plan.group}'s plan was {to.value}: {change.why or change.reason}"
+        for sibling in self.tree_of(plan)[1:]:
+            if sibling.state is PlanState.PLANNED:
+                self.transition(sibling, to, Change(change.reason, why))

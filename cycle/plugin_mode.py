@@ -359,15 +359,20 @@ class PluginEnforcement:
             if early is not None or plan is None:
                 return early or PermitAnswer("reject")
             self.metrics.barrier.labels(outcome="released").inc()
-            self.book.transition(plan, PlanState.BINDING)
-        error = self.binding.record(plan)
+            plans = self.binding.start_binding(plan)  # a composite's children: all of them, together
+            if not plans:
+                return PermitAnswer("wait", f"phalanx: podgroup {key}: writing the placement record",
+                                    wait_seconds=self.barrier_timeout)
+        errors = [(p, error) for p in plans if (error := self.binding.record(p))]
         with self.lock:
-            if error:
-                self.book.transition(plan, PlanState.FAILED, Change(replans.BIND_FAILED, error))
-                self._retry_members(key)
-                return PermitAnswer("reject", f"phalanx: podgroup {key}: {error}")
-            allow = tuple(sorted(plan.arrived))
-            self.book.transition(plan, PlanState.BOUND)  # kube-scheduler binds; held until the cache shows it
+            if errors:
+                for p in plans:  # one child's record not written: none of the tree binds
+                    self.book.transition(p, PlanState.FAILED, Change(replans.BIND_FAILED, errors[0][1]))
+                    self._retry_members(p.group)
+                return PermitAnswer("reject", f"phalanx: podgroup {errors[0][0].group}: {errors[0][1]}")
+            allow = tuple(sorted(u for p in plans for u in p.arrived))
+            for p in plans:
+                self.book.transition(p, PlanState.BOUND)  # kube-scheduler binds; held until the cache shows it
         return PermitAnswer("allow", allow=allow)
 
     def _permit_now(self, plan: Plan | None, uid: str, key: str, reserved: tuple[str, ...],
@@ -395,8 +400,11 @@ class PluginEnforcement:
             return PermitAnswer("wait", f"phalanx: podgroup {key}: writing the placement record",
                                 wait_seconds=self.barrier_timeout)
         if not self.binding.complete(plan):
-            return PermitAnswer("wait", f"phalanx: podgroup {key}: {self.binding.arrived(plan)} of "
-                                f"{len(plan.assignments)} members reserved", wait_seconds=self.barrier_timeout)
+            where = (f"{self.binding.arrived(plan)} of {len(plan.assignments)} members reserved" if not plan.tree
+                     else f"{sum(self.binding.arrived(p) for p in self.book.tree_of(plan))} of "
+                          f"{sum(len(p.assignments) for p in self.book.tree_of(plan))} members of its "
+                          f"compositepodgroup's {len(plan.tree)} groups reserved")
+            return PermitAnswer("wait", f"phalanx: podgroup {key}: {where}", wait_seconds=self.barrier_timeout)
         return None
 
     # -- the reservations stream ---------------------------------------------------------------

@@ -80,6 +80,7 @@ class Composite:
         """How many children must fit together for the composite to be placed."""
         return self.min_group_count if self.policy is Policy.GANG else 0
 
+    # the rule's one home (docs/design.md: composite/tree-ready)
     @property
     def missing_children(self) -> str:
         """Why the composite cannot be planned yet — fewer children than minGroupCount exist, or a
@@ -128,6 +129,7 @@ class CompositePlacement:
         return out
 
 
+# the rule's one home (docs/design.md: composite/one-unit)
 def place_composite(snapshot: Snapshot, composite: Composite,
                     options: SolveOptions = SolveOptions()) -> CompositePlacement:
     """Place ``composite`` as one unit on ``snapshot`` (see the module's docstring). Raises

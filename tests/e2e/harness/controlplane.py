@@ -36,8 +36,11 @@ FeatureGates = Mapping[str, bool] | str | None
 # Job's spec.scheduling and has the Job controller make its Workload and PodGroup; it also gives a
 # new Job without spec.scheduling a Basic pair, unless its pod template names a group already (as
 # every other Job of the suite does).
-APISERVER_FEATURE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "WorkloadWithJob": True}
-APISERVER_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true"
+# CompositePodGroup (alpha, needs the two above) serves CompositePodGroups, only as v1alpha3, and
+# keeps a PodGroup's spec.parentCompositePodGroupName.
+APISERVER_FEATURE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "WorkloadWithJob": True,
+                           "CompositePodGroup": True}
+APISERVER_RUNTIME_CONFIG = "scheduling.k8s.io/v1beta1=true,scheduling.k8s.io/v1alpha3=true"
 CONTROLLER_MANAGER_FEATURE_GATES = {"GenericWorkload": True, "WorkloadWithJob": True}
 # All on-by-default controllers (statefulset, garbage collector, podgroup-protection-controller with
 # GenericWorkload, node lifecycle and taint eviction, ...) except node IPAM, which has no pod CIDRs

@@ -20,6 +20,7 @@ _PLURALS = {
     ("apps/v1", "StatefulSet"): "statefulsets", ("batch/v1", "Job"): "jobs",
     ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclasses",
     (SCHEDULING_API, "Workload"): "workloads", (SCHEDULING_API, "PodGroup"): "podgroups",
+    ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"): "compositepodgroups",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
 }
 _CLUSTER_SCOPED = {"Node", "Namespace", "PriorityClass"}

@@ -1,0 +1,225 @@
+"""CompositePodGroups on the real control plane (Kubernetes v1.37.2, gate ``CompositePodGroup`` on,
+``scheduling.k8s.io/v1alpha3`` served), phalanx in both modes side by side with kube-scheduler's
+in-tree handling of the same objects (``GenericWorkload``, ``TopologyAwareWorkloadScheduling`` and
+``CompositePodGroup`` on in its scheduler).
+
+The objects are what a user of v1.37.2 writes (no controller makes composites): a Workload with one
+``compositePodGroupTemplates`` entry (a job that must sit in one block — the zone label — with its
+replicas, each a gang of 2 that must sit in one rack), the CompositePodGroup made from it, one
+PodGroup per replica naming it as parent, and the replicas' pods. Nodes: two blocks of two racks of
+two 4-GPU nodes; each pod takes a whole node.
+
+- **fits in one block only**: one rack of block ``a`` is full, block ``b`` is free. Planned child by
+  child, the first replica would take the free rack of ``a`` (the tightest) and the second one of
+  ``b``: the job split across blocks. Both schedulers place the whole job in block ``b``, each
+  replica in a rack of its own.
+- **no block holds it**: one rack of each block is full. Child by child, both replicas would start
+  in different blocks. Both schedulers bind nothing; phalanx's PodGroups say which composite and
+  why.
+- **three levels**: a job in one block whose two rack groups (CompositePodGroups of their own, one
+  rack each) hold two single-pod groups each: both schedulers place it whole.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Iterator
+
+import pytest
+from harness import GPU, RACK, ZONE, assert_none_bound, create, podgroup_conditions, scheduler_config, wait_for
+
+from cluster import names
+
+from .conftest import start_phalanx_scheduler
+
+IN_TREE, PHALANX = "in-tree", "phalanx"
+SCHEDULER = {IN_TREE: "composite-in-tree", PHALANX: "composite-phalanx"}
+ALPHA = "scheduling.k8s.io/v1alpha3"
+BETA = "scheduling.k8s.io/v1beta1"
+PAUSE = "registry.k8s.io/pause:3.10"
+SETTLE_SECONDS = 10.0
+
+
+@pytest.fixture(scope="module")
+def in_tree(start_scheduler):
+    return start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="composite-in-tree", feature_gates={
+        "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "CompositePodGroup": True})
+
+
+@pytest.fixture(scope="module")
+def ours(control_plane, scheduler_mode, phalanx) -> Iterator[Any]:
+    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, phalanx, scheduler_name=SCHEDULER[PHALANX],
+                                        name=f"composite-phalanx-{scheduler_mode}")
+    yield scheduler
+    scheduler.stop()
+
+
+def blocks(nodes, prefix: str, full: tuple[str, ...] = ()) -> dict[str, tuple[str, str]]:
+    """Blocks a and b of racks 0 and 1, two 4-GPU nodes each; the racks in ``full`` ("a1") get no
+    GPU (their nodes hold nothing of a job). node name -> (block, rack)."""
+    out = {}
+    for block in "ab":
+        for rack in "01":
+            for i in range(2):
+                name = f"{prefix}-{block}{rack}-{i}"
+                nodes.add(name, gpu=0 if f"{block}{rack}" in full else 4, zone=f"{prefix}-{block}",
+                          rack=f"{prefix}-{block}{rack}")
+                out[name] = (f"{prefix}-{block}", f"{prefix}-{block}{rack}")
+    return out
+
+
+def gang_policy(count_field: str, count: int) -> dict:
+    return {"gang": {count_field: count}}
+
+
+def workload(name: str, composites: list[dict]) -> dict:
+    return {"apiVersion": BETA, "kind": "Workload", "metadata": {"name": name},
+            "spec": {"compositePodGroupTemplates": composites}}
+
+
+def composite_template(name: str, key: str, children: int, podgroups: list[dict] | None = None,
+                       composites: list[dict] | None = None) -> dict:
+    template: dict[str, Any] = {"name": name, "schedulingPolicy": gang_policy("minGroupCount", children),
+                                "schedulingConstraints": {"topology": [{"key": key}]}}
+    if podgroups:
+        template["podGroupTemplates"] = podgroups
+    if composites:
+        template["compositePodGroupTemplates"] = composites
+    return template
+
+
+def podgroup_template(name: str, key: str, size: int) -> dict:
+    return {"name": name, "schedulingPolicy": gang_policy("minCount", size),
+            "schedulingConstraints": {"topology": [{"key": key}]}}
+
+
+def composite(name: str, template: str, key: str, children: int, parent: str = "") -> dict:
+    spec: dict[str, Any] = {"workloadRef": {"workloadName": "job", "templateName": template},
+                            "schedulingPolicy": gang_policy("minGroupCount", children),
+                            "schedulingConstraints": {"topology": [{"key": key}]}}
+    if parent:
+        spec["parentCompositePodGroupName"] = parent
+    return {"apiVersion": ALPHA, "kind": "CompositePodGroup", "metadata": {"name": name}, "spec": spec}
+
+
+def podgroup(name: str, template: str, key: str, size: int, parent: str) -> dict:
+    return {"apiVersion": BETA, "kind": "PodGroup", "metadata": {"name": name},
+            "spec": {"workloadRef": {"workloadName": "job", "templateName": template},
+                     "parentCompositePodGroupName": parent,
+                     "schedulingPolicy": gang_policy("minCount", size),
+                     "schedulingConstraints": {"topology": [{"key": key}]}}}
+
+
+def pods(group: str, size: int, scheduler: str) -> list[dict]:
+    return [{"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"{group}-{i}"},
+             "spec": {"schedulerName": scheduler, "schedulingGroup": {"podGroupName": group},
+                      "terminationGracePeriodSeconds": 1,
+                      "containers": [{"name": "main", "image": PAUSE, "resources": {
+                          "requests": {"cpu": "1", GPU: "4"}, "limits": {GPU: "4"}}}]}}
+            for i in range(size)]
+
+
+def two_level(rest, namespace: str, scheduler: str) -> list[str]:
+    """The job of two rack replicas in one block; the replicas' PodGroup names."""
+    create(rest, workload("job", [composite_template("job", ZONE, 2, podgroups=[podgroup_template("rep", RACK, 2)])]),
+           namespace)
+    create(rest, composite("job", "job", ZONE, 2), namespace)
+    for r in ("rep-0", "rep-1"):
+        create(rest, podgroup(r, "rep", RACK, 2, "job"), namespace)
+    for r in ("rep-0", "rep-1"):
+        for obj in pods(r, 2, scheduler):
+            create(rest, obj, namespace)
+    return ["rep-0", "rep-1"]
+
+
+def three_level(rest, namespace: str, scheduler: str) -> list[str]:
+    """A job in one block of two rack groups in one rack each, of two single-pod host groups each."""
+    host = podgroup_template("host", names.LABEL_HOSTNAME, 1)
+    create(rest, workload("job", [composite_template("job", ZONE, 2, composites=[
+        composite_template("rack", RACK, 2, podgroups=[host])])]), namespace)
+    create(rest, composite("job", "job", ZONE, 2), namespace)
+    groups = []
+    for r in range(2):
+        create(rest, composite(f"rack-{r}", "rack", RACK, 2, parent="job"), namespace)
+        for h in range(2):
+            groups.append(f"r{r}-h{h}")
+            create(rest, podgroup(groups[-1], "host", names.LABEL_HOSTNAME, 1, f"rack-{r}"), namespace)
+    for group in groups:
+        for obj in pods(group, 1, scheduler):
+            create(rest, obj, namespace)
+    return groups
+
+
+def bound(rest, namespace: str) -> dict[str, str]:
+    return {p["metadata"]["name"]: p["spec"]["nodeName"] for p in rest.list_items(f"/api/v1/namespaces/{namespace}/pods")
+            if p["spec"].get("nodeName")}
+
+
+def wait_bound(rest, namespace: str, count: int, what: str) -> dict[str, str]:
+    return wait_for(lambda: (b := bound(rest, namespace)) and len(b) == count and b, 90, what, interval=0.3)
+
+
+def run_side(rest, nodes, namespace: str, side: str, case: str) -> dict[str, Any]:
+    """One scheduler's run of ``case``: where each pod went ("" nothing bound)."""
+    prefix = {IN_TREE: "ci", PHALANX: "cp"}[side]
+    full = {"fits": ("a1",), "no block": ("a1", "b1"), "three levels": ()}[case]
+    where = blocks(nodes, prefix, full)
+    groups = three_level(rest, namespace, SCHEDULER[side]) if case == "three levels" else \
+        two_level(rest, namespace, SCHEDULER[side])
+    if case == "no block":
+        assert_none_bound(rest, namespace, seconds=SETTLE_SECONDS)
+        return {"placed": {}, "where": where, "groups": groups}
+    return {"placed": wait_bound(rest, namespace, 4, f"{side}: the composite's 4 pods bound"), "where": where,
+            "groups": groups}
+
+
+def side_by_side(rest, nodes, namespace: str, case: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    other = f"{namespace[:50]}-it"
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    try:
+        theirs = run_side(rest, nodes, other, IN_TREE, case)
+    finally:
+        rest.delete(f"/api/v1/namespaces/{other}", missing_ok=True)
+        rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
+        for name in list(nodes.names):
+            nodes.delete(name)
+    return theirs, run_side(rest, nodes, namespace, PHALANX, case)
+
+
+def blocks_and_racks(run: dict[str, Any], prefix_len: int = 0) -> tuple[set[str], dict[str, set[str]]]:
+    """The blocks the run's pods sit in, and per group (pod name less its ordinal) the racks."""
+    placed, where = run["placed"], run["where"]
+    racks: dict[str, set[str]] = {}
+    for pod_name, node_name in placed.items():
+        racks.setdefault(pod_name.rsplit("-", 1)[0], set()).add(where[node_name][1])
+    return {where[n][0] for n in placed.values()}, racks
+
+
+@pytest.mark.parametrize("case", ["fits", "three levels"])
+def test_a_composite_lands_whole_in_one_block_as_in_tree_places_it(rest, namespace, nodes, in_tree, ours,
+                                                                   scheduler_mode, case):
+    theirs, mine = side_by_side(rest, nodes, namespace, case)
+    for side, run in ((IN_TREE, theirs), (PHALANX, mine)):
+        blocks_used, racks = blocks_and_racks(run)
+        print(f"\n  {case}, {side}{'' if side == IN_TREE else ' ' + scheduler_mode}: blocks {sorted(blocks_used)}, "
+              f"racks {dict(sorted((g, sorted(r)) for g, r in racks.items()))}")
+        assert len(blocks_used) == 1, (side, run["placed"])
+        if case == "fits":
+            assert all(len(r) == 1 for r in racks.values()) and len(set().union(*racks.values())) == 2, (side, racks)
+            assert {b[-1] for b in blocks_used} == {"b"}, (side, blocks_used)  # the only block that holds it
+        else:  # each rack group in one rack, the two in different racks
+            rack_of = {g: r for g, r in racks.items()}
+            for r in range(2):
+                assert rack_of[f"r{r}-h0"] == rack_of[f"r{r}-h1"], (side, racks)
+            assert rack_of["r0-h0"] != rack_of["r1-h0"], (side, racks)
+
+
+def test_a_composite_no_block_holds_binds_nothing_and_says_why(rest, namespace, nodes, in_tree, ours,
+                                                               scheduler_mode):
+    theirs, mine = side_by_side(rest, nodes, namespace, "no block")
+    assert theirs["placed"] == {} and mine["placed"] == {}
+
+    def said() -> dict | None:
+        condition = podgroup_conditions(rest, namespace, "rep-0").get(names.CONDITION_INITIALLY_SCHEDULED)
+        return condition if condition and "compositepodgroup" in condition["message"] else None
+    condition = wait_for(said, 30, "rep-0's condition names its composite")
+    assert condition["status"] == "False" and f"{namespace}/job" in condition["message"], condition
