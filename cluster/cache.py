@@ -30,7 +30,17 @@ from typing import Any, Callable, Sequence, TypeGuard
 
 import numpy as np
 
-from solver import InvalidInput, Node, Pod, PodGroup, PreemptionContext, Snapshot, VolumeInventory
+from solver import (
+    DisruptionMode,
+    InvalidInput,
+    Node,
+    Pod,
+    PodGroup,
+    PreemptionContext,
+    Snapshot,
+    VictimInfo,
+    VolumeInventory,
+)
 from solver.composite import MAX_DEPTH as COMPOSITE_MAX_DEPTH
 from solver.composite import Composite
 from solver.model import PODS
@@ -617,6 +627,25 @@ class ClusterCache:
                 return str(err)
         return build(key, 1)
 
+    # the rule's one home (docs/design.md: composite/disruption-all)
+    def all_composite(self, group_key: str) -> Composite | None:
+        """The outermost CompositePodGroup above the PodGroup ``group_key`` whose disruptionMode is
+        ``all`` (its members go as one unit: a member lost, the whole composite is evicted; a
+        preemptor evicts all of it or none), or None."""
+        with self._lock:
+            record = self.podgroups.get(group_key)
+            key = f"{record.namespace}/{record.parent}" if record is not None and record.parent else ""
+            outermost = ""
+            for _ in range(COMPOSITE_MAX_DEPTH):
+                parent = self.composites.get(key)
+                if parent is None:
+                    break
+                if parent.spec.disruption_mode is DisruptionMode.ALL:
+                    outermost = key
+                key = f"{parent.namespace}/{parent.parent}" if parent.parent else ""
+        tree = self.composite(outermost) if outermost else None
+        return tree if isinstance(tree, Composite) else None
+
     def invalid_members(self, group_key: str) -> list[InvalidPod]:
         """Pods naming the group that failed to convert (the group cannot be complete without them)."""
         with self._lock:
@@ -643,7 +672,18 @@ class ClusterCache:
                     groups.append(group)
             pods = [(r.pod.uid, r.pod.namespace, r.labels) for r in self.pods.values() if r.pod.node and r.active]
             budgets = [disruption_budget(pdb, pods) for pdb in self.pdbs.values()]
-        return PreemptionContext.from_groups(groups, budgets)
+        context = PreemptionContext.from_groups(groups, budgets)
+        if not self.composites:
+            return context
+        victims = dict(context.victims)
+        for group in groups:  # the leaves of an `all` composite are one unit, at the tree's priority
+            unit = self.all_composite(group.key)
+            if unit is None:
+                continue
+            priority = max([unit.priority, *(leaf.priority for leaf in unit.leaves())])
+            for pod in group.bound:
+                victims[pod.uid] = VictimInfo(priority, unit.key, DisruptionMode.ALL)
+        return PreemptionContext(victims, context.budgets)
 
     def snapshot(self, reserved: Mapping[str, Mapping[str, int]] | None = None, with_bound: bool = True,
                  assumed: Mapping[str, str] | None = None) -> Snapshot:

@@ -434,12 +434,18 @@ class GroupPreemption:
         with self._units:
             cache = self.cache
             group = cache.podgroups.get(key)
-            rest = [r for r in cache.members(key) if r.pod.node and not r.disrupted] if group else []
-            if group is None or group.spec.disruption_mode is not DisruptionMode.ALL or not rest:
+            # a child of an `all` CompositePodGroup takes the whole composite with it
+            composite = cache.all_composite(key) if group is not None else None
+            leaves = [leaf.key for leaf in composite.leaves()] if composite is not None else [key]
+            rest = [r for leaf in leaves for r in cache.members(leaf) if r.pod.node and not r.disrupted]
+            whole = composite is not None or (group is not None and group.spec.disruption_mode is DisruptionMode.ALL)
+            if group is None or not whole or not rest:
                 with self._lock:
                     self.retries.pop(key, None)
                 return
-            message = f"podgroup {key} has disruptionMode all and lost a member: the unit goes as a whole"
+            message = (f"compositepodgroup {composite.key} has disruptionMode all and lost a member of podgroup "
+                       f"{key}: the composite goes as a whole" if composite is not None else
+                       f"podgroup {key} has disruptionMode all and lost a member: the unit goes as a whole")
             if not retry:
                 log.info("%s; evicting %d members", message, len(rest))
                 self.status.event(key, names.EVENT_UNIT_BROKEN, message, "Warning")

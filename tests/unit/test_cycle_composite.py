@@ -206,3 +206,56 @@ def test_a_parent_chain_that_loops_or_a_missing_parent_is_a_tree_that_is_not_rea
     child(sim, "rep-1", "nowhere")
     assert sim.cache.composite_root("default/rep-1") == "default/nowhere"
     assert sim.cache.composite("default/nowhere") == "compositepodgroup default/nowhere does not exist (yet)"
+
+
+def all_composite(sim, cycle, priority=None):
+    """A running job of two rack replicas (2 x 4 GPUs each) whose composite has disruptionMode all."""
+    job = composite("job")
+    job["spec"]["disruptionMode"] = {"all": {}}
+    if priority is not None:
+        job["spec"]["priority"] = priority
+    sim.create(job)
+    members = []
+    for r in range(2):
+        group = podgroup(f"rep-{r}", 2, RACK, priority=priority)
+        group["spec"]["parentCompositePodGroupName"] = "job"
+        sim.create(group)
+        members += [sim.create(pod(f"rep-{r}-{i}", f"rep-{r}", gpu=4)) for i in range(2)]
+    planned, errors = bind_all(cycle, sim, members)
+    assert errors == []
+    return planned
+
+
+def test_a_member_lost_from_an_all_composite_evicts_every_child_of_it():
+    from .test_cycle_preemption import RecordingWriter
+
+    sim = blocks()
+    writer = RecordingWriter(sim)
+    cycle = WorkloadCycle(sim.cache, writer, barrier_timeout=5.0).start()
+    try:
+        planned = all_composite(sim, cycle)
+        uid = next(u for u in planned if sim.cache.pods[u].pod.name == "rep-0-0")
+        sim.delete("Node", planned[uid])  # one member of one child lost with its node
+        wait_until(lambda: not [p for p in sim.list("Pod") if p["metadata"]["name"].startswith("rep-")])
+        assert sorted(name for name, _, _ in writer.evictions) == ["rep-0-0", "rep-0-1", "rep-1-0", "rep-1-1"]
+        cycle.flush()
+        [broken] = [e for e in sim.events if e["reason"] == names.EVENT_UNIT_BROKEN]
+        assert "compositepodgroup default/job has disruptionMode all" in broken["note"]
+    finally:
+        cycle.close()
+
+
+def test_a_preemptor_evicts_an_all_composite_whole_or_not_at_all():
+    from solver import DisruptionMode
+
+    sim = blocks()
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=5.0).start()
+    try:
+        all_composite(sim, cycle, priority=10)
+        context = sim.cache.preemption_context()
+        units = {info.group for info in context.victims.values()}
+        assert units == {"default/job"}  # one unit over both children
+        assert {info.mode for info in context.victims.values()} == {DisruptionMode.ALL}
+        assert {info.priority for info in context.victims.values()} == {10}
+    finally:
+        cycle.close()
