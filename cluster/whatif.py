@@ -22,6 +22,7 @@ from .convert import (
     ClaimInfo,
     ClaimRef,
     ClassInfo,
+    CompositeRecord,
     PodGroupRecord,
     VolumeInfo,
     claim_from_json,
@@ -105,6 +106,9 @@ class Drafts:
 
     groups: tuple[DraftGroup, ...] = ()
     errors: tuple[ObjectErrors, ...] = ()
+    #: the CompositePodGroups of the manifest: drafted groups naming one as their parent are
+    #: answered together with it (``cycle.whatif``)
+    composites: tuple[CompositeRecord, ...] = ()
 
 
 #: objects of a manifest (raw JSON, as a user wrote them) and the namespace of those that name

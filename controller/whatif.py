@@ -13,7 +13,10 @@ For each object of a manifest, what the cluster would do once it is applied:
   the incarnation its webhook gives (``lws_admission.new_incarnation``), and the PodGroups
   ``lws.wanted_podgroups`` wants for those leaders, compiled by ``lws.compile_podgroup``;
 - a PodGroup (either flavor) as written, with the Pods and the Jobs' pods (``parallelism`` of
-  them, ``completions`` at most) that name it.
+  them, ``completions`` at most) that name it;
+- a CompositePodGroup (``scheduling.k8s.io/v1alpha3``) as written: the PodGroups of the manifest
+  that name it as parent (and composites naming it, to any depth upstream allows) are answered
+  with it, as one unit.
 
 Objects of other kinds (a Service, a ConfigMap) create no pods phalanx places and are passed over.
 An object the webhooks would refuse is refused with their messages, field by field; then nothing
@@ -27,6 +30,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from cluster import kinds, names
+from cluster.convert import CompositeRecord, composite_record
 from cluster.whatif import (
     DraftGroup,
     Drafts,
@@ -73,6 +77,7 @@ class _Manifest:
     podgroups: dict[str, ManifestObject] = field(default_factory=dict)
     members: dict[str, list[tuple[str, dict[str, Any]]]] = field(default_factory=dict)
     errors: list[ObjectErrors] = field(default_factory=list)
+    composites: list[CompositeRecord] = field(default_factory=list)
 
 
 def compile_objects(objects_: Sequence[Any], namespace: str = "default", flavor: Flavor = BUILTIN) -> Drafts:
@@ -96,12 +101,14 @@ def compile_objects(objects_: Sequence[Any], namespace: str = "default", flavor:
         manifest.errors.append(ObjectErrors(strays[0][0], (MSG_NO_GROUP.format(group=key.split("/", 1)[1]),)))
     if manifest.errors:
         return Drafts(errors=tuple(manifest.errors))
-    return Drafts(groups=tuple(manifest.groups))
+    return Drafts(groups=tuple(manifest.groups), composites=tuple(manifest.composites))
 
 
 def _compile_one(manifest: _Manifest, obj: ManifestObject) -> None:
     if obj.kind == "PodGroup" and obj.group in POD_GROUP_APIS:
         manifest.podgroups[f"{obj.namespace}/{obj.name}"] = obj
+    elif obj.kind == "CompositePodGroup" and obj.group == names.SCHEDULING_GROUP:
+        manifest.composites.append(composite_record(obj.raw))
     elif (obj.group, obj.kind) == ("apps", "StatefulSet"):
         manifest.groups.append(_statefulset(obj, manifest.flavor))
     elif (obj.group, obj.kind) == (names.LWS_API_GROUP, "LeaderWorkerSet"):

@@ -54,17 +54,6 @@ from .smallest import SmallestChanges
 SOLVE_ATTEMPTS = 3
 
 
-def _leaf_placements(placement: CompositePlacement) -> dict[str, Placement]:
-    """Every PodGroup's answer in a composite's plan, nested composites flattened."""
-    out: dict[str, Placement] = {}
-    for child, answer in placement.children.items():
-        if isinstance(answer, CompositePlacement):
-            out.update(_leaf_placements(answer))
-        else:
-            out[child] = answer
-    return out
-
-
 class Planner:
     def __init__(self, ctx: CycleContext, options: SolveOptions, plan_ttl: float, barrier_timeout: float,
                  capacity: BarrierCapacity, policies: QueuePolicies, preemption: GroupPreemption,
@@ -459,7 +448,7 @@ class Planner:
                    elapsed: float) -> Placement:
         """Hold every placed child's plan, made together — or none, when one of them cannot wait at
         the barrier now (lock held)."""
-        placed = _leaf_placements(placement)
+        placed = placement.leaf_placements()
         for child, answer in placed.items():
             refused = self.capacity.never(leaves[child], len(answer.assignments)) or \
                 self.capacity.wait(leaves[child], len(answer.assignments))

@@ -43,6 +43,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping
 from cluster import names
 from cluster.backend import ClusterWriter
 from cluster.cache import ClusterCache
+from cluster.convert import CompositeRecord
 from cluster.leadership import AlwaysActing, Leadership
 from cluster.sizes import collection_sizes
 from cluster.whatif import DraftGroup
@@ -576,10 +577,11 @@ class WorkloadCycle:
         return {g.key: self.place_group(g.key) for g in order}
 
     # -- introspection -----------------------------------------------------------------------
-    def what_if(self, drafts: tuple[DraftGroup, ...]) -> list[WhatIfAnswer]:
-        """Where ``drafts`` (a manifest's PodGroups, not created) would go now; changes nothing
-        (:mod:`.whatif`)."""
-        return self.whatif.plan(drafts)
+    def what_if(self, drafts: tuple[DraftGroup, ...],
+                composites: tuple[CompositeRecord, ...] = ()) -> list[WhatIfAnswer]:
+        """Where ``drafts`` (a manifest's PodGroups, not created) would go now, with the manifest's
+        CompositePodGroups; changes nothing (:mod:`.whatif`)."""
+        return self.whatif.plan(drafts, composites)
 
     def plan_of(self, key: str) -> Plan | None:
         with self.lock:

@@ -24,6 +24,13 @@ below the new replicas) stay as they are, bound where they run, and only the ord
 are placed — inside the domain the running members hold, as the cycle places a gang that grows
 (``running`` counts the kept running members; members past the new replicas are left out).
 
+A CompositePodGroup of the manifest is answered as one unit with the drafted groups (and
+composites) that name it as parent: its tree is planned at once (:func:`solver.place_composite`),
+before the manifest's other groups, and each child's answer names it (``composite``) — the nodes
+where the tree fits, else the composite's explanation (which names the child that did not fit); a
+child the plan leaves out (more children than ``minGroupCount``) says so. A group naming a
+composite the manifest does not carry is answered alone.
+
 Members' PersistentVolumeClaims are those of the cluster where they exist, else the ones the
 manifest would create (a StatefulSet's claim templates, generic ephemeral volumes), unbound and
 waiting for their pod (:meth:`DraftGroup.members_with_volumes`).
@@ -39,7 +46,7 @@ from itertools import permutations
 from typing import Mapping, Sequence
 
 from cluster.cache import ClusterCache
-from cluster.convert import podgroup_of
+from cluster.convert import CompositeRecord, podgroup_of
 from cluster.whatif import DraftGroup
 from solver import (
     InvalidInput,
@@ -52,6 +59,7 @@ from solver import (
     SolveOptions,
     place,
 )
+from solver.composite import MAX_DEPTH, Composite, place_composite
 
 from .lock import CycleLock
 from .planning import Planner
@@ -98,6 +106,8 @@ class WhatIfAnswer:
     #: members already running that the manifest keeps where they are (a StatefulSet that exists,
     #: scaled): the answer places only the others
     running: int = 0
+    #: the root CompositePodGroup (namespace/name) the group was answered with ("" alone)
+    composite: str = ""
 
 
 class WhatIf:
@@ -107,12 +117,56 @@ class WhatIf:
                  options: SolveOptions) -> None:
         self.lock, self.cache, self.planner, self.preemption, self.options = lock, cache, planner, preemption, options
 
-    def plan(self, drafts: tuple[DraftGroup, ...]) -> list[WhatIfAnswer]:
+    def plan(self, drafts: tuple[DraftGroup, ...], composites: tuple[CompositeRecord, ...] = ()) -> list[WhatIfAnswer]:
         """Every draft's answer; raises InvalidInput, naming the draft, for one that is no group the
         solver can take (the doors answer it as a refusal of the manifest)."""
         with self.lock:
             snapshot = self.planner.snapshot_for("", refresh=False)
-            groups = [(self._live(draft) or self._group(draft), draft.source) for draft in drafts]
+            everything = [(self._live(draft) or self._group(draft), draft.source) for draft in drafts]
+        parent_of = {d.record.key: d.record.parent for d in drafts if d.record.parent}
+        by_key: dict[str, WhatIfAnswer] = {}
+        for tree in _trees(composites, [g for g, _ in everything], parent_of):
+            answers, snapshot = self._tree(tree, dict((g.key, s) for g, s in everything), snapshot)
+            by_key.update(answers)
+        groups = [(g, s) for g, s in everything if g.key not in by_key]
+        rest = self._groups(groups, snapshot)
+        answered = iter(rest)
+        return [by_key[g.key] if g.key in by_key else next(answered) for g, _ in everything]
+
+    def _tree(self, tree: Composite | str, sources: Mapping[str, str], snapshot: Snapshot
+              ) -> tuple[dict[str, WhatIfAnswer], Snapshot]:
+        """Every child's answer for a drafted composite (one unit), and the snapshot after it."""
+        if isinstance(tree, str):
+            return {}, snapshot
+        leaves = tree.leaves()
+        blanks = {leaf.key: WhatIfAnswer(leaf.key, sources.get(leaf.key, ""), DOES_NOT_FIT, len(leaf.members),
+                                         leaf.min_count, leaf.policy.value, leaf.topology_key, composite=tree.key)
+                  for leaf in leaves}
+        why = tree.missing_children
+        if why:
+            return {k: replace(b, explanation=why) for k, b in blanks.items()}, snapshot
+        try:
+            placement = place_composite(snapshot, tree, self.options)
+        except InvalidInput as err:
+            return {k: replace(b, explanation=f"phalanx: {err}") for k, b in blanks.items()}, snapshot
+        if not placement.fits:
+            return {k: replace(b, explanation=placement.explanation) for k, b in blanks.items()}, snapshot
+        placed = placement.leaf_placements()
+        answers = {}
+        for leaf in leaves:
+            pods = {p.uid: p for p in leaf.pending}
+            answer = placed.get(leaf.key)
+            if answer is None or (pods and not answer.assignments):
+                answers[leaf.key] = replace(blanks[leaf.key], explanation=(
+                    f"compositepodgroup {tree.key} is placed without it (minGroupCount {tree.min_group_count} "
+                    "met by the others): it would wait"))
+                continue
+            answers[leaf.key] = self._fits(blanks[leaf.key], answer, pods)
+            snapshot = _with_group(snapshot, answer.assignments, pods)
+        return answers, snapshot
+
+    def _groups(self, groups: list[tuple[PodGroup, str]], snapshot: Snapshot) -> list[WhatIfAnswer]:
+        """The answers of groups planned one after another (see the module's docstring)."""
         order = tuple(range(len(groups)))
         answers = self._in_order(groups, order, snapshot)
         fitting = sum(a.verdict == FITS for a in answers)
@@ -250,6 +304,32 @@ def _other_orders(sizes: Sequence[int]) -> list[tuple[int, ...]]:
     largest = tuple(sorted(own, key=lambda i: -sizes[i]))
     smallest = tuple(sorted(own, key=lambda i: sizes[i]))
     return [o for o in dict.fromkeys((largest, smallest)) if o != own]
+
+
+def _trees(composites: tuple[CompositeRecord, ...], groups: list[PodGroup],
+           parent_of: Mapping[str, str]) -> list[Composite | str]:
+    """The drafted composites' trees (their roots: those naming no drafted composite as parent),
+    children from the drafted groups and composites that name them; a tree the solver refuses (too
+    deep, a bad count) is the reason (its children are then answered alone)."""
+    drafted = {c.key: c for c in composites}
+    def build(record: CompositeRecord, depth: int) -> Composite | str:
+        if depth > MAX_DEPTH:
+            return f"compositepodgroup {record.key}: deeper than {MAX_DEPTH} levels"
+        children: list[PodGroup | Composite] = [g for g in groups if g.namespace == record.namespace
+                                                and parent_of.get(g.key) == record.name]
+        for child in sorted((c for c in composites if c.parent == record.name and c.namespace == record.namespace),
+                            key=lambda c: c.name):
+            built = build(child, depth + 1)
+            if isinstance(built, str):
+                return built
+            children.append(built)
+        spec = record.spec
+        try:
+            return Composite(record.namespace, record.name, tuple(children), spec.policy, spec.min_count,
+                             spec.topology_key, spec.priority or 0, spec.disruption_mode)
+        except InvalidInput as err:
+            return str(err)
+    return [build(c, 1) for c in composites if f"{c.namespace}/{c.parent}" not in drafted]
 
 
 def _held_domain(group: PodGroup, snapshot: Snapshot) -> str:

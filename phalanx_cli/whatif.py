@@ -80,6 +80,8 @@ def render_table(reply: pb.WhatIfReply) -> str:
         lines.append(f"\n{g.namespace}/{g.name} ({g.source}): {g.verdict}"
                      + (f" in {g.topology_key}={g.domain}" if g.topology_key and g.domain else "")
                      + (f" (planned {_ordinal(g.order)}: the manifest's order fits fewer groups)" if reordered else ""))
+        if g.composite:
+            lines.append(f"  answered with compositepodgroup {g.composite}, as one unit")
         if g.running:
             added = g.members - g.running
             lines.append(f"  {g.running} running stay where they are; "

@@ -93,7 +93,8 @@ def whatif_message(answer: WhatIfAnswer) -> pb.WhatIfGroup:
         nodes=dict(answer.nodes), path=answer.path, optimal=answer.optimal,
         victims=[pb.WhatIfVictim(pod=v.pod, priority=v.priority, unit=v.unit) for v in answer.victims],
         pdb_violations=answer.pdb_violations, explanation=answer.explanation, order=answer.order,
-        waiting=list(answer.waiting), waiting_why=answer.waiting_why, running=answer.running)
+        waiting=list(answer.waiting), waiting_why=answer.waiting_why, running=answer.running,
+        composite=answer.composite)
     if answer.gap is not None:
         message.gap = answer.gap
     return message
@@ -192,7 +193,7 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
         if drafts.errors:
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, "\n".join(e.describe() for e in drafts.errors))
         try:
-            answers = self.cycle.what_if(drafts.groups)
+            answers = self.cycle.what_if(drafts.groups, drafts.composites)
         except InvalidInput as err:  # a group the solver cannot take as drafted: the manifest's fault
             raise Refusal(grpc.StatusCode.INVALID_ARGUMENT, str(err)) from None
         return pb.WhatIfReply(groups=[whatif_message(a) for a in answers])

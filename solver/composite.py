@@ -128,6 +128,16 @@ class CompositePlacement:
             out.update(answer.assignments)
         return out
 
+    def leaf_placements(self) -> dict[str, Placement]:
+        """Every PodGroup's answer in the plan (by key), nested composites flattened."""
+        out: dict[str, Placement] = {}
+        for child, answer in self.children.items():
+            if isinstance(answer, CompositePlacement):
+                out.update(answer.leaf_placements())
+            else:
+                out[child] = answer
+        return out
+
 
 # the rule's one home (docs/design.md: composite/one-unit)
 def place_composite(snapshot: Snapshot, composite: Composite,

@@ -34,6 +34,7 @@ def group_json(answer: WhatIfAnswer) -> dict[str, Any]:
         "victims": [{"pod": v.pod, "priority": v.priority, "unit": v.unit} for v in answer.victims],
         "pdbViolations": answer.pdb_violations, "explanation": answer.explanation, "order": answer.order,
         "waiting": list(answer.waiting), "waitingWhy": answer.waiting_why, "running": answer.running,
+        "composite": answer.composite,
     }
     if answer.gap is not None:
         out["gap"] = answer.gap
@@ -66,7 +67,7 @@ def answer(cycle: WorkloadCycle, compile_manifest: Compile | None, body: bytes) 
         return UNPROCESSABLE, {"error": "phalanx: the manifest would be refused",
                                "errors": [{"object": e.source, "messages": list(e.messages)} for e in drafts.errors]}
     try:
-        answers = cycle.what_if(drafts.groups)
+        answers = cycle.what_if(drafts.groups, drafts.composites)
     except InvalidInput as err:  # a group the solver cannot take as drafted: the manifest's fault
         return UNPROCESSABLE, {"error": f"phalanx: the manifest would be refused: {err}"}
     return 200, {"groups": [group_json(a) for a in answers]}

@@ -634,3 +634,70 @@ def test_the_table_says_which_members_run_and_which_are_placed(sim, cycle):
     reply.groups.append(whatif_message(answer))
     assert reply.groups[0].running == 2
     assert "2 running stay where they are; 2 to place beside them" in render_table(reply)
+
+
+def composite_manifest(children=2, gpu=4, min_group_count=2):
+    """A CompositePodGroup (a job in one zone), its rack-gang children of 2 pods, and their pods."""
+    from .test_cycle_composite import composite
+
+    objects = [composite("job", min_group_count=min_group_count)]
+    for r in range(children):
+        group = podgroup(f"rep-{r}", 2, RACK)
+        group["spec"]["parentCompositePodGroupName"] = "job"
+        objects += [group] + [pod(f"rep-{r}-{i}", f"rep-{r}", gpu=gpu) for i in range(2)]
+    return objects
+
+
+def test_a_composite_of_the_manifest_is_answered_as_one_unit():
+    from .test_cycle_composite import ZONE, blocks
+
+    sim = blocks()
+    for i in range(2):  # rack r2 (zone z0) full: only zone z1 holds both replicas
+        sim.create(pod(f"busy-{i}", gpu=4, node=f"n-2-{i}"))
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        drafts = compile_objects(composite_manifest(), "default")
+        assert not drafts.errors and [c.key for c in drafts.composites] == ["default/job"]
+        answers = cycle.what_if(drafts.groups, drafts.composites)
+        assert [(a.group, a.verdict, a.composite) for a in answers] == [
+            ("default/rep-0", FITS, "default/job"), ("default/rep-1", FITS, "default/job")]
+        zones = {sim.get("Node", n)["metadata"]["labels"][ZONE] for a in answers for n in a.nodes.values()}
+        assert zones == {"z1"}
+        alone = cycle.what_if(drafts.groups)  # without its composite: each answered alone
+        assert all(a.composite == "" and a.verdict == FITS for a in alone)
+        assert len({sim.get("Node", n)["metadata"]["labels"][ZONE] for a in alone for n in a.nodes.values()}) == 2
+        reply = pb.WhatIfReply(groups=[whatif_message(a) for a in answers])
+        assert "answered with compositepodgroup default/job, as one unit" in render_table(reply)
+    finally:
+        cycle.close()
+
+
+def test_a_composite_no_block_holds_says_why_naming_the_child_that_does_not_fit():
+    from .test_cycle_composite import blocks
+
+    sim = blocks()
+    # 2 GPUs used on every node but rack r0's: zone z0 has 8 + 4 free, z1 4 + 4
+    for rack in (1, 2, 3):
+        for i in range(2):
+            sim.create(pod(f"busy-{rack}-{i}", gpu=2, node=f"n-{rack}-{i}"))
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        drafts = compile_objects(composite_manifest(children=2, gpu=3), "default")  # 12 GPUs asked in all
+        answers = cycle.what_if(drafts.groups, drafts.composites)
+        assert all(a.verdict == DOES_NOT_FIT and not a.nodes for a in answers), answers
+        why = answers[0].explanation
+        assert why == answers[1].explanation
+        assert why.startswith("compositepodgroup default/job in topology.kubernetes.io/zone=z0: 1 of 2 children "
+                              "fit, 2 required; podgroup default/rep-"), why
+        bigger = compile_objects(composite_manifest(children=2, gpu=4), "default")  # 16 GPUs: no zone's total
+        [first, _] = cycle.what_if(bigger.groups, bigger.composites)
+        assert "no topology.kubernetes.io/zone domain holds the 16 nvidia.com/gpu" in first.explanation
+    finally:
+        cycle.close()
+
+
+def test_a_malformed_composite_is_refused_by_field():
+    bad = composite_manifest()
+    bad[0]["spec"]["schedulingPolicy"]["gang"]["minGroupCount"] = 0
+    drafts = compile_objects(bad, "default")
+    assert drafts.errors and "minGroupCount must be between 1" in drafts.errors[0].describe()
