@@ -16,20 +16,26 @@ two 4-GPU nodes; each pod takes a whole node.
 - **no block holds it**: one rack of each block is full. Child by child, both replicas would start
   in different blocks. Both schedulers bind nothing; phalanx's PodGroups say which composite and
   why.
+- what-if, asked on phalanx's side before the two-level objects are applied, answers the job as
+  one unit and comes true (the block it predicts; does-not-fit where no block holds it).
 - **three levels**: a job in one block whose two rack groups (CompositePodGroups of their own, one
   rack each) hold two single-pod groups each: both schedulers place it whole.
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any, Iterator
 
+import grpc
 import pytest
 from harness import GPU, RACK, ZONE, assert_none_bound, create, podgroup_conditions, scheduler_config, wait_for
 
 from cluster import names
+from proto.phalanx.v1 import workload_cycle_pb2 as pb
+from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
-from .conftest import start_phalanx_scheduler
+from .conftest import serve_with_whatif, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "composite-in-tree", PHALANX: "composite-phalanx"}
@@ -37,6 +43,13 @@ ALPHA = "scheduling.k8s.io/v1alpha3"
 BETA = "scheduling.k8s.io/v1beta1"
 PAUSE = "registry.k8s.io/pause:3.10"
 SETTLE_SECONDS = 10.0
+
+
+@pytest.fixture(scope="module")
+def phalanx(control_plane) -> Iterator[Any]:
+    """phalanx serve as the command composes it: with the controller's compiler for what-if."""
+    with serve_with_whatif(control_plane) as service:
+        yield service
 
 
 @pytest.fixture(scope="module")
@@ -118,26 +131,28 @@ def pods(group: str, size: int, scheduler: str) -> list[dict]:
             for i in range(size)]
 
 
-def two_level(rest, namespace: str, scheduler: str) -> list[str]:
-    """The job of two rack replicas in one block; the replicas' PodGroup names."""
-    create(rest, workload("job", [composite_template("job", ZONE, 2, podgroups=[podgroup_template("rep", RACK, 2)])]),
-           namespace)
-    create(rest, composite("job", "job", ZONE, 2), namespace)
-    for r in ("rep-0", "rep-1"):
-        create(rest, podgroup(r, "rep", RACK, 2, "job"), namespace)
-    for r in ("rep-0", "rep-1"):
-        for obj in pods(r, 2, scheduler):
-            create(rest, obj, namespace)
-    return ["rep-0", "rep-1"]
+def two_level_objects(scheduler: str) -> list[dict]:
+    """The job of two rack replicas in one block, as a user applies it."""
+    objects = [workload("job", [composite_template("job", ZONE, 2, podgroups=[podgroup_template("rep", RACK, 2)])]),
+               composite("job", "job", ZONE, 2)]
+    objects += [podgroup(r, "rep", RACK, 2, "job") for r in ("rep-0", "rep-1")]
+    return objects + [obj for r in ("rep-0", "rep-1") for obj in pods(r, 2, scheduler)]
 
 
-def three_level(rest, namespace: str, scheduler: str) -> list[str]:
+def what_if(phalanx: Any, namespace: str, objects: list[dict]) -> list[pb.WhatIfGroup]:
+    with grpc.insecure_channel(f"127.0.0.1:{phalanx.grpc.port}") as channel:
+        reply = pb_grpc.WorkloadCycleStub(channel).WhatIf(pb.WhatIfRequest(
+            objects_json=[json.dumps(o) for o in objects], namespace=namespace), timeout=60)
+    return list(reply.groups)
+
+
+def three_level(rest, namespace: str, scheduler: str) -> None:
     """A job in one block of two rack groups in one rack each, of two single-pod host groups each."""
     host = podgroup_template("host", names.LABEL_HOSTNAME, 1)
     create(rest, workload("job", [composite_template("job", ZONE, 2, composites=[
         composite_template("rack", RACK, 2, podgroups=[host])])]), namespace)
     create(rest, composite("job", "job", ZONE, 2), namespace)
-    groups = []
+    groups: list[str] = []
     for r in range(2):
         create(rest, composite(f"rack-{r}", "rack", RACK, 2, parent="job"), namespace)
         for h in range(2):
@@ -146,7 +161,6 @@ def three_level(rest, namespace: str, scheduler: str) -> list[str]:
     for group in groups:
         for obj in pods(group, 1, scheduler):
             create(rest, obj, namespace)
-    return groups
 
 
 def bound(rest, namespace: str) -> dict[str, str]:
@@ -158,21 +172,30 @@ def wait_bound(rest, namespace: str, count: int, what: str) -> dict[str, str]:
     return wait_for(lambda: (b := bound(rest, namespace)) and len(b) == count and b, 90, what, interval=0.3)
 
 
-def run_side(rest, nodes, namespace: str, side: str, case: str) -> dict[str, Any]:
-    """One scheduler's run of ``case``: where each pod went ("" nothing bound)."""
+def run_side(rest, nodes, namespace: str, side: str, case: str, phalanx: Any = None) -> dict[str, Any]:
+    """One scheduler's run of ``case``: where each pod went ("" nothing bound); ``phalanx``: what-if
+    asked before the objects are applied (phalanx's side)."""
     prefix = {IN_TREE: "ci", PHALANX: "cp"}[side]
     full = {"fits": ("a1",), "no block": ("a1", "b1"), "three levels": ()}[case]
     where = blocks(nodes, prefix, full)
-    groups = three_level(rest, namespace, SCHEDULER[side]) if case == "three levels" else \
-        two_level(rest, namespace, SCHEDULER[side])
+    predicted: list[pb.WhatIfGroup] = []
+    if case == "three levels":
+        three_level(rest, namespace, SCHEDULER[side])
+    else:
+        objects = two_level_objects(SCHEDULER[side])
+        if phalanx is not None:
+            wait_for(lambda: set(where) <= set(phalanx.cycle.cache.nodes), 30, "the nodes in phalanx's cache")
+            predicted = what_if(phalanx, namespace, objects)
+        for obj in objects:
+            create(rest, obj, namespace)
     if case == "no block":
         assert_none_bound(rest, namespace, seconds=SETTLE_SECONDS)
-        return {"placed": {}, "where": where, "groups": groups}
+        return {"placed": {}, "where": where, "predicted": predicted}
     return {"placed": wait_bound(rest, namespace, 4, f"{side}: the composite's 4 pods bound"), "where": where,
-            "groups": groups}
+            "predicted": predicted}
 
 
-def side_by_side(rest, nodes, namespace: str, case: str) -> tuple[dict[str, Any], dict[str, Any]]:
+def side_by_side(rest, nodes, namespace: str, case: str, phalanx: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
     other = f"{namespace[:50]}-it"
     rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
     try:
@@ -182,7 +205,7 @@ def side_by_side(rest, nodes, namespace: str, case: str) -> tuple[dict[str, Any]
         rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
         for name in list(nodes.names):
             nodes.delete(name)
-    return theirs, run_side(rest, nodes, namespace, PHALANX, case)
+    return theirs, run_side(rest, nodes, namespace, PHALANX, case, phalanx)
 
 
 def blocks_and_racks(run: dict[str, Any], prefix_len: int = 0) -> tuple[set[str], dict[str, set[str]]]:
@@ -196,8 +219,8 @@ def blocks_and_racks(run: dict[str, Any], prefix_len: int = 0) -> tuple[set[str]
 
 @pytest.mark.parametrize("case", ["fits", "three levels"])
 def test_a_composite_lands_whole_in_one_block_as_in_tree_places_it(rest, namespace, nodes, in_tree, ours,
-                                                                   scheduler_mode, case):
-    theirs, mine = side_by_side(rest, nodes, namespace, case)
+                                                                   scheduler_mode, phalanx, case):
+    theirs, mine = side_by_side(rest, nodes, namespace, case, phalanx)
     for side, run in ((IN_TREE, theirs), (PHALANX, mine)):
         blocks_used, racks = blocks_and_racks(run)
         print(f"\n  {case}, {side}{'' if side == IN_TREE else ' ' + scheduler_mode}: blocks {sorted(blocks_used)}, "
@@ -206,6 +229,11 @@ def test_a_composite_lands_whole_in_one_block_as_in_tree_places_it(rest, namespa
         if case == "fits":
             assert all(len(r) == 1 for r in racks.values()) and len(set().union(*racks.values())) == 2, (side, racks)
             assert {b[-1] for b in blocks_used} == {"b"}, (side, blocks_used)  # the only block that holds it
+            if side == PHALANX:  # what-if, asked before: the job whole, in the block it then took
+                predicted = run["predicted"]
+                assert [(g.name, g.verdict, g.composite) for g in predicted] == [
+                    ("rep-0", "fits", f"{namespace}/job"), ("rep-1", "fits", f"{namespace}/job")], predicted
+                assert {run["where"][n][0] for g in predicted for n in g.nodes.values()} == blocks_used
         else:  # each rack group in one rack, the two in different racks
             rack_of = {g: r for g, r in racks.items()}
             for r in range(2):
@@ -214,9 +242,11 @@ def test_a_composite_lands_whole_in_one_block_as_in_tree_places_it(rest, namespa
 
 
 def test_a_composite_no_block_holds_binds_nothing_and_says_why(rest, namespace, nodes, in_tree, ours,
-                                                               scheduler_mode):
-    theirs, mine = side_by_side(rest, nodes, namespace, "no block")
+                                                               scheduler_mode, phalanx):
+    theirs, mine = side_by_side(rest, nodes, namespace, "no block", phalanx)
     assert theirs["placed"] == {} and mine["placed"] == {}
+    predicted = mine["predicted"]
+    assert [g.verdict for g in predicted] == ["does-not-fit"] * 2 and all(g.composite for g in predicted), predicted
 
     def said() -> dict | None:
         condition = podgroup_conditions(rest, namespace, "rep-0").get(names.CONDITION_INITIALLY_SCHEDULED)
