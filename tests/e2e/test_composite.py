@@ -18,6 +18,15 @@ two 4-GPU nodes; each pod takes a whole node.
   why.
 - what-if, asked on phalanx's side before the two-level objects are applied, answers the job as
   one unit and comes true (the block it predicts; does-not-fit where no block holds it).
+- **preempted whole**: a low-priority job whose composite has ``disruptionMode: all`` fills a
+  block; a high-priority rack gang needs one rack: phalanx binds it and evicts the whole job (both
+  replicas), never half of it;
+- **a child lost with a node**: a node under one replica of a running ``all`` job is deleted: every
+  member of both replicas is evicted.
+
+These two run phalanx's side only: phalanx serve acts on every ``all`` unit of the cluster (a unit
+that lost a member is evicted whole whoever scheduled it), so an in-tree side running beside it
+would show what both do together, not what in-tree does.
 - **three levels**: a job in one block whose two rack groups (CompositePodGroups of their own, one
   rack each) hold two single-pod groups each: both schedulers place it whole.
 """
@@ -29,7 +38,17 @@ from typing import Any, Iterator
 
 import grpc
 import pytest
-from harness import GPU, RACK, ZONE, assert_none_bound, create, podgroup_conditions, scheduler_config, wait_for
+from harness import (
+    GPU,
+    RACK,
+    ZONE,
+    assert_none_bound,
+    create,
+    podgroup_conditions,
+    priority_class,
+    scheduler_config,
+    wait_for,
+)
 
 from cluster import names
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
@@ -253,3 +272,74 @@ def test_a_composite_no_block_holds_binds_nothing_and_says_why(rest, namespace, 
         return condition if condition and "compositepodgroup" in condition["message"] else None
     condition = wait_for(said, 30, "rep-0's condition names its composite")
     assert condition["status"] == "False" and f"{namespace}/job" in condition["message"], condition
+
+
+HIGH, LOW = "composite-e2e-high", "composite-e2e-low"
+
+
+def priorities(rest) -> None:
+    for name, value in ((HIGH, 100000), (LOW, 10)):
+        if rest.get_or_none(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is None:
+            create(rest, priority_class(name, value))
+
+
+def low_job(rest, namespace: str, scheduler: str) -> None:
+    """A running job in one block, ``disruptionMode: all``, at the low priority."""
+    objects = two_level_objects(scheduler)
+    for obj in objects:
+        spec = obj["spec"]
+        if obj["kind"] in ("CompositePodGroup", "PodGroup"):
+            spec["priorityClassName"] = LOW
+        if obj["kind"] == "CompositePodGroup":
+            spec["disruptionMode"] = {"all": {}}
+        if obj["kind"] == "Pod":
+            spec["priorityClassName"] = LOW
+        create(rest, obj, namespace)
+
+
+def live(rest, namespace: str, prefix: str) -> dict[str, str]:
+    """Pods of ``prefix`` not being deleted: name -> node ("" pending)."""
+    return {p["metadata"]["name"]: p["spec"].get("nodeName") or ""
+            for p in rest.list_items(f"/api/v1/namespaces/{namespace}/pods")
+            if p["metadata"]["name"].startswith(prefix) and not p["metadata"].get("deletionTimestamp")}
+
+
+def preempt(rest, nodes, namespace: str) -> dict[str, Any]:
+    """The low job fills a block; a high rack gang then needs one of its racks."""
+    for rack in "01":  # one block of two racks, two 4-GPU nodes each
+        for i in range(2):
+            nodes.add(f"pp-a{rack}-{i}", gpu=4, zone="pp-a", rack=f"pp-a{rack}")
+    side = PHALANX
+    low_job(rest, namespace, SCHEDULER[side])
+    wait_bound(rest, namespace, 4, f"{side}: the low job bound")
+    create(rest, {"apiVersion": BETA, "kind": "PodGroup", "metadata": {"name": "high"},
+                  "spec": {"schedulingPolicy": gang_policy("minCount", 2), "priorityClassName": HIGH,
+                           "schedulingConstraints": {"topology": [{"key": RACK}]}}}, namespace)
+    for obj in pods("high", 2, SCHEDULER[side]):
+        obj["spec"]["priorityClassName"] = HIGH
+        create(rest, obj, namespace)
+    wait_for(lambda: len([n for n in live(rest, namespace, "high-").values() if n]) == 2, 120,
+             f"{side}: the high gang bound")
+    wait_for(lambda: len(live(rest, namespace, "rep-")) in (0, 2), 60, f"{side}: the victims gone")
+    return {"low left": live(rest, namespace, "rep-")}
+
+
+def test_a_job_with_disruption_mode_all_is_preempted_whole(rest, namespace, nodes, ours, scheduler_mode):
+    priorities(rest)
+    mine = preempt(rest, nodes, namespace)
+    assert mine["low left"] == {}, mine  # the whole job went, not the one replica the gang needed
+
+
+def test_a_node_lost_under_one_child_of_an_all_job_evicts_the_whole_job(rest, namespace, nodes, ours,
+                                                                        scheduler_mode):
+    priorities(rest)
+    for rack in "01":
+        for i in range(2):
+            nodes.add(f"pl-a{rack}-{i}", gpu=4, zone="pl-a", rack=f"pl-a{rack}")
+    low_job(rest, namespace, SCHEDULER[PHALANX])
+    placed = wait_bound(rest, namespace, 4, "the job bound")
+    nodes.delete(placed["rep-0-0"])  # one member of one replica lost with its node
+    wait_for(lambda: not live(rest, namespace, "rep-1-"), 60, "the other replica evicted too")
+    events = rest.list_items(f"/api/v1/namespaces/{namespace}/events")
+    assert any(e.get("reason") == names.EVENT_UNIT_BROKEN and f"compositepodgroup {namespace}/job" in
+               (e.get("message") or e.get("note") or "") for e in events), [e.get("reason") for e in events]
