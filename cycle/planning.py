@@ -434,9 +434,12 @@ class Planner:
             generation = self.book.generation
             capacity_version = self.cache.capacity_version
             snapshot, _ = self.policies.restrict(group, self.snapshot_for(root))
+            allowed: dict[str, frozenset[str]] = {}  # kube-scheduler's verdicts on every child's pods
+            for leaf in tree.leaves():
+                allowed.update(self.verdicts.allowed(leaf, snapshot.index.keys()))
             with self.lock.unlocked():
                 try:
-                    placement = place_composite(snapshot, tree, self.options)
+                    placement = place_composite(snapshot, tree, self.options, allowed=allowed)
                 except InvalidInput as err:
                     return err
             self.refresh_records()

@@ -24,7 +24,7 @@ A Basic composite places the children that fit (none is required); a gang compos
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
-from typing import Mapping, Union
+from typing import Collection, Mapping, Union
 
 import numpy as np
 
@@ -140,16 +140,26 @@ class CompositePlacement:
 
 
 # the rule's one home (docs/design.md: composite/one-unit)
-def place_composite(snapshot: Snapshot, composite: Composite,
-                    options: SolveOptions = SolveOptions()) -> CompositePlacement:
-    """Place ``composite`` as one unit on ``snapshot`` (see the module's docstring). Raises
-    :class:`InvalidInput` for one that cannot be planned yet (a missing child or member)."""
+def place_composite(snapshot: Snapshot, composite: Composite, options: SolveOptions = SolveOptions(),
+                    allowed: Mapping[str, Collection[str]] | None = None) -> CompositePlacement:
+    """Place ``composite`` as one unit on ``snapshot`` (see the module's docstring). ``allowed``:
+    pending pod uid -> the only nodes it may take, as :func:`solver.place` reads it (kube-scheduler's
+    verdicts). Raises :class:`InvalidInput` for one that cannot be planned yet (a missing child or
+    member)."""
     if composite.missing_children:
         raise InvalidInput(composite.missing_children)
-    return _place(snapshot, composite, options)
+    return _place(snapshot, composite, _Options(options, allowed or None))
 
 
-def _place(snapshot: Snapshot, composite: Composite, options: SolveOptions) -> CompositePlacement:
+@dataclass(frozen=True)
+class _Options:
+    """The solver's options and kube-scheduler's verdicts, handed down the tree."""
+
+    solve: SolveOptions
+    allowed: Mapping[str, Collection[str]] | None = None
+
+
+def _place(snapshot: Snapshot, composite: Composite, options: _Options) -> CompositePlacement:
     values, ids = snapshot.domains(composite.topology_key)
     held = _held_domains(snapshot, composite, ids)
     candidates = sorted(held) if held else list(range(len(values)))
@@ -172,7 +182,7 @@ def _place(snapshot: Snapshot, composite: Composite, options: SolveOptions) -> C
     return replace(nearest, children={})
 
 
-def _in_domain(snapshot: Snapshot, composite: Composite, value: str, options: SolveOptions) -> CompositePlacement:
+def _in_domain(snapshot: Snapshot, composite: Composite, value: str, options: _Options) -> CompositePlacement:
     """The children placed in one domain of the composite's key: largest first, then in their own
     order when that leaves a required child out."""
     by_size = sorted(composite.children, key=lambda c: -_main_demand(c))
@@ -184,7 +194,7 @@ def _in_domain(snapshot: Snapshot, composite: Composite, value: str, options: So
 
 
 def _in_order(snapshot: Snapshot, composite: Composite, value: str, children: list[Child],
-              options: SolveOptions) -> CompositePlacement:
+              options: _Options) -> CompositePlacement:
     placed: dict[str, Placement | CompositePlacement] = {}
     why: list[str] = []
     current = snapshot
@@ -211,7 +221,7 @@ def _in_order(snapshot: Snapshot, composite: Composite, value: str, children: li
         f"{composite.required} required; {why[0]}"))
 
 
-def _child(snapshot: Snapshot, child: Child, options: SolveOptions) -> Placement | CompositePlacement | str | None:
+def _child(snapshot: Snapshot, child: Child, options: _Options) -> Placement | CompositePlacement | str | None:
     """A child's answer on ``snapshot``; the reason (str) when it does not fit; None when it has
     nothing to place (its members all run)."""
     if isinstance(child, Composite):
@@ -219,7 +229,8 @@ def _child(snapshot: Snapshot, child: Child, options: SolveOptions) -> Placement
         return answer if answer.fits else answer.explanation
     if not child.pending:
         return None
-    placement = place(snapshot, child, options)
+    mine = {p.uid: options.allowed[p.uid] for p in child.pending if options.allowed and p.uid in options.allowed}
+    placement = place(snapshot, child, options.solve, allowed=mine or None)
     if placement.assignments:
         return placement
     reason = placement.explanation.message() if placement.explanation else "no placement"

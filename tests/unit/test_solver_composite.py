@@ -160,3 +160,13 @@ def test_the_benchmark_checks_its_answers_and_shows_the_split_it_prevents():
     assert 0 < rows[2]["apart_placed"] < 8  # one by one where no block holds the job: some bind
     table = composite_bench.markdown(rows)
     assert table.count("\n") == 4 and "does not fit" in table
+
+
+def test_kube_schedulers_verdicts_on_a_childs_pods_are_kept():
+    nodes = blocks()
+    job = Composite("default", "job", replicas("rep", 2, 2, 8), min_group_count=2, topology_key=ZONE)
+    only_r2 = frozenset(n.name for n in nodes if n.labels[RACK] == "r2")
+    allowed = {p.uid: only_r2 for p in job.children[0].pending}  # rep-0's pods: rack r2 only
+    answer = place_composite(Snapshot(nodes), job, allowed=allowed)
+    assert answer.fits and answer.domain == "z0"
+    assert {label_of(nodes, n, RACK) for n in answer.children["default/rep-0"].assignments.values()} == {"r2"}
