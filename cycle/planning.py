@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import Iterator, Mapping
+from typing import AbstractSet, Iterator, Mapping
 
 from cluster import names
 from cluster.cache import PodRecord
@@ -45,7 +45,7 @@ from . import replans
 from .capacity import BarrierCapacity
 from .context import CycleContext
 from .holds import QueuePolicies
-from .plans import HOLDING, Change, Plan, PlanState, Usage, total_usage
+from .plans import HOLDING, Change, Plan, PlanState, Usage, keys, total_usage
 from .preemption import GroupPreemption
 from .provisioning import Asked, Provisioning
 from .smallest import SmallestChanges
@@ -78,7 +78,7 @@ class Planner:
         self.provisioning = provisioning  # a gang short of capacity asks for nodes (provisioning.py)
 
     # -- what a cycle sees -------------------------------------------------------------------
-    def reservations(self, exclude_group: str = "", refresh: bool = True) -> Usage:
+    def reservations(self, exclude_group: str | AbstractSet[str] = "", refresh: bool = True) -> Usage:
         """Capacity held by plans (other than ``exclude_group``), per node, minus bound members;
         by partly bound gangs' records; by preemption nominations. ``refresh`` False reads the
         records' holds as they stand (a what-if changes nothing, not even the plan generation)."""
@@ -87,7 +87,8 @@ class Planner:
                 self.refresh_records()
             held = [plan.reservations({uid for uid in plan.assignments if self.settled(plan, uid)})
                     for plan in self.book.holding(exclude=exclude_group)]
-            held += self.recorded.usage(lambda key: key == exclude_group or (
+            skip = keys(exclude_group)
+            held += self.recorded.usage(lambda key: key in skip or (
                 key in self.book and self.book[key].state in HOLDING))  # a plan holds it already
             held += self.preemption.reservations(exclude_group)  # under its own lock
         return total_usage(held)
@@ -106,7 +107,7 @@ class Planner:
         if self.recorded.refresh():
             self.book.bump()
 
-    def snapshot_for(self, key: str, refresh: bool = True) -> Snapshot:
+    def snapshot_for(self, key: str | AbstractSet[str], refresh: bool = True) -> Snapshot:
         """What a cycle for ``key`` sees (see the module's docstring); ``refresh``: see
         :meth:`reservations`."""
         assumed = {uid: node for plan in self.book.holding(exclude=key)
@@ -418,13 +419,25 @@ class Planner:
                 return Placement(key, {}, explanation=None)
             placement, elapsed, capacity_version = answer
             if not placement.fits:
-                self.metrics.attempts.labels(result="unschedulable").inc()
-                for leaf in leaves:
-                    self.explanations[leaf] = placement.explanation
-                    self.queue.failed_attempt(leaf, capacity_version, placement.explanation)
-                    self.status.unschedulable(leaf, placement.explanation)
+                self._tree_unschedulable(tree, placement.explanation, capacity_version)
                 return Placement(key, {}, explanation=None)
             return self._keep_tree(group, leaves, placement, elapsed)
+
+    def _tree_unschedulable(self, tree: Composite, explanation: str, capacity_version: int) -> None:
+        """A tree that does not fit (lock held): a group preemption for it when one helps, and every
+        child says why."""
+        self.metrics.attempts.labels(result="unschedulable").inc()
+        message = explanation
+        with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too
+            preempting = self.preemption.try_preempt_composite(tree)
+        if preempting:
+            self.book.bump()  # the nominations now hold room
+            message = f"{message}; {preempting}"
+        for leaf in tree.leaves():
+            self.explanations[leaf.key] = message
+            if not preempting:  # while victims terminate, the nominations make it wait
+                self.queue.failed_attempt(leaf.key, capacity_version, message)
+            self.status.unschedulable(leaf.key, message)
 
     def _solve_composite(self, root: str, tree: Composite, group: PodGroup
                          ) -> tuple[CompositePlacement, float, int] | InvalidInput | None:
@@ -433,7 +446,7 @@ class Planner:
             started = time.perf_counter()
             generation = self.book.generation
             capacity_version = self.cache.capacity_version
-            snapshot, _ = self.policies.restrict(group, self.snapshot_for(root))
+            snapshot, _ = self.policies.restrict(group, self.snapshot_for(frozenset(c.key for c in tree.leaves())))
             allowed: dict[str, frozenset[str]] = {}  # kube-scheduler's verdicts on every child's pods
             for leaf in tree.leaves():
                 allowed.update(self.verdicts.allowed(leaf, snapshot.index.keys()))

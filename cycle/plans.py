@@ -69,6 +69,11 @@ OPEN = frozenset({PlanState.PLANNED, PlanState.BINDING})
 Usage = dict[str, dict[str, int]]  # node -> resource -> amount
 
 
+def keys(groups: str | AbstractSet[str]) -> AbstractSet[str]:
+    """One group key or several, as a set ("" none)."""
+    return (frozenset({groups}) if groups else frozenset()) if isinstance(groups, str) else groups
+
+
 def placed_in_order(pod: Pod) -> bool:
     """kube-scheduler's filters judge each member against the members already assumed: with
     required inter-pod (anti-)affinity or a DoNotSchedule spread constraint, a plan's nodes can be
@@ -193,9 +198,10 @@ class PlanBook(Mapping[str, Plan]):
         """The plan that assigns pod ``uid``, if any."""
         return next((p for p in self._plans.values() if uid in p.assignments), None)
 
-    def holding(self, exclude: str = "") -> list[Plan]:
-        """Plans holding capacity, but ``exclude``'s."""
-        return [p for k, p in self._plans.items() if k != exclude and p.state in HOLDING]
+    def holding(self, exclude: str | AbstractSet[str] = "") -> list[Plan]:
+        """Plans holding capacity, but ``exclude``'s (a group, or several: a composite's children)."""
+        skip = keys(exclude)
+        return [p for k, p in self._plans.items() if k not in skip and p.state in HOLDING]
 
     def bump(self) -> None:
         """Something other groups' solves see changed outside the book."""

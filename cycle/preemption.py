@@ -36,7 +36,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import Callable, Iterator, Mapping
+from typing import AbstractSet, Callable, Iterator, Mapping
 
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
@@ -51,12 +51,13 @@ from solver import (
     SolverError,
     first_plan,
 )
+from solver.composite import Composite, plan_composite_preemption
 from solver.model import PreemptionPolicy, placement_usage
 
 from .dispatch import Write
 from .inbox import Inbox
 from .metrics import CycleMetrics
-from .plans import Usage
+from .plans import Usage, keys
 from .status import StatusWriter
 from .workers import Solves, shared
 
@@ -104,7 +105,7 @@ class GroupPreemption:
 
     def __init__(self, cache: ClusterCache, writer: ClusterWriter, clock: Callable[[], float],
                  metrics: CycleMetrics, status: StatusWriter, inbox: Inbox,
-                 reservations: Callable[[str], Usage],
+                 reservations: Callable[[str | AbstractSet[str]], Usage],
                  victim_contexts: Callable[[PodGroup, PreemptionContext], Iterator[PreemptionContext]],
                  grace: float = 120.0, retry_initial: float = 5.0, retry_max: float = 300.0,
                  solves: Solves | None = None, acting: Callable[[], bool] = lambda: True) -> None:
@@ -165,10 +166,11 @@ class GroupPreemption:
         return (f"podgroup {key}: waiting for {len(nomination.victims)} preempted pods to terminate "
                 f"({', '.join(nomination.evicted_units[:3])}{'...' if len(nomination.evicted_units) > 3 else ''})")
 
-    def reservations(self, exclude_group: str = "") -> list[dict[str, dict[str, int]]]:
+    def reservations(self, exclude_group: str | AbstractSet[str] = "") -> list[dict[str, dict[str, int]]]:
+        skip = keys(exclude_group)
         with self._lock:
             self._prune()
-            return [n.reservations() for k, n in self.nominations.items() if k != exclude_group]
+            return [n.reservations() for k, n in self.nominations.items() if k not in skip]
 
     def release(self, key: str) -> None:
         with self._lock:
@@ -236,6 +238,46 @@ class GroupPreemption:
         respect_pdb = plan.pdb_violations == 0
         for uid in plan.victims:
             self._evictions.submit(self._evict, group.key, uid, respect_pdb)
+        return note
+
+    def try_preempt_composite(self, tree: Composite) -> str:
+        """Plan and start a preemption for the CompositePodGroup ``tree``, which does not fit (see
+        :func:`solver.composite.plan_composite_preemption`): each placed child is nominated on the
+        freed room, and the victims evicted once. Returns a message for operators ("" when
+        preemption cannot help)."""
+        metrics = self.metrics
+        leaves = {leaf.key: leaf for leaf in tree.leaves()}
+        snapshot = self.cache.snapshot(self._reservations(frozenset(leaves)), with_bound=True)
+        try:
+            plan = self.solves.run(plan_composite_preemption, snapshot, tree, self.cache.preemption_context())
+        except (InvalidInput, SolverError) as err:
+            metrics.preemption_attempts.labels(result="error").inc()
+            log.warning("preemption planning for compositepodgroup %s failed: %s", tree.key, err)
+            return ""
+        if plan is None:
+            metrics.preemption_attempts.labels(result="unschedulable").inc()
+            return ""
+        metrics.preemption_attempts.labels(result="scheduled").inc()
+        metrics.preemption_victims.observe(len(plan.victims))
+        units = [u.describe() for u in plan.units]
+        deadline = self.clock() + self.grace
+        for key, answer in plan.placement.leaf_placements().items():
+            if not answer.assignments:
+                continue
+            by_uid = {p.uid: p for p in leaves[key].pending}
+            self.nominate(Nomination(
+                group=key, victims=set(plan.victims), placement=dict(answer.assignments),
+                requests={uid: by_uid[uid].spec.requests for uid in answer.assignments if uid in by_uid},
+                deadline=deadline, evicted_units=units))
+        where = f" in {plan.placement.domain}" if plan.placement.domain else ""
+        note = (f"preempting {len(plan.victims)} pods in {len(plan.units)} units ({', '.join(units[:5])}) to place "
+                f"compositepodgroup {tree.key} whole{where}; PDB violations: {plan.cost.pdb_violations}")
+        for key in leaves:
+            self.status.event(key, names.EVENT_PREEMPTING, note)
+        self.status.emit("preempting", group=tree.key, victims=list(plan.victims), units=units)
+        respect_pdb = plan.cost.pdb_violations == 0
+        for uid in plan.victims:
+            self._evictions.submit(self._evict, tree.key, uid, respect_pdb)
         return note
 
     def plan(self, group: PodGroup, snapshot: Snapshot) -> PreemptionPlan | None:

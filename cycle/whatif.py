@@ -27,7 +27,8 @@ are placed — inside the domain the running members hold, as the cycle places a
 A CompositePodGroup of the manifest is answered as one unit with the drafted groups (and
 composites) that name it as parent: its tree is planned at once (:func:`solver.place_composite`),
 before the manifest's other groups, and each child's answer names it (``composite``) — the nodes
-where the tree fits, else the composite's explanation (which names the child that did not fit); a
+where the tree fits; where it fits only by preempting lower work, the victims of the plan a cycle
+would start; else the composite's explanation (which names the child that did not fit); a
 child the plan leaves out (more children than ``minGroupCount``) says so. A group naming a
 composite the manifest does not carry is answered alone.
 
@@ -59,7 +60,7 @@ from solver import (
     SolveOptions,
     place,
 )
-from solver.composite import MAX_DEPTH, Composite, place_composite
+from solver.composite import MAX_DEPTH, Composite, place_composite, plan_composite_preemption
 
 from .lock import CycleLock
 from .planning import Planner
@@ -150,7 +151,7 @@ class WhatIf:
         except InvalidInput as err:
             return {k: replace(b, explanation=f"phalanx: {err}") for k, b in blanks.items()}, snapshot
         if not placement.fits:
-            return {k: replace(b, explanation=placement.explanation) for k, b in blanks.items()}, snapshot
+            return self._tree_preempting(tree, blanks, placement.explanation, snapshot)
         placed = placement.leaf_placements()
         answers = {}
         for leaf in leaves:
@@ -164,6 +165,34 @@ class WhatIf:
             answers[leaf.key] = self._fits(blanks[leaf.key], answer, pods)
             snapshot = _with_group(snapshot, answer.assignments, pods)
         return answers, snapshot
+
+    def _tree_preempting(self, tree: Composite, blanks: Mapping[str, WhatIfAnswer], explanation: str,
+                         snapshot: Snapshot) -> tuple[dict[str, WhatIfAnswer], Snapshot]:
+        """A drafted composite that does not fit now: fits after preemption where evicting lower
+        units lets the whole tree fit (the plan a cycle would start), else does not fit."""
+        plan = plan_composite_preemption(snapshot, tree, self.cache.preemption_context(), self.options)
+        if plan is None:
+            return {k: replace(b, explanation=explanation) for k, b in blanks.items()}, snapshot
+        victims = []
+        for unit in plan.units:
+            for uid in unit.pods:
+                record = self.cache.pods.get(uid)
+                victims.append(Victim(record.pod.key if record else uid, unit.priority, unit.describe()))
+        on_bound = {p.uid for p in snapshot.bound}
+        freed = snapshot.without_pods([uid for uid in plan.victims if uid in on_bound])
+        answers = {}
+        placed = plan.placement.leaf_placements()
+        for leaf in tree.leaves():
+            pods = {p.uid: p for p in leaf.pending}
+            answer = placed.get(leaf.key)
+            nodes = _by_name(answer.assignments, pods) if answer is not None else {}
+            answers[leaf.key] = replace(blanks[leaf.key], verdict=FITS_AFTER_PREEMPTION, nodes=nodes,
+                                        domain=answer.domain if answer is not None else "",
+                                        victims=tuple(victims), pdb_violations=plan.cost.pdb_violations,
+                                        explanation=f"does not fit now: {explanation}")
+            if answer is not None and answer.assignments:
+                freed = _with_group(freed, answer.assignments, pods)
+        return answers, freed
 
     def _groups(self, groups: list[tuple[PodGroup, str]], snapshot: Snapshot) -> list[WhatIfAnswer]:
         """The answers of groups planned one after another (see the module's docstring)."""

@@ -29,9 +29,10 @@ from typing import Collection, Mapping, Union
 import numpy as np
 
 from .errors import InvalidInput
-from .model import PODS, DisruptionMode, Pod, PodGroup, Policy
+from .model import PODS, DisruptionMode, Pod, PodGroup, Policy, PreemptionPolicy
 from .objective import main_resource
 from .placement import Placement, SolveOptions, place
+from .preemption import PreemptionContext, PreemptionCost, VictimUnit, victim_cost, victim_units
 from .snapshot import Snapshot
 
 #: how deep composites nest (upstream's WorkloadMaxTreeDepth: the leaf PodGroups' level included)
@@ -296,3 +297,89 @@ def _tightest_first(snapshot: Snapshot, composite: Composite, ids: np.ndarray, c
 def _demand_words(composite: Composite) -> str:
     resource = _main(composite)
     return f"{_required_demand(composite, resource)} {resource}"
+
+
+# -- group preemption for a composite ---------------------------------------------------------------
+@dataclass(frozen=True)
+class CompositePreemption:
+    """Victims whose eviction lets ``composite`` be placed whole, and that placement on the freed
+    room. ``units`` highest priority first; every unit is needed (each was tried back)."""
+
+    composite: str
+    units: tuple[VictimUnit, ...]
+    cost: PreemptionCost
+    placement: CompositePlacement
+
+    @property
+    def victims(self) -> tuple[str, ...]:
+        return tuple(uid for unit in self.units for uid in unit.pods)
+
+
+# the rule's one home (docs/design.md: composite/preempt-whole)
+def plan_composite_preemption(snapshot: Snapshot, composite: Composite, context: PreemptionContext,
+                              options: SolveOptions = SolveOptions()) -> CompositePreemption | None:
+    """The cheapest set of lower-priority units whose eviction lets ``composite`` be placed whole
+    (upstream's order of victim sets: fewest PodDisruptionBudget violations, lowest highest victim
+    priority, fewest pods, least priority), or None when preemption cannot help. Per value of the
+    composite's key (the running members' values only, once any run): every lower unit with a pod
+    there is removed; when the tree then fits, the units are given back one by one, most important
+    first, each kept out only if the tree no longer fits without evicting it. A unit whose pods sit
+    only on nodes the standing placement does not use is given back without a solve when no member
+    of the tree carries inter-pod rules (it cannot change that placement). Pure."""
+    if composite.missing_children:
+        return None
+    leaves = composite.leaves()
+    if all(leaf.preemption_policy is PreemptionPolicy.NEVER for leaf in leaves):
+        return None
+    priority = max([composite.priority, *(leaf.priority for leaf in leaves)])
+    own = {leaf.key for leaf in leaves} | {composite.key}
+    mine = {p.uid for leaf in leaves for p in leaf.bound}  # the tree's own running members
+    lower = [u for u in victim_units(snapshot, context) if u.priority < priority and u.key not in own
+             and not set(u.pods) & mine]
+    if not lower:
+        return None
+    values, ids = snapshot.domains(composite.topology_key)
+    held = _held_domains(snapshot, composite, ids)
+    node_of = {p.uid: p.node for p in snapshot.bound}
+    constrained = any(p.spec.has_pod_constraints for leaf in leaves for p in leaf.pending)
+    best: CompositePreemption | None = None
+    for domain in sorted(held) if held else range(len(values)):
+        names = {snapshot.nodes[i].name for i in np.flatnonzero(ids == domain)}
+        there = [u for u in lower if any(node_of.get(uid) in names for uid in u.pods)]
+        if not there:
+            continue
+        found = _reprieved(snapshot, composite, there, names, node_of, constrained, options)
+        if found is None:
+            continue
+        kept, placement = found
+        cost = victim_cost(kept, context.budgets)
+        if best is None or cost < best.cost:
+            best = CompositePreemption(composite.key, tuple(sorted(kept, key=lambda u: (-u.priority, u.key))),
+                                       cost, placement)
+    return best
+
+
+def _reprieved(snapshot: Snapshot, composite: Composite, units: list[VictimUnit], names: set[str],
+               node_of: Mapping[str, str], constrained: bool, options: SolveOptions
+               ) -> tuple[list[VictimUnit], CompositePlacement] | None:
+    """``units`` (all of a domain's lower units) less those the tree fits without, and its
+    placement; None when it does not fit even with all of them gone."""
+    def fits(victims: list[VictimUnit]) -> CompositePlacement | None:
+        freed = snapshot.without_pods([uid for u in victims for uid in u.pods])
+        inside = freed.only_nodes(names) if composite.topology_key else freed
+        answer = _place(inside, composite, _Options(options))
+        return answer if answer.fits else None
+    placement = fits(units)
+    if placement is None:
+        return None
+    kept = list(units)
+    for unit in sorted(units, key=lambda u: (-u.priority, u.key)):  # the most important back first
+        trial = [u for u in kept if u is not unit]
+        used = set(placement.assignments.values())
+        if not constrained and not any(node_of.get(uid) in used for uid in unit.pods):
+            kept = trial  # off the standing placement's nodes: it stands without evicting the unit
+            continue
+        again = fits(trial)
+        if again is not None:
+            kept, placement = trial, again
+    return kept, placement

@@ -27,6 +27,9 @@ two 4-GPU nodes; each pod takes a whole node.
 These two run phalanx's side only: phalanx serve acts on every ``all`` unit of the cluster (a unit
 that lost a member is evicted whole whoever scheduled it), so an in-tree side running beside it
 would show what both do together, not what in-tree does.
+- **a job that must preempt**: both blocks full of single low-priority pods, block b's the
+  cheaper; a high-priority job: both schedulers free block b and place the job there, phalanx with
+  no more victims than in-tree.
 - **three levels**: a job in one block whose two rack groups (CompositePodGroups of their own, one
   rack each) hold two single-pod groups each: both schedulers place it whole.
 """
@@ -274,11 +277,11 @@ def test_a_composite_no_block_holds_binds_nothing_and_says_why(rest, namespace, 
     assert condition["status"] == "False" and f"{namespace}/job" in condition["message"], condition
 
 
-HIGH, LOW = "composite-e2e-high", "composite-e2e-low"
+HIGH, MID, LOW = "composite-e2e-high", "composite-e2e-mid", "composite-e2e-low"
 
 
 def priorities(rest) -> None:
-    for name, value in ((HIGH, 100000), (LOW, 10)):
+    for name, value in ((HIGH, 100000), (MID, 999), (LOW, 10)):
         if rest.get_or_none(f"/apis/scheduling.k8s.io/v1/priorityclasses/{name}") is None:
             create(rest, priority_class(name, value))
 
@@ -343,3 +346,47 @@ def test_a_node_lost_under_one_child_of_an_all_job_evicts_the_whole_job(rest, na
     events = rest.list_items(f"/api/v1/namespaces/{namespace}/events")
     assert any(e.get("reason") == names.EVENT_UNIT_BROKEN and f"compositepodgroup {namespace}/job" in
                (e.get("message") or e.get("note") or "") for e in events), [e.get("reason") for e in events]
+
+
+def preemptor_side(rest, nodes, namespace: str, side: str) -> dict[str, Any]:
+    """Both blocks full of single low pods (block b's the cheaper: priority 10 against a's 1000 - 1);
+    a high-priority job of two rack replicas must preempt a block."""
+    prefix = {IN_TREE: "xi", PHALANX: "xp"}[side]
+    where = blocks(nodes, prefix)
+    for node_name, (block, _) in where.items():
+        create(rest, {"apiVersion": "v1", "kind": "Pod", "metadata": {"name": f"low-{node_name}"},
+                      "spec": {"schedulerName": SCHEDULER[side], "nodeName": node_name,
+                               "priorityClassName": LOW if block.endswith("b") else MID,
+                               "terminationGracePeriodSeconds": 1,
+                               "containers": [{"name": "main", "image": PAUSE, "resources": {
+                                   "requests": {"cpu": "1", GPU: "4"}, "limits": {GPU: "4"}}}]}}, namespace)
+    wait_for(lambda: len(live(rest, namespace, "low-")) == 8, 30, f"{side}: the low pods")
+    for obj in two_level_objects(SCHEDULER[side]):
+        if obj["kind"] in ("CompositePodGroup", "PodGroup", "Pod"):
+            obj["spec"]["priorityClassName"] = HIGH
+        create(rest, obj, namespace)
+    placed = wait_for(lambda: (b := {n: v for n, v in live(rest, namespace, "rep-").items() if v}) and len(b) == 4
+                      and b, 120, f"{side}: the job bound after preempting")
+    return {"placed": placed, "where": where, "low left": live(rest, namespace, "low-")}
+
+
+def test_a_job_that_must_preempt_frees_one_block_as_in_tree_does(rest, namespace, nodes, in_tree, ours,
+                                                                  scheduler_mode):
+    priorities(rest)
+    other = f"{namespace[:50]}-it"
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
+    try:
+        theirs = preemptor_side(rest, nodes, other, IN_TREE)
+    finally:
+        rest.delete(f"/api/v1/namespaces/{other}", missing_ok=True)
+        rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
+        for name in list(nodes.names):
+            nodes.delete(name)
+    mine = preemptor_side(rest, nodes, namespace, PHALANX)
+    for side, run in ((IN_TREE, theirs), (PHALANX, mine)):
+        blocks_used, _ = blocks_and_racks(run)
+        gone = 8 - len(run["low left"])
+        print(f"\n  a job that must preempt, {side}: placed in {sorted(blocks_used)}, {gone} low pods evicted")
+        assert len(blocks_used) == 1 and next(iter(blocks_used)).endswith("b"), (side, run)  # the cheaper block
+    assert 8 - len(mine["low left"]) <= 8 - len(theirs["low left"])  # never more victims than in-tree
+    assert all(name.startswith("low-xp-a") for name in mine["low left"]), mine["low left"]  # block a's stay

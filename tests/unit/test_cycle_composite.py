@@ -259,3 +259,33 @@ def test_a_preemptor_evicts_an_all_composite_whole_or_not_at_all():
         assert {info.priority for info in context.victims.values()} == {10}
     finally:
         cycle.close()
+
+
+def test_a_composite_that_does_not_fit_preempts_lower_pods_of_one_block_and_then_binds_there():
+    sim = blocks()
+    for r in range(4):  # every node full of one low-priority pod; z1's cheaper (priority 5)
+        for i in range(2):
+            sim.create(pod(f"low-{r}-{i}", gpu=4, node=f"n-{r}-{i}", priority=5 if r % 2 else 50))
+    job = composite("job")
+    job["spec"]["priority"] = 1000
+    sim.create(job)
+    members = []
+    for r in range(2):
+        group = podgroup(f"rep-{r}", 2, RACK, priority=1000)
+        group["spec"]["parentCompositePodGroupName"] = "job"
+        sim.create(group)
+        members += [sim.create(pod(f"rep-{r}-{i}", f"rep-{r}", gpu=4, priority=1000)) for i in range(2)]
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=5.0).start()
+    try:
+        answer = verbs.filter(cycle, members[0], all_nodes(sim))
+        assert answer.nodes == []
+        reason = next(iter(answer.failed.values()), "") or next(iter(answer.unresolvable.values()), "")
+        assert "preempting 4 pods" in reason and "compositepodgroup default/job whole in z1" in reason, reason
+        wait_until(lambda: sorted(p["metadata"]["name"] for p in sim.list("Pod") if p["metadata"]["name"].startswith(
+            "low-")) == ["low-0-0", "low-0-1", "low-2-0", "low-2-1"])  # z1's four went, z0's stay
+        assert set(cycle.preemption.nominations) == {"default/rep-0", "default/rep-1"}
+        planned, errors = bind_all(cycle, sim, [sim.get("Pod", f"default/{p['metadata']['name']}") for p in members])
+        assert errors == []
+        assert {sim.get("Node", n)["metadata"]["labels"][ZONE] for n in planned.values()} == {"z1"}
+    finally:
+        cycle.close()

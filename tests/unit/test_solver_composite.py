@@ -170,3 +170,49 @@ def test_kube_schedulers_verdicts_on_a_childs_pods_are_kept():
     answer = place_composite(Snapshot(nodes), job, allowed=allowed)
     assert answer.fits and answer.domain == "z0"
     assert {label_of(nodes, n, RACK) for n in answer.children["default/rep-0"].assignments.values()} == {"r2"}
+
+
+def _running(nodes, priority_of, on=None):
+    """One 8-GPU pod on each node (``on``: those nodes only), at ``priority_of(node)``."""
+    return [replace(p, node=n.name, group="", spec=replace(p.spec, priority=priority_of(n)))
+            for n in nodes if on is None or n.name in on for p in pods(f"low-{n.name}", 1, gpus=8)]
+
+
+def job(priority=100):
+    return Composite("default", "job", replicas("rep", 2, 2, 8), min_group_count=2, topology_key=ZONE,
+                     priority=priority)
+
+
+def test_a_composite_that_does_not_fit_preempts_the_cheapest_block_and_no_more():
+    from solver import PreemptionContext
+    from solver.composite import plan_composite_preemption
+
+    nodes = blocks()
+    # z0's pods at priority 50, z1's at 10: z1 is the cheaper block to free
+    low = _running(nodes, lambda n: 50 if n.labels[ZONE] == "z0" else 10)
+    plan = plan_composite_preemption(Snapshot(nodes, low), job(), PreemptionContext())
+    assert plan is not None and plan.placement.fits and plan.placement.domain == "z1"
+    assert len(plan.victims) == 4 and plan.cost.highest_priority == 10
+    victims_nodes = {p.node for p in low if p.uid in plan.victims}
+    assert {label_of(nodes, n, ZONE) for n in victims_nodes} == {"z1"}
+    # one rack of z1 already free: only the other rack's two pods go
+    fewer = [p for p in low if label_of(nodes, p.node, RACK) != "r1"]
+    plan = plan_composite_preemption(Snapshot(nodes, fewer), job(), PreemptionContext())
+    assert plan is not None and len(plan.victims) == 2 and plan.placement.domain == "z1"
+
+
+def test_a_composite_preempts_nothing_of_equal_or_higher_priority_and_an_all_unit_goes_whole():
+    from solver import DisruptionMode, PreemptionContext, VictimInfo
+    from solver.composite import plan_composite_preemption
+
+    nodes = blocks()
+    high = _running(nodes, lambda n: 100)
+    assert plan_composite_preemption(Snapshot(nodes, high), job(), PreemptionContext()) is None
+    # z1's four pods one `all` unit with a pod in z0 too: taking z1 evicts it whole, z0 pod included
+    low = _running(nodes, lambda n: 10)
+    unit = {p.uid for p in low if label_of(nodes, p.node, ZONE) == "z1"} | {low[0].uid}
+    context = PreemptionContext({uid: VictimInfo(10, "default/low-job", DisruptionMode.ALL) for uid in unit})
+    plan = plan_composite_preemption(Snapshot(nodes, low), job(), context)
+    # z0 would cost its three single pods and the unit (its pod there pulls in all 5): 8 pods; z1 the unit: 5
+    assert plan is not None and plan.placement.fits and plan.placement.domain == "z1"
+    assert set(plan.victims) == unit  # the unit whole, its pod in z0 too

@@ -701,3 +701,27 @@ def test_a_malformed_composite_is_refused_by_field():
     bad[0]["spec"]["schedulingPolicy"]["gang"]["minGroupCount"] = 0
     drafts = compile_objects(bad, "default")
     assert drafts.errors and "minGroupCount must be between 1" in drafts.errors[0].describe()
+
+
+def test_a_composite_that_fits_only_by_preempting_names_its_victims():
+    from .test_cycle_composite import ZONE, blocks
+
+    sim = blocks()
+    for r in range(4):  # every node full; z1's pods the cheaper
+        for i in range(2):
+            sim.create(pod(f"low-{r}-{i}", gpu=4, node=f"n-{r}-{i}", priority=5 if r % 2 else 50))
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        objects = composite_manifest()
+        objects[0]["spec"]["priority"] = 1000
+        for obj in objects[1:]:
+            obj["spec"]["priority"] = 1000
+        drafts = compile_objects(objects, "default")
+        before = stored(sim)
+        answers = cycle.what_if(drafts.groups, drafts.composites)
+        assert [a.verdict for a in answers] == [FITS_AFTER_PREEMPTION] * 2, answers
+        assert sorted(v.pod for v in answers[0].victims) == [f"default/low-{r}-{i}" for r in (1, 3) for i in range(2)]
+        assert {sim.get("Node", n)["metadata"]["labels"][ZONE] for a in answers for n in a.nodes.values()} == {"z1"}
+        assert stored(sim) == before and not cycle.preemption.nominations  # nothing evicted, nothing held
+    finally:
+        cycle.close()
