@@ -277,7 +277,7 @@ class GroupPreemption:
         self.status.emit("preempting", group=tree.key, victims=list(plan.victims), units=units)
         respect_pdb = plan.cost.pdb_violations == 0
         for uid in plan.victims:
-            self._evictions.submit(self._evict, tree.key, uid, respect_pdb)
+            self._evictions.submit(self._evict, tree.key, uid, respect_pdb, "compositepodgroup")
         return note
 
     def plan(self, group: PodGroup, snapshot: Snapshot) -> PreemptionPlan | None:
@@ -298,13 +298,14 @@ class GroupPreemption:
             for uid in nomination.placement:
                 self._nominated[uid] = nomination.group
 
-    def _evict(self, preemptor: str, uid: str, respect_pdb: bool) -> None:
-        """One victim of ``preemptor``'s plan (from the eviction pool)."""
+    def _evict(self, preemptor: str, uid: str, respect_pdb: bool, kind: str = "podgroup") -> None:
+        """One victim of ``preemptor``'s plan (from the eviction pool); ``kind``: what the preemptor
+        is (a podgroup, or a compositepodgroup)."""
         record = self.cache.pods.get(uid)
         if record is None:
             return
         pod = record.pod
-        message = f"preempted by podgroup {preemptor}"
+        message = f"preempted by {kind} {preemptor}"
         try:
             self.writer.evict(pod.namespace, pod.name, uid, message, respect_pdb)
         except WriteError as err:
