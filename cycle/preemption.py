@@ -36,7 +36,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
-from typing import AbstractSet, Callable, Iterator, Mapping
+from typing import AbstractSet, Callable, Iterator, Mapping, TypeVar
 
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
@@ -51,7 +51,7 @@ from solver import (
     SolverError,
     first_plan,
 )
-from solver.composite import Composite, plan_composite_preemption
+from solver.composite import Composite, CompositePreemption, plan_composite_preemption
 from solver.model import PreemptionPolicy, placement_usage
 
 from .dispatch import Write
@@ -60,6 +60,9 @@ from .metrics import CycleMetrics
 from .plans import Usage, keys
 from .status import StatusWriter
 from .workers import Solves, shared
+
+#: a group's or a composite's preemption plan (both say their victims)
+Planned = TypeVar("Planned", PreemptionPlan, CompositePreemption)
 
 log = logging.getLogger("phalanx.preemption")
 
@@ -207,21 +210,12 @@ class GroupPreemption:
     def try_preempt(self, group: PodGroup) -> str:
         """Plan and start a preemption for ``group``, which does not fit. Returns a message for
         operators ("" when preemption cannot help)."""
-        metrics = self.metrics
         if group.preemption_policy is PreemptionPolicy.NEVER:
             return ""
         snapshot = self.cache.snapshot(self._reservations(group.key), with_bound=True)
-        try:
-            plan = self.plan(group, snapshot)
-        except (InvalidInput, SolverError) as err:  # SolverError: its worker died twice (workers.py)
-            metrics.preemption_attempts.labels(result="error").inc()
-            log.warning("preemption planning for %s failed: %s", group.key, err)
-            return ""
+        plan = self._counted(group.key, lambda: self.plan(group, snapshot))
         if plan is None:
-            metrics.preemption_attempts.labels(result="unschedulable").inc()
             return ""
-        metrics.preemption_attempts.labels(result="scheduled").inc()
-        metrics.preemption_victims.observe(len(plan.victims))
         by_uid = {p.uid: p for p in group.pending}
         nomination = Nomination(
             group=group.key, victims=set(plan.victims), placement=dict(plan.placement),
@@ -245,20 +239,12 @@ class GroupPreemption:
         :func:`solver.composite.plan_composite_preemption`): each placed child is nominated on the
         freed room, and the victims evicted once. Returns a message for operators ("" when
         preemption cannot help)."""
-        metrics = self.metrics
         leaves = {leaf.key: leaf for leaf in tree.leaves()}
         snapshot = self.cache.snapshot(self._reservations(frozenset(leaves)), with_bound=True)
-        try:
-            plan = self.solves.run(plan_composite_preemption, snapshot, tree, self.cache.preemption_context())
-        except (InvalidInput, SolverError) as err:
-            metrics.preemption_attempts.labels(result="error").inc()
-            log.warning("preemption planning for compositepodgroup %s failed: %s", tree.key, err)
-            return ""
+        plan = self._counted(f"compositepodgroup {tree.key}", lambda: self.solves.run(
+            plan_composite_preemption, snapshot, tree, self.cache.preemption_context()))
         if plan is None:
-            metrics.preemption_attempts.labels(result="unschedulable").inc()
             return ""
-        metrics.preemption_attempts.labels(result="scheduled").inc()
-        metrics.preemption_victims.observe(len(plan.victims))
         units = [u.describe() for u in plan.units]
         deadline = self.clock() + self.grace
         for key, answer in plan.placement.leaf_placements().items():
@@ -279,6 +265,23 @@ class GroupPreemption:
         for uid in plan.victims:
             self._evictions.submit(self._evict, tree.key, uid, respect_pdb, "compositepodgroup")
         return note
+
+    def _counted(self, what: str, solve: Callable[[], Planned | None]) -> Planned | None:
+        """``solve()``'s plan, counted in the preemption metrics; None when it cannot help or
+        failed (said in the log: a SolverError is a worker that died twice, workers.py)."""
+        metrics = self.metrics
+        try:
+            plan = solve()
+        except (InvalidInput, SolverError) as err:
+            metrics.preemption_attempts.labels(result="error").inc()
+            log.warning("preemption planning for %s failed: %s", what, err)
+            return None
+        if plan is None:
+            metrics.preemption_attempts.labels(result="unschedulable").inc()
+            return None
+        metrics.preemption_attempts.labels(result="scheduled").inc()
+        metrics.preemption_victims.observe(len(plan.victims))
+        return plan
 
     def plan(self, group: PodGroup, snapshot: Snapshot) -> PreemptionPlan | None:
         """The victims whose eviction would let ``group`` fit on ``snapshot``, or None when
