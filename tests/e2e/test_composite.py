@@ -28,8 +28,9 @@ These two run phalanx's side only: phalanx serve acts on every ``all`` unit of t
 that lost a member is evicted whole whoever scheduled it), so an in-tree side running beside it
 would show what both do together, not what in-tree does.
 - **a job that must preempt**: both blocks full of single low-priority pods, block b's the
-  cheaper; a high-priority job: both schedulers free block b and place the job there, phalanx with
-  no more victims than in-tree.
+  cheaper; a high-priority job: both schedulers free one block and place the job there whole,
+  phalanx with no more victims than in-tree, and always block b (in-tree frees whichever block its
+  trial placement landed in: block a, the dearer, in some runs).
 - **three levels**: a job in one block whose two rack groups (CompositePodGroups of their own, one
   rack each) hold two single-pod groups each: both schedulers place it whole.
 """
@@ -387,6 +388,10 @@ def test_a_job_that_must_preempt_frees_one_block_as_in_tree_does(rest, namespace
         blocks_used, _ = blocks_and_racks(run)
         gone = 8 - len(run["low left"])
         print(f"\n  a job that must preempt, {side}: placed in {sorted(blocks_used)}, {gone} low pods evicted")
-        assert len(blocks_used) == 1 and next(iter(blocks_used)).endswith("b"), (side, run)  # the cheaper block
+        assert len(blocks_used) == 1, (side, run)  # whole, in one block
     assert 8 - len(mine["low left"]) <= 8 - len(theirs["low left"])  # never more victims than in-tree
+    # phalanx frees the cheaper block (b's pods at priority 10, a's at 999); in-tree removes every
+    # lower pod of the cluster, places the job, then gives the others back, so the block it frees is
+    # where its trial placement landed: block a in some runs (recorded above, not asserted)
+    assert blocks_and_racks(mine)[0] == {"xp-b"}, mine
     assert all(name.startswith("low-xp-a") for name in mine["low left"]), mine["low left"]  # block a's stay
