@@ -632,6 +632,12 @@ class ClusterCache:
         """The outermost CompositePodGroup above the PodGroup ``group_key`` whose disruptionMode is
         ``all`` (its members go as one unit: a member lost, the whole composite is evicted; a
         preemptor evicts all of it or none), or None."""
+        outermost = self._outermost_all(group_key)
+        tree = self.composite(outermost) if outermost else None
+        return tree if isinstance(tree, Composite) else None
+
+    def _outermost_all(self, group_key: str) -> str:
+        """The key of :meth:`all_composite`'s composite, "" none (its parent chain only, no tree built)."""
         with self._lock:
             record = self.podgroups.get(group_key)
             key = f"{record.namespace}/{record.parent}" if record is not None and record.parent else ""
@@ -643,8 +649,7 @@ class ClusterCache:
                 if parent.spec.disruption_mode is DisruptionMode.ALL:
                     outermost = key
                 key = f"{parent.namespace}/{parent.parent}" if parent.parent else ""
-        tree = self.composite(outermost) if outermost else None
-        return tree if isinstance(tree, Composite) else None
+        return outermost
 
     def invalid_members(self, group_key: str) -> list[InvalidPod]:
         """Pods naming the group that failed to convert (the group cannot be complete without them)."""
@@ -676,9 +681,13 @@ class ClusterCache:
         if not self.composites:
             return context
         victims = dict(context.victims)
+        trees: dict[str, Composite | str] = {}  # each `all` tree built once, however many children it has
         for group in groups:  # the leaves of an `all` composite are one unit, at the tree's priority
-            unit = self.all_composite(group.key)
-            if unit is None:
+            key = self._outermost_all(group.key)
+            if key and key not in trees:
+                trees[key] = self.composite(key)
+            unit = trees.get(key)
+            if not isinstance(unit, Composite):
                 continue
             priority = max([unit.priority, *(leaf.priority for leaf in unit.leaves())])
             for pod in group.bound:

@@ -239,8 +239,10 @@ class Provisioning:
         record = self.cache.podgroups.get(group_key)
         if record is None or len(requests) < 2:
             return requests[0] if requests else None
-        requests = sorted(requests, key=lambda r: (request_held(r.name, record.uid) is not None,
-                                                   request_held(r.name, record.uid) or 0))
+        def held(request: ProvisioningRecord) -> int:  # -1: not a request of this PodGroup's uid
+            count = request_held(request.name, record.uid)
+            return -1 if count is None else count
+        requests = sorted(requests, key=held)
         newest = requests[-1]
         for request in requests[:-1]:
             self._delete(group_key, request, f"superseded by {newest.key}", superseded=True)
