@@ -18,7 +18,7 @@ import sys
 import tempfile
 import uuid
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator, TypeVar
 
 import pytest
 
@@ -181,6 +181,7 @@ def nodes(rest: Kube) -> Iterator[NodePool]:
     pool.cleanup()
 
 
+T = TypeVar("T")
 PHALANX_SCHEDULER_CONFIG = Path(__file__).resolve().parents[2] / "scheduler-config" / "kube-scheduler-config.yaml"
 PHALANX_BARRIER_SECONDS = 8.0
 
@@ -195,6 +196,29 @@ def phalanx(control_plane: ControlPlane) -> Iterator[Any]:
                     kubeconfig=str(control_plane.admin_kubeconfig)).start()
     yield service
     service.stop()
+
+
+@contextlib.contextmanager
+def scratch_namespace(rest: Kube, name: str) -> Iterator[str]:
+    """A namespace for the length of a block, deleted after."""
+    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
+    try:
+        yield name
+    finally:
+        rest.delete(f"/api/v1/namespaces/{name}", missing_ok=True)
+
+
+def in_tree_beside(rest: Kube, nodes: NodePool, namespace: str, run: Callable[[str], T]) -> T:
+    """In-tree's side of a side-by-side case: ``run(other)`` in a namespace of its own
+    (``<namespace>-it``), then its pods dropped at once and every node it made deleted, so the
+    other side gets nodes of its own."""
+    with scratch_namespace(rest, f"{namespace[:50]}-it") as other:
+        try:
+            return run(other)
+        finally:
+            rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
+            for name in list(nodes.names):
+                nodes.delete(name)
 
 
 @contextlib.contextmanager

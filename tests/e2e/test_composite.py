@@ -58,7 +58,7 @@ from cluster import names
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
-from .conftest import serve_with_whatif, start_phalanx_scheduler
+from .conftest import in_tree_beside, serve_with_whatif, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "composite-in-tree", PHALANX: "composite-phalanx"}
@@ -219,15 +219,7 @@ def run_side(rest, nodes, namespace: str, side: str, case: str, phalanx: Any = N
 
 
 def side_by_side(rest, nodes, namespace: str, case: str, phalanx: Any = None) -> tuple[dict[str, Any], dict[str, Any]]:
-    other = f"{namespace[:50]}-it"
-    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
-    try:
-        theirs = run_side(rest, nodes, other, IN_TREE, case)
-    finally:
-        rest.delete(f"/api/v1/namespaces/{other}", missing_ok=True)
-        rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
-        for name in list(nodes.names):
-            nodes.delete(name)
+    theirs = in_tree_beside(rest, nodes, namespace, lambda other: run_side(rest, nodes, other, IN_TREE, case))
     return theirs, run_side(rest, nodes, namespace, PHALANX, case, phalanx)
 
 
@@ -374,15 +366,7 @@ def preemptor_side(rest, nodes, namespace: str, side: str) -> dict[str, Any]:
 def test_a_job_that_must_preempt_frees_one_block_as_in_tree_does(rest, namespace, nodes, in_tree, ours,
                                                                   scheduler_mode):
     priorities(rest)
-    other = f"{namespace[:50]}-it"
-    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
-    try:
-        theirs = preemptor_side(rest, nodes, other, IN_TREE)
-    finally:
-        rest.delete(f"/api/v1/namespaces/{other}", missing_ok=True)
-        rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
-        for name in list(nodes.names):
-            nodes.delete(name)
+    theirs = in_tree_beside(rest, nodes, namespace, lambda other: preemptor_side(rest, nodes, other, IN_TREE))
     mine = preemptor_side(rest, nodes, namespace, PHALANX)
     for side, run in ((IN_TREE, theirs), (PHALANX, mine)):
         blocks_used, _ = blocks_and_racks(run)

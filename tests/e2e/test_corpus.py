@@ -27,9 +27,7 @@ from __future__ import annotations
 import json
 import time
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field
-from typing import Iterator
 
 import pytest
 from harness import create, node, path, pods, scheduler_config, wait_for
@@ -46,7 +44,7 @@ from harness.corpus import (
 
 from cluster.kube import KubeError
 
-from .conftest import PHALANX_SCHEDULER_MODES, start_phalanx_scheduler
+from .conftest import PHALANX_SCHEDULER_MODES, scratch_namespace, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "corpus-in-tree", PHALANX: "corpus-phalanx"}
@@ -291,15 +289,6 @@ def run_case(rest, namespace: str, nodes, case: Case, side: str, plans_made: Cou
             cleanup(rest, namespace, case, cluster_paths)
         except KubeError:
             pass
-
-
-@contextmanager
-def scratch_namespace(rest, name: str) -> Iterator[str]:
-    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}})
-    try:
-        yield name
-    finally:
-        rest.delete(f"/api/v1/namespaces/{name}", missing_ok=True)
 
 
 def record(table, outcome: Outcome) -> None:

@@ -45,7 +45,7 @@ from cluster import names
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
-from .conftest import serve_with_whatif, start_phalanx_scheduler
+from .conftest import in_tree_beside, serve_with_whatif, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "growth-in-tree", PHALANX: "growth-phalanx"}
@@ -153,15 +153,7 @@ def run_in_tree(rest, namespace: str, nodes) -> dict[str, Any]:
 
 def test_a_gang_scaled_up_grows_inside_its_rack_or_waits_whole(rest, namespace, nodes, in_tree, ours, scheduler_mode,
                                                               stub, registered_controller):
-    other = f"{namespace[:50]}-it"
-    rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}})
-    try:
-        theirs = run_in_tree(rest, other, nodes)
-    finally:
-        rest.delete(f"/api/v1/namespaces/{other}", missing_ok=True)
-        rest.request("DELETE", f"/api/v1/namespaces/{other}/pods", params={"gracePeriodSeconds": 0})
-        for name in list(nodes.names):  # phalanx's side gets racks of its own
-            nodes.delete(name)
+    theirs = in_tree_beside(rest, nodes, namespace, lambda other: run_in_tree(rest, other, nodes))
     print(f"\n  in-tree: gang of 3 in {theirs['first']}, 4th member in {theirs['fourth']}, "
           f"5th member (its rack full): {theirs['fifth']}")
 
