@@ -9,10 +9,11 @@ The objective is lexicographic, smaller is better:
    term, so soft anti-affinity lands on distinct nodes whenever room exists;
 2. ``spread`` — per preferred topology key, in order, how many distinct domains the group uses
    (keep a group inside one rack, then one block, when the required key allows more);
-3. ``nodes`` — nodes touched (tight fit: fill nodes rather than sprinkle);
-4. ``stranded`` — free main resource left on the touched nodes (least capacity stranded);
-5. ``domain_free`` — free main resource left in the chosen required domain (best fit over domains:
-   keep the roomiest domains for the next big gang).
+3. ``domain_free`` — free main resource left in the chosen required domain (best fit over domains:
+   the tightest domain that fits, so the roomiest stay whole for the next big gang; inside one
+   domain it is the same for every placement of the same pods, so it only chooses the domain);
+4. ``nodes`` — nodes touched (tight fit: fill nodes rather than sprinkle);
+5. ``stranded`` — free main resource left on the touched nodes (least capacity stranded).
 
 The *main resource* is the group's scarcest kind: an extended resource such as
 ``nvidia.com/gpu`` when the pods request one, else CPU, else the pod count.
@@ -39,15 +40,15 @@ class Objective:
     unplaced: int
     preference: int
     spread: tuple[int, ...]
+    domain_free: int
     nodes: int
     stranded: int
-    domain_free: int
 
     def describe(self) -> str:
         spread = ",".join(str(s) for s in self.spread) or "-"
         return (
-            f"unplaced={self.unplaced} preference={self.preference} spread={spread} nodes={self.nodes} "
-            f"stranded={self.stranded} domain_free={self.domain_free}"
+            f"unplaced={self.unplaced} preference={self.preference} spread={spread} "
+            f"domain_free={self.domain_free} nodes={self.nodes} stranded={self.stranded}"
         )
 
 
@@ -101,7 +102,9 @@ class Weights:
         unit = 1
         while True:
             w = cls(spread_max, nodes_max, main_max // unit, main_max // unit, unit, preference_max)
-            if w.scalar(Objective(pods, preference_max, spread_max, nodes_max, main_max, main_max)) < 2**62:
+            worst = Objective(pods, preference_max, spread_max, domain_free=main_max, nodes=nodes_max,
+                              stranded=main_max)
+            if w.scalar(worst) < 2**62:
                 return w
             unit *= 10
 
@@ -109,17 +112,17 @@ class Weights:
         value = obj.unplaced * (self.preference_max + 1) + obj.preference
         for s, smax in zip(obj.spread, self.spread_max, strict=False):
             value = value * (smax + 1) + s
+        value = value * (self.domain_free_max + 1) + obj.domain_free // self.unit
         value = value * (self.nodes_max + 1) + obj.nodes
-        value = value * (self.stranded_max + 1) + obj.stranded // self.unit
-        return value * (self.domain_free_max + 1) + obj.domain_free // self.unit
+        return value * (self.stranded_max + 1) + obj.stranded // self.unit
 
     def coefficients(self) -> tuple[int, tuple[int, ...], int, int, int]:
         """Weights of (unplaced, spread levels, nodes, stranded, domain_free) in :meth:`scalar`;
         the preference term's weight is :meth:`preference_weight`."""
-        w_df = 1
-        w_st = self.domain_free_max + 1
-        w_nodes = w_st * (self.stranded_max + 1)
-        w = w_nodes * (self.nodes_max + 1)
+        w_st = 1
+        w_nodes = self.stranded_max + 1
+        w_df = w_nodes * (self.nodes_max + 1)
+        w = w_df * (self.domain_free_max + 1)
         spread_w = []
         for smax in reversed(self.spread_max):
             spread_w.append(w)

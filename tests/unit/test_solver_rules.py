@@ -1,5 +1,7 @@
 """Every placement rule of the solver, one behaviour per test; every answer checked by the oracle."""
 
+import dataclasses
+
 import pytest
 
 from solver import (
@@ -118,6 +120,21 @@ def test_best_fit_picks_the_tightest_rack(path):
     snap = Snapshot(nodes)
     result = solve(snap, gang("g", 8, key=RACK), path)
     assert result.domain == "rb"  # rb holds exactly 8: the big rack stays free
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_the_tighter_rack_wins_over_fewer_nodes_so_the_big_gang_after_it_fits(path):
+    # rack o1: two 8-CPU nodes; rack o2: two 2-CPU nodes. The small gang fits on one node of o1 or
+    # on both of o2; taking o1 would leave 12 CPUs there and strand the 16-CPU gang that follows
+    nodes = [gpu_node(f"o1-{i}", rack="o1", gpus=0, cpu=8000) for i in range(2)]
+    nodes += [gpu_node(f"o2-{i}", rack="o2", gpus=0, cpu=2000) for i in range(2)]
+    snap = Snapshot(nodes)
+    small_pods = pods("small", 2, gpus=0, cpu=2000)
+    small = solve(snap, gang("small", 2, key=RACK, members=small_pods), path)
+    assert small.domain == "o2" and small.objective.nodes == 2
+    bound = [dataclasses.replace(p, node=small.assignments[p.uid]) for p in small_pods]
+    big = solve(Snapshot(nodes, bound), gang("big", 4, key=RACK, members=pods("big", 4, gpus=0, cpu=4000)), path)
+    assert big.domain == "o1" and len(big.assignments) == 4
 
 
 @pytest.mark.parametrize("path", PATHS)
