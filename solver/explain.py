@@ -80,13 +80,13 @@ def _domain_label(problem: Problem, d: int) -> str:
     return f"{short} {problem.domain_values[d]}"
 
 
-def _shortfall(problem: Problem, bound: DomainBound, greedy_fits: int | None) -> DomainShortfall:
+def _shortfall(problem: Problem, bound: DomainBound, greedy_fits: int | None, hosts: "_Hosts") -> DomainShortfall:
     label = _domain_label(problem, bound.domain)
     needed = max(problem.needed, 1)
     fits = bound.placed_ub if greedy_fits is None else greedy_fits
     kind = CAPACITY
     if len(bound.nodes) == 0:
-        detail, kind = _no_host(problem, bound.domain)
+        detail, kind = _no_host(hosts, bound.domain)
     elif bound.rule:
         detail, kind = bound.rule, RULE
     elif problem.constrained and greedy_fits is not None:
@@ -116,27 +116,47 @@ def _rule_names(problem: Problem) -> str:
     return ", ".join(dict.fromkeys(kinds)) or "placement rules"
 
 
-def _no_host(problem: Problem, d: int) -> tuple[str, str]:
+class _Hosts:
+    """Per shape and domain, what :func:`_no_host` reads — eligible nodes, those still open to the
+    group, the most free of each resource on one open node — from one pass over the nodes (not one
+    per domain: a gang that fits in none of 200 racks is explained in a few milliseconds)."""
+
+    def __init__(self, problem: Problem) -> None:
+        self.problem = problem
+        self._per_shape: dict[int, tuple[np.ndarray, np.ndarray, np.ndarray]] = {}
+
+    def of(self, s: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        found = self._per_shape.get(s)
+        if found is None:
+            problem = self.problem
+            ids, domains = problem.domain_ids, len(problem.domain_values)
+            eligible = problem.shapes[s].eligibility.mask & (ids >= 0)
+            cut = problem.snapshot.cut
+            open_ = eligible & ~cut if cut is not None else eligible
+            free = problem.snapshot.free
+            most = np.full((domains, free.shape[1]), -1, dtype=np.int64)
+            np.maximum.at(most, ids[open_], free[open_])
+            found = (np.bincount(ids[eligible], minlength=domains), np.bincount(ids[open_], minlength=domains), most)
+            self._per_shape[s] = found
+        return found
+
+
+def _no_host(hosts: _Hosts, d: int) -> tuple[str, str]:
     """Why not one node of the domain can take a single member: the most lacking resource (a
     capacity shortfall), or no eligible node at all (not one)."""
-
-    in_domain = problem.domain_ids == d
-    for shape in problem.shapes:
-        eligible = in_domain & shape.eligibility.mask
-        if not eligible.any():
+    problem = hosts.problem
+    for s, shape in enumerate(problem.shapes):
+        eligible, open_, most_free = hosts.of(s)
+        if not eligible[d]:
             return "no eligible node", ELIGIBILITY
-        cut = problem.snapshot.cut
-        if cut is not None:
-            eligible = eligible & ~cut
-            if not eligible.any():
-                # taken out before the solve, not full: kube-scheduler's filters, the domain the
-                # group keeps, another gang's hold or the queue's domain choice
-                return "no node here is open to the group (filtered out, held, or outside the domain it keeps)", \
-                    ELIGIBILITY
-        free = problem.snapshot.free[eligible]
+        if not open_[d]:
+            # taken out before the solve, not full: kube-scheduler's filters, the domain the
+            # group keeps, another gang's hold or the queue's domain choice
+            return "no node here is open to the group (filtered out, held, or outside the domain it keeps)", \
+                ELIGIBILITY
         worst = None
         for j in np.nonzero(shape.vec)[0]:
-            most = int(free[:, j].max())
+            most = int(most_free[d, j])
             if most < shape.vec[j] and (worst is None or most / shape.vec[j] < worst[0]):
                 worst = (most / shape.vec[j], problem.snapshot.resources[j], int(shape.vec[j]), most)
         if worst is not None:
@@ -158,8 +178,9 @@ def explain(problem: Problem, bounds: list[DomainBound], greedy_fits: dict[int, 
         summary = f"no node has the topology label {group.topology_key}"
     elif not bounds:
         summary = "no candidate domain"
+    hosts = _Hosts(problem)
     shortfalls = sorted(
-        (_shortfall(problem, b, greedy_fits.get(b.domain)) for b in bounds),
+        (_shortfall(problem, b, greedy_fits.get(b.domain), hosts) for b in bounds),
         key=lambda s: (-s.fits, s.domain),
     )
     excluded: dict[str, int] = {}

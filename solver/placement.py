@@ -19,7 +19,9 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass, field
-from typing import Collection, Iterable, Mapping
+from typing import Callable, Collection, Iterable, Iterator, Mapping
+
+import numpy as np
 
 from .cpsat import ModelTooLarge
 from .errors import InvalidInput
@@ -99,10 +101,7 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     bounds = problem.domain_bounds()
     viable = [b for b in bounds if b.placed_ub >= max(problem.needed, 1)]
     stats["domains_after_precheck"] = len(viable)
-    # tried in the order of the looser bound (which domain wins a tie stays as it was), pruned
-    # with the tighter one: a domain it prunes cannot beat the incumbent
-    order = sorted(viable, key=lambda b: (problem.objective_lower_bound(b, b.placed_ub, tight=False), b.domain))
-    ranked = [(problem.objective_lower_bound(b, b.placed_ub), b) for b in order]
+    ranked = _Ranked(problem, viable)
     best, greedy_picks, greedy_fits, stats["domains_greedy_pruned"] = _greedy(problem, ranked)
 
     path = "greedy"
@@ -124,8 +123,76 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     )
 
 
-def _greedy(problem: Problem, ranked: list[tuple[Objective, DomainBound]]
-            ) -> tuple[Best | None, dict[int, Picks], dict[int, int], int]:
+def _head(objective: Objective) -> tuple[int, int, tuple[int, ...], int]:
+    """The leading terms of an objective, those a domain's totals decide (see :class:`_Ranked`)."""
+    return objective.unplaced, objective.preference, objective.spread, objective.domain_free
+
+
+class _Ranked:
+    """The viable domains in the order of their loose objective bound (the domain's index breaking
+    ties: which domain wins a tie stays as it was), each pruned with its tight bound, which is
+    computed only for the domains a search reaches. The bounds' leading terms (:func:`_head`) are
+    known per domain from its totals alone, so the domains are sorted on them first (the full loose
+    bound orders only a run of equal heads) and a search stops at the first domain whose head
+    already loses to the incumbent: every later one does too. At 200 racks that is a few bounds
+    computed instead of 400 (each ~10 us of Python)."""
+
+    def __init__(self, problem: Problem, viable: list[DomainBound]) -> None:
+        self.problem = problem
+        levels = len(problem.group.preferred_keys)
+        max_main = max(s.main for s in problem.shapes)
+        free = problem.domain_free_main
+        heads = [(problem.pending_total - b.placed_ub, 0, (1 if b.placed_ub else 0,) * levels,
+                  max(0, int(free[b.domain]) - b.placed_ub * max_main)) for b in viable]
+        self.order: list[tuple[tuple[int, int, tuple[int, ...], int], DomainBound]] = []
+        if not problem.constrained:
+            # the loose bound is the head, the fewest nodes the pods need, 0: all sorted at once
+            nodes = self._fewest_nodes(viable)
+            keys = sorted(range(len(viable)), key=lambda i: (heads[i], nodes[i], viable[i].domain))
+            self.order = [(heads[i], viable[i]) for i in keys]
+        else:
+            keyed = sorted(zip(heads, viable, strict=True), key=lambda hb: (hb[0], hb[1].domain))
+            start = 0
+            while start < len(keyed):
+                end = start + 1
+                while end < len(keyed) and keyed[end][0] == keyed[start][0]:
+                    end += 1
+                run = keyed[start:end]
+                if len(run) > 1:
+                    run.sort(key=lambda hb: (problem.objective_lower_bound(hb[1], hb[1].placed_ub, tight=False),
+                                             hb[1].domain))
+                self.order += run
+                start = end
+        self._tight: dict[int, Objective] = {}
+
+    def _fewest_nodes(self, viable: list[DomainBound]) -> list[int]:
+        """Per domain, the loose bound's node count (as :meth:`Problem.objective_lower_bound`): the
+        roomiest hosts that together hold its pods, from one search over every domain's hosts."""
+        order, starts, cum = self.problem._by_domain
+        if not viable:
+            return []
+        domains = np.array([b.domain for b in viable])
+        placed = np.array([b.placed_ub for b in viable])
+        lo, hi = starts[domains], starts[domains + 1]
+        offset = np.where(lo > 0, cum[np.maximum(lo - 1, 0)], 0)
+        found = np.minimum(np.searchsorted(cum, offset + placed), hi) - lo
+        return [int(n) for n in np.where(placed > 0, found + 1, 0)]
+
+    def walk(self, incumbent: Callable[[], "Best | None"]) -> Iterator[tuple[Objective, DomainBound] | None]:
+        """The domains in order with their tight bound; None for one pruned by its head alone (and
+        for every one after it). ``incumbent`` gives the caller's best answer so far."""
+        for k, (head, bound) in enumerate(self.order):
+            best = incumbent()
+            if best is not None and head > _head(best[0]):
+                yield from (None for _ in self.order[k:])
+                return
+            lower = self._tight.get(bound.domain)
+            if lower is None:
+                lower = self._tight[bound.domain] = self.problem.objective_lower_bound(bound, bound.placed_ub)
+            yield lower, bound
+
+
+def _greedy(problem: Problem, ranked: _Ranked) -> tuple[Best | None, dict[int, Picks], dict[int, int], int]:
     """Greedy best fit in the ranked domains, skipping those whose bound cannot beat the incumbent:
     the best answer, the picks per domain it fit in, how many pods fit where the group did not (for
     the explanation), and how many domains were pruned."""
@@ -133,7 +200,11 @@ def _greedy(problem: Problem, ranked: list[tuple[Objective, DomainBound]]
     greedy_picks: dict[int, Picks] = {}
     greedy_fits: dict[int, int] = {}
     pruned = 0
-    for lower, bound in ranked:
+    for reached in ranked.walk(lambda: best):  # noqa: B023 - read late on purpose: the incumbent so far
+        if reached is None:
+            pruned += 1
+            continue
+        lower, bound = reached
         if best is not None and lower >= best[0]:
             pruned += 1
             continue
@@ -156,7 +227,7 @@ def _count_fitting(problem: Problem, bound: DomainBound) -> int:
 
 def _exact(
     problem: Problem,
-    ranked: list[tuple[Objective, DomainBound]],
+    ranked: _Ranked,
     best: Best | None,
     greedy_picks: Mapping[int, Picks],
     options: SolveOptions,
@@ -165,7 +236,11 @@ def _exact(
     stats = {"domains_solved": 0, "domains_exact_pruned": 0}
     all_proven = True
     lowest_bound: int | None = None
-    for lower, bound in ranked:
+    for reached in ranked.walk(lambda: best):  # noqa: B023 - read late on purpose: the incumbent so far
+        if reached is None:
+            stats["domains_exact_pruned"] += 1
+            continue
+        lower, bound = reached
         if best is not None and lower >= best[0]:
             stats["domains_exact_pruned"] += 1
             continue
