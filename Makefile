@@ -69,7 +69,7 @@ demo: install
 # quick versions of the simulated-cluster suites (a few minutes); `phalanx bench controller` needs
 # the e2e control plane (see docs/benchmarks.md). Results go to build/bench/ (ignored by git), so the
 # tree stays clean; `make bench BENCH_OUT=bench/results` updates the published ones.
-BENCH_QUICK := solver preemption cache extender trace trace-defaults tenants composite preemption-perf
+BENCH_QUICK := solver preemption cache extender trace trace-defaults tenants composite fragmentation preemption-perf
 BENCH_OUT   ?= build/bench
 bench: install
 	for suite in $(BENCH_QUICK); do \

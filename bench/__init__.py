@@ -29,6 +29,7 @@ SUITES = {
     "soak": "bench.soak_bench",
     "whatif": "bench.whatif_bench",
     "composite": "bench.composite_bench",
+    "fragmentation": "bench.fragmentation_bench",
 }
 
 
