@@ -10,13 +10,15 @@ stand). Each group gets one of three answers:
   their priorities, the placement on the freed room) — what a cycle would start;
 - **does not fit**: the solver's explanation.
 
-Several groups are planned together, one after another: each sees the ones before it placed
-(their capacity used, their pods assumed for the inter-pod rules, their victims gone). The
-manifest's order comes first; when it leaves a group without room, other orders are tried
-(every order of up to :data:`ALL_ORDERS_UP_TO` groups, else largest-first and smallest-first) and
-the one that fits the most groups without preemption is answered, each group saying its place in
-it (``order``). That is a search over orders, not a joint solve: groups that would fit only when
-placed jointly (each bending to the others) may still be answered does-not-fit.
+Several groups are planned together, one after another, **in the manifest's order** — what the
+cycle does as ``kubectl apply -f`` creates them: each sees the ones before it placed (their capacity
+used, their pods assumed for the inter-pod rules, their victims gone), and the answers are what
+applying the file as written does. When that leaves a group without room, other arrangements are
+looked for and offered as ``advice`` on every group, never as the answer: first other orders (every
+order of up to :data:`ALL_ORDERS_UP_TO` groups, else largest-first and smallest-first) — applying the
+files one after another in that order gets it; else the joint solve over all of them
+(:func:`solver.joint.place_joint`), which finds arrangements no order does but which the cycle, placing
+groups one at a time as they arrive, would not find by itself.
 
 A StatefulSet that exists already is answered as the scale (or update) of the gang it runs: its
 PodGroup in the cluster is the group, at the manifest's minCount; the members it keeps (ordinals
@@ -61,6 +63,7 @@ from solver import (
     place,
 )
 from solver.composite import MAX_DEPTH, Composite, place_composite, plan_composite_preemption
+from solver.joint import JointResult, place_joint
 
 from .lock import CycleLock
 from .planning import Planner
@@ -100,7 +103,7 @@ class WhatIfAnswer:
     victims: tuple[Victim, ...] = ()
     pdb_violations: int = 0
     explanation: str = ""
-    order: int = 1  # the group's place in the order the manifest's groups were planned in (1 first)
+    order: int = 1  # the group's place in the manifest's order, the order it is planned in (1 first)
     #: members (names) the placement leaves out — beyond minCount, they would wait — and why
     waiting: tuple[str, ...] = ()
     waiting_why: str = ""
@@ -109,6 +112,9 @@ class WhatIfAnswer:
     running: int = 0
     #: the root CompositePodGroup (namespace/name) the group was answered with ("" alone)
     composite: str = ""
+    #: when the manifest's order leaves a group out: an arrangement that fits more, and this
+    #: group's place in it ("" otherwise)
+    advice: str = ""
 
 
 class WhatIf:
@@ -195,17 +201,41 @@ class WhatIf:
         return answers, freed
 
     def _groups(self, groups: list[tuple[PodGroup, str]], snapshot: Snapshot) -> list[WhatIfAnswer]:
-        """The answers of groups planned one after another (see the module's docstring)."""
-        order = tuple(range(len(groups)))
-        answers = self._in_order(groups, order, snapshot)
+        """The answers of groups planned one after another in the manifest's order, with advice when
+        another arrangement fits more of them (see the module's docstring)."""
+        own = tuple(range(len(groups)))
+        answers = self._in_order(groups, own, snapshot)
         fitting = sum(a.verdict == FITS for a in answers)
         if fitting == len(groups):
             return answers
+        order, best = own, fitting
         for other in _other_orders([len(g.pending) for g, _ in groups]):
             placed = self._fitting(groups, other, snapshot)
-            if placed > fitting:
-                order, fitting = other, placed
-        return answers if order == tuple(range(len(groups))) else self._in_order(groups, order, snapshot)
+            if placed > best:
+                order, best = other, placed
+        total = len(groups)
+        if order != own:
+            names = ", ".join(_short(groups[i][1]) for i in order)
+            there = self._in_order(groups, order, snapshot)
+            return [replace(a, advice=f"applied one after another in the order {names}, {best} of {total} groups "
+                                      f"fit (this one {_where(t)}, planned {_ordinal(t.order)}); as written, {fitting}")
+                    for a, t in zip(answers, there, strict=True)]
+        joint = self._joint([g for g, _ in groups], snapshot)
+        if joint is None or joint.placed <= fitting:
+            return answers
+        advice = []
+        for a, p in zip(answers, joint.placements, strict=True):
+            this = ("does not fit" if not p.assignments else f"fits in {p.domain}" if p.domain else "fits")
+            advice.append(replace(a, advice=f"planned jointly, {joint.placed} of {total} groups fit (this one {this}); "
+                                            f"as written, {fitting}; no order of applying them does it: phalanx "
+                                            "places groups one at a time as they arrive"))
+        return advice
+
+    def _joint(self, groups: list[PodGroup], snapshot: Snapshot) -> JointResult | None:
+        try:
+            return place_joint(snapshot, groups, self.options)
+        except InvalidInput:
+            return None
 
     def _group(self, draft: DraftGroup) -> PodGroup:
         try:
@@ -322,6 +352,22 @@ class WhatIf:
                        nodes=_by_name(plan.placement, pods), path=plan.path, optimal=plan.optimal,
                        victims=tuple(victims), pdb_violations=plan.pdb_violations,
                        explanation=f"does not fit now: {explanation}")
+
+
+def _short(source: str) -> str:
+    """``StatefulSet default/db`` -> ``StatefulSet db`` (a manifest's objects share the request's namespace)."""
+    kind, _, name = source.partition(" ")
+    return f"{kind} {name.rsplit('/', 1)[-1]}" if name else source
+
+
+def _where(answer: WhatIfAnswer) -> str:
+    if answer.verdict == FITS:
+        return f"fits in {answer.domain}" if answer.domain else "fits"
+    return "fits after preempting" if answer.verdict == FITS_AFTER_PREEMPTION else "does not fit"
+
+
+def _ordinal(n: int) -> str:
+    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
 
 
 def _other_orders(sizes: Sequence[int]) -> list[tuple[int, ...]]:

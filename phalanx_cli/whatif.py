@@ -64,10 +64,6 @@ def _how(group: pb.WhatIfGroup) -> str:
     return group.path + (", optimal" if group.optimal else (f", gap {group.gap:.1%}" if group.HasField("gap") else ""))
 
 
-def _ordinal(n: int) -> str:
-    return f"{n}{'th' if 10 <= n % 100 <= 20 else {1: 'st', 2: 'nd', 3: 'rd'}.get(n % 10, 'th')}"
-
-
 def render_table(reply: pb.WhatIfReply) -> str:
     """One row per PodGroup (kubectl's upper-case headers), then its nodes, victims and why."""
     header = ("PODGROUP", "SOURCE", "VERDICT", "DOMAIN", "PODS", "SOLVER")
@@ -75,11 +71,9 @@ def render_table(reply: pb.WhatIfReply) -> str:
                        for g in reply.groups]
     widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
     lines = ["   ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows]
-    reordered = [g.order for g in reply.groups] != list(range(1, len(reply.groups) + 1))
     for g in reply.groups:
         lines.append(f"\n{g.namespace}/{g.name} ({g.source}): {g.verdict}"
-                     + (f" in {g.topology_key}={g.domain}" if g.topology_key and g.domain else "")
-                     + (f" (planned {_ordinal(g.order)}: the manifest's order fits fewer groups)" if reordered else ""))
+                     + (f" in {g.topology_key}={g.domain}" if g.topology_key and g.domain else ""))
         if g.composite:
             lines.append(f"  answered with compositepodgroup {g.composite}, as one unit")
         if g.running:
@@ -97,6 +91,8 @@ def render_table(reply: pb.WhatIfReply) -> str:
             lines += [f"    {v.pod} (priority {v.priority}, {v.unit})" for v in g.victims]
         if g.explanation:
             lines.append(f"  why: {g.explanation}")
+        if g.advice:
+            lines.append(f"  advice: {g.advice}")
     return "\n".join(lines)
 
 

@@ -93,6 +93,7 @@ def whatif_message(answer: WhatIfAnswer) -> pb.WhatIfGroup:
         nodes=dict(answer.nodes), path=answer.path, optimal=answer.optimal,
         victims=[pb.WhatIfVictim(pod=v.pod, priority=v.priority, unit=v.unit) for v in answer.victims],
         pdb_violations=answer.pdb_violations, explanation=answer.explanation, order=answer.order,
+        advice=answer.advice,
         waiting=list(answer.waiting), waiting_why=answer.waiting_why, running=answer.running,
         composite=answer.composite)
     if answer.gap is not None:

@@ -33,6 +33,7 @@ def group_json(answer: WhatIfAnswer) -> dict[str, Any]:
         "path": answer.path, "optimal": answer.optimal,
         "victims": [{"pod": v.pod, "priority": v.priority, "unit": v.unit} for v in answer.victims],
         "pdbViolations": answer.pdb_violations, "explanation": answer.explanation, "order": answer.order,
+        "advice": answer.advice,
         "waiting": list(answer.waiting), "waitingWhy": answer.waiting_why, "running": answer.running,
         "composite": answer.composite,
     }

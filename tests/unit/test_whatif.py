@@ -101,21 +101,38 @@ def test_several_manifests_are_planned_side_by_side(sim, cycle):
     assert [a.order for a in (first, second, third)] == [1, 2, 3]  # no order fits all three
 
 
-def test_groups_the_manifests_order_leaves_out_are_planned_in_an_order_that_fits_them_all(sim, cycle):
+def test_the_answer_is_the_manifests_order_and_an_order_that_fits_more_is_advice(sim, cycle):
     # planned first, a small gang takes room a rack gang of 2 x 3 GPUs needs (every node has 4);
     # planned after the two rack gangs, it takes the GPU each of their nodes leaves
     small = statefulset("small", 2, gpu=1, scheduling={"schedulingPolicy": {"gang": {}}})
-    in_order = [what_if(cycle, small)[0]]
-    assert in_order[0].verdict == FITS
     small_answer, big_a, big_b = what_if(cycle, small, statefulset("big-a", 2, gpu=3), statefulset("big-b", 2, gpu=3))
-    assert (small_answer.verdict, big_a.verdict, big_b.verdict) == (FITS, FITS, FITS)
-    assert small_answer.order == 3  # the manifest's own order left a big gang without a rack
-    used = {}
-    for answer, gpus in ((small_answer, 1), (big_a, 3), (big_b, 3)):
-        for node in answer.nodes.values():
-            used[node] = used.get(node, 0) + gpus
-    assert max(used.values()) <= 4 and {rack_of(sim, n) for n in big_a.nodes.values()} != {
-        rack_of(sim, n) for n in big_b.nodes.values()}
+    # as written (what applying the file does): the small gang first, and one rack gang left out
+    assert [a.order for a in (small_answer, big_a, big_b)] == [1, 2, 3]
+    assert (small_answer.verdict, big_a.verdict, big_b.verdict) == (FITS, FITS, DOES_NOT_FIT)
+    for answer in (small_answer, big_a, big_b):
+        assert answer.advice.startswith("applied one after another in the order StatefulSet big-a, StatefulSet big-b, StatefulSet small, 3 of 3 groups fit")
+        assert answer.advice.endswith("as written, 2")
+    assert "(this one fits, planned 3rd)" in small_answer.advice
+    assert "planned 2nd" in big_b.advice and "fits in" in big_b.advice
+
+
+def test_when_no_order_fits_more_a_joint_placement_that_does_is_advice(sim, cycle):
+    # 16 GPUs; as written (and largest- or smallest-first) the 12-GPU gang goes first and one more
+    # fits; placed jointly the three others fit side by side
+    gang = {"schedulingPolicy": {"gang": {}}}
+    answers = what_if(cycle, statefulset("a", 3, gpu=4, scheduling=gang), statefulset("b", 1, gpu=4),
+                      statefulset("c", 3, gpu=2, scheduling=gang), statefulset("d", 3, gpu=1, scheduling=gang))
+    assert [a.verdict for a in answers] == [FITS, FITS, DOES_NOT_FIT, DOES_NOT_FIT]
+    for answer in answers:
+        assert answer.advice.startswith("planned jointly, 3 of 4 groups fit")
+        assert "as written, 2; no order of applying them does it" in answer.advice
+    assert "(this one does not fit)" in answers[0].advice and "(this one fits in r" in answers[1].advice
+    assert "(this one fits)" in answers[2].advice
+
+
+def test_a_manifest_that_fits_as_written_carries_no_advice(sim, cycle):
+    answers = what_if(cycle, statefulset("a", 2, gpu=4), statefulset("b", 2, gpu=4))
+    assert [a.verdict for a in answers] == [FITS, FITS] and [a.advice for a in answers] == ["", ""]
 
 
 def test_a_higher_priority_gang_fits_after_preempting_and_names_its_victims(sim, cycle):
@@ -290,7 +307,9 @@ def test_the_command_reads_multi_document_files_and_prints_a_table_json_or_yaml(
                                              statefulset("big-a", 2, gpu=3), statefulset("big-b", 2, gpu=3)]))
     out = io.StringIO()
     assert whatif([str(reordered)], addr, out) == 0
-    assert "(StatefulSet default/small): fits (planned 3rd: the manifest's order fits fewer groups)" in out.getvalue()
+    text = out.getvalue()
+    assert "(StatefulSet default/big-b): does-not-fit" in text
+    assert "  advice: applied one after another in the order StatefulSet big-a, StatefulSet big-b, StatefulSet small, 3 of 3 groups fit" in text
 
 
 # -- the benchmark, tiny ---------------------------------------------------------------------------------

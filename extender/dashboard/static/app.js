@@ -129,7 +129,7 @@ function renderWhatIf(groups) {
       <td><span class="verdict-${esc(g.verdict)}">${esc(g.verdict)}</span></td><td>${esc(g.domain || "—")}</td>
       <td>${Object.keys(g.nodes).length ? esc(Object.entries(g.nodes).map(([p, n]) => `${p}→${n}`).join(", ")) : "—"}</td>
       <td>${g.path ? esc(g.path) + (g.optimal ? ", optimal" : g.gap == null ? "" : `, gap ${fmt(g.gap * 100)}%`) : "—"}</td>
-      <td>${g.victims.length ? `evicts ${g.victims.map((v) => `${esc(v.pod)} (priority ${v.priority})`).join(", ")}<br>` : ""}${esc(g.explanation)}</td>
+      <td>${g.victims.length ? `evicts ${g.victims.map((v) => `${esc(v.pod)} (priority ${v.priority})`).join(", ")}<br>` : ""}${esc(g.explanation)}${g.advice ? `<br>advice: ${esc(g.advice)}` : ""}</td>
     </tr>`).join("")}</tbody></table>`;
 }
 

@@ -216,7 +216,7 @@ class WhatIfReply(_message.Message):
     def __init__(self, groups: _Optional[_Iterable[_Union[WhatIfGroup, _Mapping]]] = ...) -> None: ...
 
 class WhatIfGroup(_message.Message):
-    __slots__ = ("namespace", "name", "source", "verdict", "members", "min_count", "policy", "topology_key", "domain", "nodes", "path", "optimal", "gap", "victims", "pdb_violations", "explanation", "order", "waiting", "waiting_why", "running", "composite")
+    __slots__ = ("namespace", "name", "source", "verdict", "members", "min_count", "policy", "topology_key", "domain", "nodes", "path", "optimal", "gap", "victims", "pdb_violations", "explanation", "order", "waiting", "waiting_why", "running", "composite", "advice")
     class NodesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -245,6 +245,7 @@ class WhatIfGroup(_message.Message):
     WAITING_WHY_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     COMPOSITE_FIELD_NUMBER: _ClassVar[int]
+    ADVICE_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     source: str
@@ -266,7 +267,8 @@ class WhatIfGroup(_message.Message):
     waiting_why: str
     running: int
     composite: str
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., source: _Optional[str] = ..., verdict: _Optional[str] = ..., members: _Optional[int] = ..., min_count: _Optional[int] = ..., policy: _Optional[str] = ..., topology_key: _Optional[str] = ..., domain: _Optional[str] = ..., nodes: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ..., optimal: _Optional[bool] = ..., gap: _Optional[float] = ..., victims: _Optional[_Iterable[_Union[WhatIfVictim, _Mapping]]] = ..., pdb_violations: _Optional[int] = ..., explanation: _Optional[str] = ..., order: _Optional[int] = ..., waiting: _Optional[_Iterable[str]] = ..., waiting_why: _Optional[str] = ..., running: _Optional[int] = ..., composite: _Optional[str] = ...) -> None: ...
+    advice: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., source: _Optional[str] = ..., verdict: _Optional[str] = ..., members: _Optional[int] = ..., min_count: _Optional[int] = ..., policy: _Optional[str] = ..., topology_key: _Optional[str] = ..., domain: _Optional[str] = ..., nodes: _Optional[_Mapping[str, str]] = ..., path: _Optional[str] = ..., optimal: _Optional[bool] = ..., gap: _Optional[float] = ..., victims: _Optional[_Iterable[_Union[WhatIfVictim, _Mapping]]] = ..., pdb_violations: _Optional[int] = ..., explanation: _Optional[str] = ..., order: _Optional[int] = ..., waiting: _Optional[_Iterable[str]] = ..., waiting_why: _Optional[str] = ..., running: _Optional[int] = ..., composite: _Optional[str] = ..., advice: _Optional[str] = ...) -> None: ...
 
 class WhatIfVictim(_message.Message):
     __slots__ = ("pod", "priority", "unit")
