@@ -16,6 +16,7 @@ import contextlib
 import os
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any, Callable, Iterator, TypeVar
@@ -34,11 +35,13 @@ from harness import (  # noqa: E402
     delete_node,
     locate,
     release_workdir,
+    scheduler_config,
     wait_for,
 )
 from harness import phalanx_scheduler_config as harness_phalanx_config  # noqa: E402
 
 from cluster.kube import Kube  # noqa: E402
+from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc  # noqa: E402
 
 _WORKDIR: dict[str, Path] = {}
 
@@ -206,6 +209,51 @@ def scratch_namespace(rest: Kube, name: str) -> Iterator[str]:
         yield name
     finally:
         rest.delete(f"/api/v1/namespaces/{name}", missing_ok=True)
+
+
+def settle(rest, cache, node_names: list[str]) -> None:
+    """The case's nodes as phalanx will plan on them: in serve's cache, and no longer changing
+    (KWOK and the node lifecycle controller may still touch a node just created)."""
+    def still() -> bool:
+        if not all(n in cache.nodes for n in node_names):
+            return False
+        first = [rest.get(f"/api/v1/nodes/{n}")["metadata"]["resourceVersion"] for n in node_names]
+        time.sleep(1.0)
+        return first == [rest.get(f"/api/v1/nodes/{n}")["metadata"]["resourceVersion"] for n in node_names]
+    wait_for(still, 30, "the case's nodes in phalanx's cache and settled")
+
+
+#: kube-scheduler's in-tree gang scheduling with topology: the anchor of every side-by-side case
+IN_TREE_GATES = {"GenericWorkload": True, "TopologyAwareWorkloadScheduling": True}
+
+
+def start_in_tree(start_scheduler: Callable[..., Scheduler], scheduler_name: str, name: str,
+                  **gates: bool) -> Scheduler:
+    """kube-scheduler with in-tree gang scheduling (``gates`` added), under its own scheduler name."""
+    return start_scheduler(scheduler_config(scheduler_name), name=name, feature_gates=IN_TREE_GATES | gates)
+
+
+@contextlib.contextmanager
+def cycle_stub(service: Any) -> Iterator[pb_grpc.WorkloadCycleStub]:
+    """A gRPC client of ``service``'s workload cycle (what-if and the other verbs)."""
+    import grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{service.grpc.port}") as channel:
+        yield pb_grpc.WorkloadCycleStub(channel)
+
+
+@pytest.fixture(scope="module")
+def whatif_serve(control_plane: ControlPlane) -> Iterator[Any]:
+    """phalanx serve as the command composes it, with the controller's compiler for what-if, for the
+    whole module (the side-by-side modules' phalanx)."""
+    with serve_with_whatif(control_plane) as service:
+        yield service
+
+
+@pytest.fixture(scope="module")
+def whatif_stub(whatif_serve: Any) -> Iterator[pb_grpc.WorkloadCycleStub]:
+    with cycle_stub(whatif_serve) as client:
+        yield client
 
 
 def in_tree_beside(rest: Kube, nodes: NodePool, namespace: str, run: Callable[[str], T]) -> T:

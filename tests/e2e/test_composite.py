@@ -40,7 +40,6 @@ from __future__ import annotations
 import json
 from typing import Any, Iterator
 
-import grpc
 import pytest
 from harness import (
     GPU,
@@ -50,15 +49,13 @@ from harness import (
     create,
     podgroup_conditions,
     priority_class,
-    scheduler_config,
     wait_for,
 )
 
 from cluster import names
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
-from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
-from .conftest import in_tree_beside, serve_with_whatif, start_phalanx_scheduler
+from .conftest import cycle_stub, in_tree_beside, start_in_tree, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "composite-in-tree", PHALANX: "composite-phalanx"}
@@ -69,21 +66,19 @@ SETTLE_SECONDS = 10.0
 
 
 @pytest.fixture(scope="module")
-def phalanx(control_plane) -> Iterator[Any]:
-    """phalanx serve as the command composes it: with the controller's compiler for what-if."""
-    with serve_with_whatif(control_plane) as service:
-        yield service
+def phalanx(whatif_serve) -> Any:
+    """This module's phalanx: serve with the controller's compiler for what-if."""
+    return whatif_serve
 
 
 @pytest.fixture(scope="module")
 def in_tree(start_scheduler):
-    return start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="composite-in-tree", feature_gates={
-        "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True, "CompositePodGroup": True})
+    return start_in_tree(start_scheduler, SCHEDULER[IN_TREE], "composite-in-tree", CompositePodGroup=True)
 
 
 @pytest.fixture(scope="module")
-def ours(control_plane, scheduler_mode, phalanx) -> Iterator[Any]:
-    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, phalanx, scheduler_name=SCHEDULER[PHALANX],
+def ours(control_plane, scheduler_mode, whatif_serve) -> Iterator[Any]:
+    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, whatif_serve, scheduler_name=SCHEDULER[PHALANX],
                                         name=f"composite-phalanx-{scheduler_mode}")
     yield scheduler
     scheduler.stop()
@@ -163,9 +158,9 @@ def two_level_objects(scheduler: str) -> list[dict]:
 
 
 def what_if(phalanx: Any, namespace: str, objects: list[dict]) -> list[pb.WhatIfGroup]:
-    with grpc.insecure_channel(f"127.0.0.1:{phalanx.grpc.port}") as channel:
-        reply = pb_grpc.WorkloadCycleStub(channel).WhatIf(pb.WhatIfRequest(
-            objects_json=[json.dumps(o) for o in objects], namespace=namespace), timeout=60)
+    with cycle_stub(phalanx) as client:
+        reply = client.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(o) for o in objects], namespace=namespace),
+                              timeout=60)
     return list(reply.groups)
 
 

@@ -30,7 +30,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 
 import pytest
-from harness import create, node, path, pods, scheduler_config, wait_for
+from harness import create, node, path, pods, wait_for
 from harness.corpus import (
     CASES,
     Case,
@@ -44,7 +44,7 @@ from harness.corpus import (
 
 from cluster.kube import KubeError
 
-from .conftest import PHALANX_SCHEDULER_MODES, scratch_namespace, start_phalanx_scheduler
+from .conftest import PHALANX_SCHEDULER_MODES, scratch_namespace, start_in_tree, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "corpus-in-tree", PHALANX: "corpus-phalanx"}
@@ -80,8 +80,7 @@ class Outcome:
 @pytest.fixture(scope="module")
 def in_tree(start_scheduler):
     """kube-scheduler with in-tree gang scheduling (its own scheduler name), for the whole module."""
-    return start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="corpus-in-tree", feature_gates={
-        "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True})
+    return start_in_tree(start_scheduler, SCHEDULER[IN_TREE], "corpus-in-tree")
 
 
 @pytest.fixture(scope="module")

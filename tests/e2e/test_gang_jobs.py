@@ -42,11 +42,11 @@ from dataclasses import dataclass, field
 from typing import Callable
 
 import pytest
-from harness import RACK, create, finish_pod, job, placement, pods, scheduler_config, wait_for
+from harness import RACK, create, finish_pod, job, placement, pods, wait_for
 
 from cluster import names
 
-from .conftest import PHALANX_SCHEDULER_MODES, NodePool, start_phalanx_scheduler
+from .conftest import PHALANX_SCHEDULER_MODES, NodePool, start_in_tree, start_phalanx_scheduler
 
 IN_TREE = "in-tree"
 SCHEDULER = {IN_TREE: "jobs-in-tree", "phalanx": "jobs-phalanx"}
@@ -61,8 +61,7 @@ TIMEOUT = 90.0
 @pytest.fixture(scope="module")
 def in_tree(start_scheduler):
     """kube-scheduler with in-tree gang scheduling (its own scheduler name), for the whole module."""
-    return start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="jobs-in-tree", feature_gates={
-        "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True})
+    return start_in_tree(start_scheduler, SCHEDULER[IN_TREE], "jobs-in-tree")
 
 
 @pytest.fixture(scope="module")

@@ -23,9 +23,8 @@ Workload and PodGroup, minCount raised before the replicas, as the KEP orders it
 from __future__ import annotations
 
 import json
-from typing import Any, Iterator
+from typing import Any
 
-import grpc
 import pytest
 from harness import (
     GPU,
@@ -35,7 +34,6 @@ from harness import (
     podgroup,
     podgroup_conditions,
     podgroup_template,
-    scheduler_config,
     statefulset,
     wait_for,
     workload,
@@ -43,9 +41,8 @@ from harness import (
 
 from cluster import names
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
-from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
-from .conftest import in_tree_beside, serve_with_whatif, start_phalanx_scheduler
+from .conftest import in_tree_beside, start_in_tree, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "growth-in-tree", PHALANX: "growth-phalanx"}
@@ -55,30 +52,16 @@ SETTLE_SECONDS = 8.0  # how long a member that must not bind is watched
 
 
 @pytest.fixture(scope="module")
-def phalanx(control_plane) -> Iterator[Any]:
-    """phalanx serve as the command composes it: with the controller's compiler for what-if."""
-    with serve_with_whatif(control_plane) as service:
-        yield service
-
-
-@pytest.fixture(scope="module")
 def in_tree(start_scheduler):
-    return start_scheduler(scheduler_config(SCHEDULER[IN_TREE]), name="growth-in-tree", feature_gates={
-        "GenericWorkload": True, "TopologyAwareWorkloadScheduling": True})
+    return start_in_tree(start_scheduler, SCHEDULER[IN_TREE], "growth-in-tree")
 
 
 @pytest.fixture(scope="module")
-def ours(control_plane, scheduler_mode, phalanx):
-    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, phalanx, scheduler_name=SCHEDULER[PHALANX],
+def ours(control_plane, scheduler_mode, whatif_serve):
+    scheduler = start_phalanx_scheduler(control_plane, scheduler_mode, whatif_serve, scheduler_name=SCHEDULER[PHALANX],
                                         name=f"growth-phalanx-{scheduler_mode}")
     yield scheduler
     scheduler.stop()
-
-
-@pytest.fixture(scope="module")
-def stub(phalanx) -> Iterator[pb_grpc.WorkloadCycleStub]:
-    with grpc.insecure_channel(f"127.0.0.1:{phalanx.grpc.port}") as channel:
-        yield pb_grpc.WorkloadCycleStub(channel)
 
 
 def racks(nodes, prefix: str) -> dict[str, str]:
@@ -152,7 +135,7 @@ def run_in_tree(rest, namespace: str, nodes) -> dict[str, Any]:
 
 
 def test_a_gang_scaled_up_grows_inside_its_rack_or_waits_whole(rest, namespace, nodes, in_tree, ours, scheduler_mode,
-                                                              stub, registered_controller):
+                                                              whatif_stub, registered_controller):
     theirs = in_tree_beside(rest, nodes, namespace, lambda other: run_in_tree(rest, other, nodes))
     print(f"\n  in-tree: gang of 3 in {theirs['first']}, 4th member in {theirs['fourth']}, "
           f"5th member (its rack full): {theirs['fifth']}")
@@ -163,7 +146,7 @@ def test_a_gang_scaled_up_grows_inside_its_rack_or_waits_whole(rest, namespace, 
     first = wait_members(rest, namespace, 3, 3, "phalanx: the gang of 3")
     assert {rack_of[n] for n in first.values()} == {"gp-b"}  # the only rack with 6 GPUs
 
-    grown = what_if(stub, namespace, 4)
+    grown = what_if(whatif_stub, namespace, 4)
     assert (grown.verdict, grown.running, grown.members, grown.domain) == ("fits", 3, 4, "gp-b"), grown
     assert sorted(grown.nodes) == ["grow-3"]
     scale(rest, namespace, 4)
@@ -171,7 +154,7 @@ def test_a_gang_scaled_up_grows_inside_its_rack_or_waits_whole(rest, namespace, 
     assert rack_of[second["grow-3"]] == "gp-b" and second["grow-3"] == grown.nodes["grow-3"]
     assert {n: second[n] for n in first} == first  # the running members never moved
 
-    full = what_if(stub, namespace, 5)
+    full = what_if(whatif_stub, namespace, 5)
     assert (full.verdict, full.running, full.members) == ("does-not-fit", 4, 5), full
     assert "gp-b" in full.explanation and "gp-a" not in full.explanation, full.explanation
     group_name = next(iter(phalanx_groups(rest, namespace)))

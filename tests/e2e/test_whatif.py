@@ -23,7 +23,6 @@ lower-priority pods (a PodGroup and its Pods), one that cannot fit (a PodGroup a
 from __future__ import annotations
 
 import json
-import time
 from collections import Counter
 from typing import Any, Iterator
 
@@ -35,7 +34,7 @@ from harness.corpus import CASES, storage_class
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
-from .conftest import serve_with_whatif, start_phalanx_scheduler
+from .conftest import cycle_stub, serve_with_whatif, settle, start_phalanx_scheduler
 
 CORPUS = tuple(c.name for c in CASES)
 BIND_TIMEOUT = 60.0
@@ -64,8 +63,8 @@ def controller(registered_controller):
 
 @pytest.fixture(scope="module")
 def stub(serve) -> Iterator[pb_grpc.WorkloadCycleStub]:
-    with grpc.insecure_channel(f"127.0.0.1:{serve.grpc.port}") as channel:
-        yield pb_grpc.WorkloadCycleStub(channel)
+    with cycle_stub(serve) as client:
+        yield client
 
 
 # -- what-if writes nothing ----------------------------------------------------------------------------
@@ -88,18 +87,6 @@ def versions(rest, namespace: str, node_names: list[str]) -> dict[str, str]:
     for name in node_names:
         out[f"node/{name}"] = rest.get(f"/api/v1/nodes/{name}")["metadata"]["resourceVersion"]
     return out
-
-
-def settle(rest, cache, node_names: list[str]) -> None:
-    """The case's nodes as phalanx will plan on them: in serve's cache, and no longer changing
-    (KWOK and the node lifecycle controller may still touch a node just created)."""
-    def still() -> bool:
-        if not all(n in cache.nodes for n in node_names):
-            return False
-        first = [rest.get(f"/api/v1/nodes/{n}")["metadata"]["resourceVersion"] for n in node_names]
-        time.sleep(1.0)
-        return first == [rest.get(f"/api/v1/nodes/{n}")["metadata"]["resourceVersion"] for n in node_names]
-    wait_for(still, 30, "the case's nodes in phalanx's cache and settled")
 
 
 def what_if(stub, rest, namespace: str, node_names: list[str], *objects: dict) -> list[pb.WhatIfGroup]:
