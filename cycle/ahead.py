@@ -16,6 +16,12 @@ explanation, status, event or preemption — the members' own calls run the full
 so what a user sees of an unschedulable group is unchanged. A plan made ahead is the plan a
 member's call would have made (same solve, same book, same expiry).
 
+Groups whose events came while the thread was busy (a burst, a manifest applied at once) are
+planned **together**, as many as the window has room for: one joint solve
+(:meth:`Planner.plan_ahead_together`, :func:`solver.joint.place_joint`) places them one at a time in
+the order their events came, unless a placement of all of them fits more of them whole — a small
+gang complete beside a big one no longer takes the room the big one needs.
+
 Ahead by a few groups only (:data:`WINDOW` plans planned and not yet binding): enough to keep
 kube-scheduler's loop from waiting, while every solve subtracts the plans held and the
 reservations stream carries them all — planning a thousand queued gangs at once would make both
@@ -29,6 +35,7 @@ import threading
 from typing import Iterable
 
 from cluster.cache import CacheEvent
+from solver import PodGroup
 
 from . import replans
 from .context import CycleContext
@@ -112,7 +119,8 @@ class PlanAhead:
                     self._wake.wait()
                 if self._closed:
                     return
-            if self._window_full():  # (the cycle's lock is never taken under ``_wake``)
+            slots = self._free_slots()  # (the cycle's lock is never taken under ``_wake``)
+            if slots <= 0:
                 with self._wake:
                     self._wake.wait(RECHECK_SECONDS)
                 continue
@@ -120,23 +128,42 @@ class PlanAhead:
                 self.pause()
                 continue
             with self._wake:
-                if not self._pending:
-                    continue
-                key = next(iter(self._pending))
-                del self._pending[key]
+                batch = list(self._pending)[:slots]  # groups whose events came meanwhile, oldest first
+                for key in batch:
+                    del self._pending[key]
+            if not batch:
+                continue
             try:
-                if self.plan(key):
-                    self.planned += 1
+                self.planned += int(self.plan(batch[0])) if len(batch) == 1 else self.plan_together(batch)
             except Exception:  # noqa: BLE001 - a failed look-ahead must not stop the next one
-                log.exception("planning %s ahead failed", key)
+                log.exception("planning %s ahead failed", ", ".join(batch))
 
-    def _window_full(self) -> bool:
+    def _free_slots(self) -> int:
+        """How many more plans may be made ahead now (:data:`WINDOW` less those planned, unbound)."""
         with self.lock:
-            return sum(1 for p in self.book.holding() if p.state is PlanState.PLANNED) >= WINDOW
+            return WINDOW - sum(1 for p in self.book.holding() if p.state is PlanState.PLANNED)
 
     def plan(self, key: str) -> bool:
         """Plan group ``key`` now when it is complete (a Basic group: one member is), unbound, of
         ``schedulers`` and holds no plan; True when it now holds one."""
+        if not self._complete(key):
+            return False
+        with self.lock:
+            group = self._ready(key)
+            return group is not None and self.planner.plan_ahead(group)
+
+    def plan_together(self, keys: list[str]) -> int:
+        """Plan the groups of ``keys`` that :meth:`plan` would plan, by one joint solve when there
+        are several (:meth:`Planner.plan_ahead_together`); how many now hold a plan."""
+        complete = [k for k in keys if self._complete(k)]
+        with self.lock:
+            groups = [g for g in (self._ready(k) for k in complete) if g is not None]
+            if len(groups) == 1:
+                return int(self.planner.plan_ahead(groups[0]))
+            return self.planner.plan_ahead_together(groups) if groups else 0
+
+    def _complete(self, key: str) -> bool:
+        """``key`` is complete, unbound, never ran and all its pending members are ``schedulers``'."""
         record = self.cache.podgroups.get(key)
         if record is None:
             return False
@@ -146,22 +173,28 @@ class PlanAhead:
         if len(members) < record.spec.min_count:
             return False  # not complete yet
         pending = [r for r in members if not r.gated]
-        if not pending or any(r.scheduler_name not in self.schedulers for r in pending):
-            return False
-        with self.lock:
-            if key in self.planner.solving or self.preemption.waiting(key):
-                return False
-            plan = self.book.get(key)
-            if plan is not None:
-                if plan.gang or plan.state is not PlanState.PLANNED or plan.answered or plan.arrived \
-                        or all(r.pod.uid in plan.assignments for r in pending):
-                    return False
-                # a Basic group planned ahead before all its members were seen, none asked yet:
-                # planned again with them here, off kube-scheduler's loop (its members' calls
-                # would do it on the loop: a Basic plan is re-made for a member it does not know)
-                self.planner.release(key, replans.NEW_MEMBER, "re-plan ahead: new members")
-            self.planner.expire()
-            group = self.planner.group_view(key, pending[0].pod)
-            if isinstance(group, str) or group.bound or self.planner.held_back(group):
-                return False
-            return self.planner.plan_ahead(group)
+        return bool(pending) and all(r.scheduler_name in self.schedulers for r in pending)
+
+    def _ready(self, key: str) -> PodGroup | None:
+        """The group to plan ahead now (lock held), or None: not while it is solved, waits for a
+        preemption or holds a plan (a Basic group's plan made before all its members were seen, none
+        asked yet, is released to be made again with them)."""
+        if key in self.planner.solving or self.preemption.waiting(key):
+            return None
+        pending = [r for r in self.cache.members(key) if not r.gated]
+        if not pending:
+            return None
+        plan = self.book.get(key)
+        if plan is not None:
+            if plan.gang or plan.state is not PlanState.PLANNED or plan.answered or plan.arrived \
+                    or all(r.pod.uid in plan.assignments for r in pending):
+                return None
+            # a Basic group planned ahead before all its members were seen, none asked yet:
+            # planned again with them here, off kube-scheduler's loop (its members' calls
+            # would do it on the loop: a Basic plan is re-made for a member it does not know)
+            self.planner.release(key, replans.NEW_MEMBER, "re-plan ahead: new members")
+        self.planner.expire()
+        group = self.planner.group_view(key, pending[0].pod)
+        if isinstance(group, str) or group.bound or self.planner.held_back(group):
+            return None
+        return group

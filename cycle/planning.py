@@ -40,6 +40,7 @@ from solver import (
     place,
 )
 from solver.composite import Composite, CompositePlacement, place_composite
+from solver.joint import place_joint
 
 from . import replans
 from .capacity import BarrierCapacity
@@ -331,6 +332,56 @@ class Planner:
                 return False
             self.metrics.attempt_duration.observe(elapsed)
             return bool(self._scheduled(group, placement, elapsed).assignments)
+
+    # the rule's one home (docs/design.md: phalanx/joint-ahead)
+    def plan_ahead_together(self, groups: list[PodGroup]) -> int:
+        """Plan ``groups`` (complete, none holding a plan) ahead by one joint solve (lock held):
+        :func:`solver.joint.place_joint` over them in the order given — one at a time unless a
+        joint placement fits more of them whole. Each placement found is kept as :meth:`plan_ahead`
+        keeps one; a group none was found for is left to its members' calls, as ahead. A group the
+        joint solve cannot take as it is (a composite's child, kube-scheduler's verdicts for its
+        pods, a domain it keeps, the queue policies' restrictions) is planned alone. How many groups
+        now hold a plan."""
+        joinable = [g for g in groups if not self.cache.composite_root(g.key) and g.key not in self.solving]
+        if len(joinable) >= 2:  # a check that fails says so on the group (once); one that passes changes nothing
+            joinable = [g for g in joinable if not self.namespace_limit(g.key) and not self.namespace_cycle(g.key)]
+        if len(joinable) < 2:
+            return sum(self.plan_ahead(g) for g in groups)
+        with contextlib.ExitStack() as solving:
+            for g in joinable:
+                solving.enter_context(self._solving(g.key, ahead=True))
+            solved = self._solve_together(joinable)
+        if solved is None:  # not as they are, or other plans moved meanwhile: one by one, as before
+            return sum(self.plan_ahead(g) for g in joinable)
+        placements, elapsed = solved
+        planned = 0
+        for group, placement in zip(joinable, placements, strict=True):
+            if placement.assignments:
+                self.metrics.attempt_duration.observe(elapsed / len(joinable))
+                planned += bool(self._scheduled(group, placement, elapsed).assignments)
+        return planned
+
+    def _solve_together(self, groups: list[PodGroup]) -> tuple[tuple[Placement, ...], float] | None:
+        """The joint placements, solved off the lock; None when a group is not joinable as it is, or
+        when other plans changed meanwhile (one attempt: the groups are then planned one by one,
+        each with its own retries, as before)."""
+        started = time.perf_counter()
+        generation = self.book.generation
+        snapshot = self.snapshot_for(frozenset(g.key for g in groups))
+        for g in groups:
+            allowed = self.verdicts.allowed(g, snapshot.index.keys())
+            if allowed or self.reach(g, allowed) is not None or \
+                    self.policies.restrict(g, snapshot)[0] is not snapshot:
+                return None
+        with self.lock.unlocked():
+            try:
+                result = place_joint(snapshot, groups, self.options)
+            except InvalidInput:
+                return None
+        self.refresh_records()
+        if self.book.generation != generation:
+            return None
+        return result.placements, time.perf_counter() - started
 
     def _scheduled(self, group: PodGroup, placement: Placement, elapsed: float) -> Placement:
         """A solve that placed the group: counted, and held as its plan (see :meth:`keep`)."""

@@ -17,8 +17,8 @@ applying the file as written does. When that leaves a group without room, other 
 looked for and offered as ``advice`` on every group, never as the answer: first other orders (every
 order of up to :data:`ALL_ORDERS_UP_TO` groups, else largest-first and smallest-first) — applying the
 files one after another in that order gets it; else the joint solve over all of them
-(:func:`solver.joint.place_joint`), which finds arrangements no order does but which the cycle, placing
-groups one at a time as they arrive, would not find by itself.
+(:func:`solver.joint.place_joint`), which finds arrangements no order does and which the cycle finds
+only for groups complete at the same moment (plan ahead plans those together).
 
 A StatefulSet that exists already is answered as the scale (or update) of the gang it runs: its
 PodGroup in the cluster is the group, at the manifest's minCount; the members it keeps (ordinals
@@ -228,7 +228,7 @@ class WhatIf:
             this = ("does not fit" if not p.assignments else f"fits in {p.domain}" if p.domain else "fits")
             advice.append(replace(a, advice=f"planned jointly, {joint.placed} of {total} groups fit (this one {this}); "
                                             f"as written, {fitting}; no order of applying them does it: phalanx "
-                                            "places groups one at a time as they arrive"))
+                                            "plans groups together only when they are complete at the same moment"))
         return advice
 
     def _joint(self, groups: list[PodGroup], snapshot: Snapshot) -> JointResult | None:

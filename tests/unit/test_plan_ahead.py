@@ -7,6 +7,7 @@ import time
 
 import pytest
 
+from cluster import names
 from cluster.sim import SimCluster
 from cycle.plugin_mode import PluginEnforcement
 from cycle.service import WorkloadCycle
@@ -137,14 +138,14 @@ def test_only_a_window_of_plans_is_held_ahead(sim, cycle, monkeypatch):
     monkeypatch.setattr(ahead, "WINDOW", 1)
     gang(sim, "a", 2)
     gang(sim, "b", 2)
-    assert not cycle.ahead._window_full()
+    assert cycle.ahead._free_slots() > 0
     assert cycle.ahead.plan("default/a")
-    assert cycle.ahead._window_full()  # the thread waits until "a" binds or goes
+    assert cycle.ahead._free_slots() <= 0  # the thread waits until "a" binds or goes
     from cycle import replans
 
     with cycle.lock:  # as every release runs
         cycle.planner.release("default/a", replans.EXPIRED, "released by the test")
-    assert not cycle.ahead._window_full()
+    assert cycle.ahead._free_slots() > 0
 
 
 def test_a_member_call_that_waited_for_a_fruitless_solve_ahead_runs_the_full_cycle(sim, cycle, monkeypatch):
@@ -187,3 +188,41 @@ def test_a_member_call_that_waited_for_a_fruitless_solve_ahead_runs_the_full_cyc
     assert "default/big" in cycle.explanations and "nvidia.com/gpu" in answers[0].reason
     assert cycle.flush(timeout=5.0)
     assert any(e["reason"] == "FailedScheduling" for e in sim.events)
+
+
+def burst(sim):
+    """r1 has one whole 4-GPU node left, r0 two; a single 4-GPU pod and a rack gang of two 4-GPU
+    pods (only r0 holds it) become complete together."""
+    sim.create(pod("busy", None, gpu=1, node="n-3"))
+    gang(sim, "solo", 1, gpu=4)
+    sim.create(podgroup("pair", 2, key=names.LABEL_RACK))
+    for i in range(2):
+        sim.create(pod(f"pair-{i}", "pair", gpu=4))
+
+
+def test_one_at_a_time_the_single_pod_takes_the_rack_the_gang_after_it_needs(sim, cycle):
+    burst(sim)
+    assert cycle.ahead.plan("default/solo") and not cycle.ahead.plan("default/pair")
+    assert set(cycle.book.get("default/solo").assignments.values()) <= {"n-0", "n-1"}
+
+
+def test_gangs_complete_at_once_are_planned_together_so_both_fit(sim, cycle):
+    """The same two, planned together (the joint solve): the single pod takes r1's free node and
+    both hold a plan."""
+    burst(sim)
+    assert cycle.ahead.plan_together(["default/solo", "default/pair"]) == 2
+    solo, pair = cycle.book.get("default/solo"), cycle.book.get("default/pair")
+    assert set(solo.assignments.values()) == {"n-2"} and set(pair.assignments.values()) == {"n-0", "n-1"}
+    assert attempts(cycle, "scheduled") == 2
+
+
+def test_planned_together_a_group_kube_scheduler_already_judged_is_planned_alone(sim, cycle, monkeypatch):
+    burst(sim)
+    calls = []
+    monkeypatch.setattr(cycle.planner.verdicts, "allowed",
+                        lambda group, nodes, fresh="": {p.uid: frozenset(nodes) for p in group.pending}
+                        if group.key == "default/pair" else {})
+    original = cycle.planner.plan_ahead
+    monkeypatch.setattr(cycle.planner, "plan_ahead", lambda group: calls.append(group.key) or original(group))
+    cycle.ahead.plan_together(["default/solo", "default/pair"])
+    assert calls == ["default/solo", "default/pair"]  # not joinable as they are: one by one, as before
