@@ -2,8 +2,9 @@
 write, then apply it and check the prediction came true.
 
 phalanx serve runs in this process with the controller's compiler (as ``phalanx serve`` composes
-it), phalanx's controller and webhooks run as in ``test_controller.py``, and kube-scheduler uses
-phalanx as its extender (extender mode only: what-if is the same call in both modes). Each case:
+it), phalanx's controller and webhooks run as in ``test_controller.py``, and kube-scheduler runs
+phalanx in each integration mode in turn (extender, then plugin: the prediction is one call, the
+placement that must match it is each mode's). Each case:
 
 1. ``WhatIf`` over gRPC, with the resourceVersions of every kind phalanx writes or what-if could
    touch (pods, PodGroups, Workloads, StatefulSets, Jobs, PDBs and events of the case's namespace,
@@ -50,8 +51,8 @@ def serve(control_plane) -> Iterator[Any]:
 
 
 @pytest.fixture(scope="module")
-def scheduler(serve, control_plane):
-    running = start_phalanx_scheduler(control_plane, "extender", serve, name="whatif-extender")
+def scheduler(serve, control_plane, scheduler_mode):
+    running = start_phalanx_scheduler(control_plane, scheduler_mode, serve, name=f"whatif-{scheduler_mode}")
     yield running
     running.stop()
 
