@@ -78,8 +78,8 @@ def placed(rest, namespace: str, rack_of: dict[str, str]) -> dict[str, set[str]]
     return out
 
 
-def run_in_tree(rest, namespace: str, nodes) -> dict[str, set[str]]:
-    rack_of = racks(nodes, "di")
+def run_in_tree(rest, namespace: str, nodes, prefix: str) -> dict[str, set[str]]:
+    rack_of = racks(nodes, prefix)
     objects = manifest(SCHEDULER[IN_TREE], phalanx_annotation=False)
     for name, (replicas, _) in GANGS.items():
         create(rest, workload(name, [podgroup_template(name, min_count=replicas, topology_key=RACK)],
@@ -95,21 +95,24 @@ def run_in_tree(rest, namespace: str, nodes) -> dict[str, set[str]]:
 def test_a_small_gang_takes_the_tight_rack_so_the_big_one_after_it_fits(rest, namespace, nodes, in_tree, ours,
                                                                         scheduler_mode, whatif_serve, whatif_stub,
                                                                         registered_controller):
-    theirs = in_tree_beside(rest, nodes, namespace, lambda other: run_in_tree(rest, other, nodes))
+    # node names of their own per side and mode: a pod of an earlier run still leaving (its namespace
+    # terminating) cannot sit on a node of this one
+    mine, other_side = f"dp{scheduler_mode[0]}", f"di{scheduler_mode[0]}"
+    theirs = in_tree_beside(rest, nodes, namespace, lambda other: run_in_tree(rest, other, nodes, other_side))
     print(f"\n  in-tree: small in {sorted(theirs['small'])}, big in {sorted(theirs['big'])}")
 
-    rack_of = racks(nodes, "dp")
+    rack_of = racks(nodes, mine)
     settle(rest, whatif_serve.cycle.cache, list(rack_of))  # what-if plans on the nodes serve's cache holds
     objects = manifest(SCHEDULER[PHALANX])
     reply = whatif_stub.WhatIf(pb.WhatIfRequest(objects_json=[json.dumps(o) for o in objects], namespace=namespace),
                         timeout=60)
     answer = {g.source.rsplit("/", 1)[1]: g for g in reply.groups}
     assert {n: (g.verdict, g.domain, g.order) for n, g in answer.items()} == {
-        "small": ("fits", "dp-o2", 1), "big": ("fits", "dp-o1", 2)}, reply
+        "small": ("fits", f"{mine}-o2", 1), "big": ("fits", f"{mine}-o1", 2)}, reply
     for obj in objects:  # in the file's order, one right after the other
         create(rest, obj, namespace)
     ours_placed = wait_for(lambda: placed(rest, namespace, rack_of), 90, "phalanx: both gangs bound", interval=0.3)
-    assert ours_placed == {"small": {"dp-o2"}, "big": {"dp-o1"}}, ours_placed
-    print(f"  phalanx ({scheduler_mode}): small in dp-o2, big in dp-o1, as what-if said")
+    assert ours_placed == {"small": {f"{mine}-o2"}, "big": {f"{mine}-o1"}}, ours_placed
+    print(f"  phalanx ({scheduler_mode}): small in {mine}-o2, big in {mine}-o1, as what-if said")
     # in-tree's placement score prefers the fuller rack too: the same racks on its side
-    assert theirs == {"small": {"di-o2"}, "big": {"di-o1"}}, theirs
+    assert theirs == {"small": {f"{other_side}-o2"}, "big": {f"{other_side}-o1"}}, theirs
