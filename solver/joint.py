@@ -106,7 +106,10 @@ def place_joint(snapshot: Snapshot, groups: Sequence[PodGroup], options: SolveOp
     if seq_placed == len(groups):
         return answer(seq, seq_snapshot, False, "every group fits one at a time")
     problems = [Problem(snapshot, g) for g in groups]
-    ruled = [g.key for g, p in zip(groups, problems, strict=True) if p.constrained or not p.pending_total]
+    empty = [g.key for g, p in zip(groups, problems, strict=True) if not p.pending_total]
+    if empty:
+        return answer(seq, seq_snapshot, False, f"{empty[0]} has no pending member")
+    ruled = [g.key for g, p in zip(groups, problems, strict=True) if p.constrained]
     if ruled:
         return answer(seq, seq_snapshot, False, f"{ruled[0]} has inter-pod rules or volumes")
     model = _JointModel(snapshot, groups, problems, seq_placed + 1)
