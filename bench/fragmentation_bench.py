@@ -47,6 +47,7 @@ from bench.baselines import in_tree_tas, upstream_style
 from cluster import names
 from solver import Node, Placement, Pod, PodGroup, PodSpec, Policy, Snapshot, SolveOptions, place
 from solver.joint import place_joint
+from solver.placement import place_batch, with_group
 
 FULL = dict(seeds=40, calls=20)
 QUICK = dict(seeds=8, calls=3)
@@ -117,17 +118,13 @@ RULES: dict[str, Rule] = {"phalanx": _phalanx, "phalanx, fewest nodes first": _f
                           "phalanx's rack, best-fit nodes (ablation)": _tightest_rack_best_fit_nodes}
 
 
-def _charge(snapshot: Snapshot, group: PodGroup, placement: Placement) -> Snapshot:
-    return snapshot.with_placement(placement.assignments, {p.uid: p for p in group.pending})
-
-
 def sequence(rule: Rule, nodes: list[Node], gangs: list[PodGroup]) -> tuple[int, int]:
     """(gangs placed, nodes their pods touched, summed over the gangs)."""
     snapshot, placed, touched = Snapshot(nodes), 0, 0
     for gang in gangs:
         answer = rule(snapshot, gang)
         if len(answer.assignments) == len(gang.pending):
-            snapshot, placed = _charge(snapshot, gang, answer), placed + 1
+            snapshot, placed = with_group(snapshot, gang, answer.assignments), placed + 1
             touched += len(set(answer.assignments.values()))
     return placed, touched
 
@@ -139,21 +136,16 @@ def bursts(nodes: list[Node], gangs: list[PodGroup], joint: bool,
     snapshot, placed, contended, contended_placed = Snapshot(nodes), 0, 0, 0
     for start in range(0, len(gangs), BURST):
         burst = gangs[start:start + BURST]
-        result = place_joint(snapshot, burst, SolveOptions(path="exact")) if joint else None
-        if result is None:
-            answers, snap = [], snapshot
-            for g in burst:
-                a = _phalanx(snap, g)
-                if a.assignments:
-                    snap = _charge(snap, g, a)
-                answers.append(a)
-            snapshot, got, all_seq = snap, sum(1 for a in answers if a.assignments), None
+        if not joint:  # one at a time in arrival order (created = arrival, equal priorities)
+            batch = place_batch(snapshot, burst, SolveOptions(path="exact"))
+            snapshot, got = batch.snapshot, sum(1 for a in batch.placements if a.assignments)
+            seq_got = got
         else:
-            snapshot, got, all_seq = result.snapshot, result.placed, result.sequential_placed
+            result = place_joint(snapshot, burst, SolveOptions(path="exact"))
+            snapshot, got, seq_got = result.snapshot, result.placed, result.sequential_placed
             if reasons is not None:
                 why = "joint placed more" if result.joint else result.joint_reason
                 reasons[why] = reasons.get(why, 0) + 1
-        seq_got = got if all_seq is None else all_seq
         placed += got
         if seq_got < len(burst):
             contended += len(burst)

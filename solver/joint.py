@@ -32,8 +32,8 @@ import numpy as np
 from ortools.sat.python import cp_model
 
 from .cpsat import ModelBuilder, Solved
-from .model import Pod, PodGroup
-from .placement import Placement, SolveOptions, place
+from .model import PodGroup
+from .placement import Placement, SolveOptions, place, with_group
 from .problem import Problem
 from .snapshot import Snapshot
 
@@ -60,11 +60,6 @@ class JointResult:
         return sum(1 for p in self.placements if p.assignments)
 
 
-def _charge(snapshot: Snapshot, group: PodGroup, placement: Placement) -> Snapshot:
-    pods: Mapping[str, Pod] = {p.uid: p for p in group.pending}
-    return snapshot.with_placement(placement.assignments, pods)
-
-
 def _one_at_a_time(snapshot: Snapshot, groups: Sequence[PodGroup], order: Sequence[int], options: SolveOptions,
                    domains: Mapping[int, np.ndarray] | None = None) -> tuple[dict[int, Placement], Snapshot]:
     """Place ``groups`` in ``order``; a group in ``domains`` is first tried on those nodes only
@@ -81,7 +76,7 @@ def _one_at_a_time(snapshot: Snapshot, groups: Sequence[PodGroup], order: Sequen
         if placement is None or not placement.assignments:
             placement = place(current, group, options)
         if placement.assignments:
-            current = _charge(current, group, placement)
+            current = with_group(current, group, placement.assignments)
         out[g] = placement
     return out, current
 
@@ -153,6 +148,7 @@ class _JointModel:
         # joint shapes: (type, shape) pairs; their capacity rows side by side
         self.shapes = [(t, s) for t, p in enumerate(self.reps) for s in range(len(p.shapes))]
         self._classes()
+        self.pods_terms: list[cp_model.LinearExprT] = []
         self.builder = ModelBuilder(0)
         self.per_class: list[list[tuple[int, cp_model.IntVar]]] = [[] for _ in range(len(self.class_counts))]
         self.x: list[dict[int, cp_model.IntVar]] = [self._type(t) for t in range(len(self.types))]
@@ -184,7 +180,6 @@ class _JointModel:
         self.class_free = classes[:, :resources]
         self.class_domain = {k: classes[:, resources + i] for i, k in enumerate(keys)}
         self.class_caps = classes[:, resources + len(keys):]
-        self.pods_terms: list[cp_model.LinearExprT] = []
 
     def _type(self, t: int) -> dict[int, cp_model.IntVar]:
         """A type's variables: groups per domain, pods per shape and class; the domain's pods between

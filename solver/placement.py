@@ -280,6 +280,12 @@ class BatchResult:
     snapshot: Snapshot  # the input snapshot with every placed group's pods charged
 
 
+def with_group(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str]) -> Snapshot:
+    """``snapshot`` with ``group``'s pending pods of ``assignments`` (uid -> node) using their nodes."""
+    pods: Mapping[str, Pod] = {p.uid: p for p in group.pending}
+    return snapshot.with_placement(assignments, pods)
+
+
 def place_batch(
     snapshot: Snapshot, groups: Iterable[PodGroup], options: SolveOptions = SolveOptions()
 ) -> BatchResult:
@@ -292,7 +298,6 @@ def place_batch(
     for group in ordered:
         placement = place(current, group, options)
         if placement.assignments:
-            pods: Mapping[str, Pod] = {p.uid: p for p in group.pending}
-            current = current.with_placement(placement.assignments, pods)
+            current = with_group(current, group, placement.assignments)
         out.append(placement)
     return BatchResult(tuple(out), current)
