@@ -55,7 +55,7 @@ from harness import (
 from cluster import names
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 
-from .conftest import cycle_stub, in_tree_beside, start_in_tree, start_phalanx_scheduler
+from .conftest import cycle_stub, in_tree_beside, settle, start_in_tree, start_phalanx_scheduler
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "composite-in-tree", PHALANX: "composite-phalanx"}
@@ -202,7 +202,7 @@ def run_side(rest, nodes, namespace: str, side: str, case: str, phalanx: Any = N
     else:
         objects = two_level_objects(SCHEDULER[side])
         if phalanx is not None:
-            wait_for(lambda: set(where) <= set(phalanx.cycle.cache.nodes), 30, "the nodes in phalanx's cache")
+            settle(rest, phalanx.cycle.cache, list(where))  # what-if plans on the nodes serve's cache holds
             predicted = what_if(phalanx, namespace, objects)
         for obj in objects:
             create(rest, obj, namespace)
