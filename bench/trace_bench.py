@@ -1,16 +1,19 @@
 """``phalanx bench trace``: gang + topology scheduling on real traces, every policy on the same
 simulated cluster and the same arrivals, in one run.
 
-Traces, clusters and every derivation (synthesized racks, in-window offered load, drawn
-priorities, declared durations) are in :mod:`bench.traces`; the simulator in
+Traces, clusters and every derivation (synthesized racks, the load felt and how it is reached,
+drawn priorities, declared durations) are in :mod:`bench.traces`; the simulator in
 :mod:`bench.trace_sim`; the policies in :mod:`bench.trace_policies` (phalanx's queue policies are
 :mod:`cycle.queue`, the live cycle's code); the shared bound in :mod:`bench.trace_bound`.
 
-Per workload (Acme, Pollux w1, Tiresias, the synthetic mix) and load (70, 90, 110% in-window):
-every policy, one row each. At 90%: the ablations (one queue policy off, other hold thresholds)
-and a sensitivity run of phalanx and the best baseline over checkpoint intervals, priority shares
-and no duration hints. Waits and JCTs include gangs that never started / never finished, censored
-at the horizon (counted). Decision time is per gang placement attempt, for every policy alike.
+Per workload (Acme, Pollux w1, Tiresias, the synthetic mix) and load (70, 90, 110% felt): every
+policy, one row each, with how contended the run was (gangs that waited, the share of the span
+some gang waited, the mean GPUs waiting over the cluster's). A case where no baseline's gangs
+waited is "no contention": it gets no verdict and is left out of every count (:func:`verdict`).
+At 90%: the ablations (one queue policy off, other hold thresholds) and a sensitivity run of
+phalanx and the best baseline over checkpoint intervals, priority shares and no duration hints.
+Waits and JCTs include gangs that never started / never finished, censored at the horizon
+(counted). Decision time is per gang placement attempt, for every policy alike.
 
 A second part, the *scaling study*, times one placement call per policy on the synthetic clusters
 of :mod:`bench.generate` (500 to 20,000 nodes, racks of 100 nodes, 60% filled, gangs of 1-GPU
@@ -119,6 +122,7 @@ def summarize(trace: Trace, sim: Simulation, bound: Bound, label: str = "") -> d
     stranded = _integral(t, np.array([s.stranded for s in sim.samples]), 0, h) / max(h, 1e-9)
     useful = running - sim.lost_gpu_s
     wait, jct, never, unfinished = censored(sim)
+    waiting = np.array([s.waiting for s in sim.samples])
     high = np.array([g.job.priority > 0 for g in gangs], dtype=bool)
     ms = np.array(sim.decisions_ms) if sim.decisions_ms else np.zeros(1)
     multi = [g.single_rack for g in gangs if g.single_rack is not None and g.job.pods > 1]
@@ -134,6 +138,10 @@ def summarize(trace: Trace, sim: Simulation, bound: Bound, label: str = "") -> d
         jct_mean_s=_r(jct.mean()), jct_p95_s=_r(np.percentile(jct, 95)),
         jct_p95_high_s=_p95(jct[high]), jct_p95_low_s=_p95(jct[~high]),
         load_measured=round(trace.measured_load, 4), load_native=round(trace.native_load, 4),
+        load_reached=trace.reached, load_work=round(trace.work_load, 4),
+        waited_gangs=int((wait > 0).sum()),
+        waiting_share=round(_integral(t, (waiting > 0).astype(float), 0, h) / max(h, 1e-9), 4),
+        waiting_over_capacity=round(_integral(t, waiting.astype(float), 0, h) / (max(h, 1e-9) * cap), 4),
         offered_in_window=round(bound.work / (h * cap), 4),
         alloc=round(held / (h * cap), 4), running=round(running / (h * cap), 4),
         useful=round(useful / (h * cap), 4), bound=round(bound.useful_gpu_s / (h * cap), 4),
@@ -193,7 +201,8 @@ def run_traces(params: dict, progress=print, refused: list[str] | None = None) -
                 if refused is not None:
                     refused.append(str(err))
                 continue
-            packing = packings.setdefault(trace.name, PackingBound(trace.cluster, trace.jobs))
+            key = f"{trace.name} on {trace.cluster.name}"  # a sized cluster differs per load
+            packing = packings.get(key) or packings.setdefault(key, PackingBound(trace.cluster, trace.jobs))
             bound = shared_bound(trace, packing)
             grid = np.linspace(0.0, trace.horizon, 200)
             curves[(trace.name, load, "bound")] = dict(t=bound.times.tolist(), gpus=bound.gpus.tolist(),
@@ -308,13 +317,75 @@ def no_worse(mine: float, best: float) -> bool:
     return mine <= best + max(WAIT_TIE_S, WAIT_TIE_SHARE * best)
 
 
+NO_CONTENTION = "no contention"
+
+
+def contention(by: dict[str, dict]) -> dict:
+    """How contended a case (one workload at one load) was under the baselines: whether any
+    baseline's gangs waited at all, and under the best baseline (the shortest all-jobs p95 wait,
+    then the most completed) how many gangs waited, the share of the arrival span some gang waited
+    and the mean GPUs waiting over the cluster's."""
+    best = min(BASELINES, key=lambda b: (by[b]["wait_p95_s"], -by[b]["completed"], b))
+    row = by[best]
+    return dict(contended=any(by[b]["waited_gangs"] > 0 for b in BASELINES), best=best,
+                waited_gangs=row["waited_gangs"], jobs=row["jobs"], waiting_share=row["waiting_share"],
+                waiting_over_capacity=row["waiting_over_capacity"])
+
+
+def verdict(by: dict[str, dict]) -> str:
+    """Default phalanx against the best baseline on each of completed gangs and all-jobs p95 wait:
+    ``better``, ``tie`` (within :func:`no_worse` both ways), ``worse`` — or :data:`NO_CONTENTION`
+    where no baseline's gangs waited (nothing was compared)."""
+    if not contention(by)["contended"]:
+        return NO_CONTENTION
+    ph = by["phalanx"]
+    done = max(by[b]["completed"] for b in BASELINES)
+    wait = min(by[b]["wait_p95_s"] for b in BASELINES)
+    if ph["completed"] < done or not no_worse(ph["wait_p95_s"], wait):
+        return "worse"
+    return "better" if ph["completed"] > done or not no_worse(wait, ph["wait_p95_s"]) else "tie"
+
+
+def verdicts(rows: list[dict]) -> list[dict]:
+    """One entry per workload and load of the main tables: its contention and its verdict."""
+    out = []
+    for load in sorted({r["load"] for r in rows}):
+        for trace, by in main_rows(rows, load).items():
+            ph = by["phalanx"]
+            best = contention(by)
+            out.append(dict(trace=trace, load=load, load_measured=ph["load_measured"], reached=ph["load_reached"],
+                            cluster=ph["cluster"], contention=best, verdict=verdict(by),
+                            phalanx=(ph["completed"], ph["wait_p95_s"]),
+                            best_baseline=(max(by[b]["completed"] for b in BASELINES),
+                                           min(by[b]["wait_p95_s"] for b in BASELINES))))
+    return out
+
+
+def tally(judged: list[dict]) -> str:
+    """better / tie / worse over the contended cases, and how many were left out."""
+    kept = [v for v in judged if v["verdict"] != NO_CONTENTION]
+    counts = {k: sum(v["verdict"] == k for v in kept) for k in ("better", "tie", "worse")}
+    return (f"{counts['better']} better, {counts['tie']} tie, {counts['worse']} worse over {len(kept)} contended "
+            f"cases ({len(judged) - len(kept)} without contention left out)")
+
+
 def targets(rows: list[dict], scaling: list[dict]) -> list[dict]:
     out = []
     for load in sorted({r["load"] for r in rows}):
         for trace, by in main_rows(rows, load).items():
             off = max(abs(r["load_measured"] - load) for r in by.values())
-            out.append(dict(target="offered load within 1 point of the one asked", trace=f"{trace} at {load:.0%}",
-                            measured=f"{by['phalanx']['load_measured']:.1%}", met=off <= LOAD_TOLERANCE))
+            out.append(dict(target="load felt within 1 point of the one asked", trace=f"{trace} at {load:.0%}",
+                            measured=f"{by['phalanx']['load_measured']:.1%} ({by['phalanx']['load_reached']})",
+                            met=off <= LOAD_TOLERANCE))
+            busy = contention(by)
+            if load >= 0.7:
+                out.append(dict(target="gangs wait under the best baseline (the load is felt)",
+                                trace=f"{trace} at {load:.0%}",
+                                measured=f"{busy['best']}: {busy['waited_gangs']} of {busy['jobs']} gangs waited, "
+                                         f"some gang waiting {busy['waiting_share']:.0%} of the span",
+                                met=busy["waited_gangs"] > 0))
+            if not busy["contended"]:
+                continue  # nothing to compare: no verdict on this case
             ph = by["phalanx"]
             best_done = max(by[b]["completed"] for b in BASELINES)
             best_wait = min(by[b]["wait_p95_s"] for b in BASELINES)
@@ -332,8 +403,10 @@ def targets(rows: list[dict], scaling: list[dict]) -> list[dict]:
                                               low=(ph["wait_p95_low_s"], min(low))),
                                 met=no_worse(ph["wait_p95_high_s"], min(high))))
     cases = [g for g in out if g["target"].startswith("default phalanx never worse")]
-    out.append(dict(target="default phalanx never worse than the best baseline, every workload and load",
-                    trace="all", measured=f"{sum(g['met'] for g in cases)} of {len(cases)}",
+    every = len({(r["trace"], r["load"]) for r in rows if r["label"] == r["trace"]})
+    out.append(dict(target="default phalanx never worse than the best baseline, every contended workload and load",
+                    trace="all", measured=f"{sum(g['met'] for g in cases)} of {len(cases)} contended "
+                                          f"({every - len(cases)} without contention left out)",
                     met=all(g["met"] for g in cases)))
     for trace, by in main_rows(rows, 0.9).items():
         ph = by["phalanx"]
@@ -355,13 +428,14 @@ def targets(rows: list[dict], scaling: list[dict]) -> list[dict]:
     return out
 
 
-HEADER = ("| policy | done / never started / unfinished | wait mean / p95 s (censored) "
+HEADER = ("| policy | done / never started / unfinished | gangs waited, span waiting, waiting GPUs ÷ GPUs "
+          "| wait mean / p95 s (censored) "
           "| wait p95 high / low s | JCT mean / p95 s (censored) | JCT p95 high / low s "
           "| alloc / useful (÷ bound) | stranded GPUs | one rack | partial | preempted / GPU-h lost "
           "| decisions, p50 / p99 ms, total s |")
 
 
-SEPARATOR = "|---" * 12 + "|"
+SEPARATOR = "|---" * 13 + "|"
 
 
 def _s(x) -> str:
@@ -371,6 +445,7 @@ def _s(x) -> str:
 def _row_md(r: dict, name: str = "") -> str:
     rack = f"{r['single_rack_share']:.0%}" if r["single_rack_share"] is not None else "-"
     return (f"| {name or r['policy']} | {r['completed']} / {r['never_started']} / {r['unfinished']} "
+            f"| {r['waited_gangs']}, {r['waiting_share']:.0%}, {r['waiting_over_capacity']:.2f} "
             f"| {r['wait_mean_s']:.0f} / {r['wait_p95_s']:.0f} "
             f"| {_s(r['wait_p95_high_s'])} / {_s(r['wait_p95_low_s'])} "
             f"| {r['jct_mean_s']:.0f} / {r['jct_p95_s']:.0f} | {_s(r['jct_p95_high_s'])} / {_s(r['jct_p95_low_s'])} "
@@ -382,13 +457,31 @@ def _row_md(r: dict, name: str = "") -> str:
 
 def markdown(rows: list[dict], scaling: list[dict], goals: list[dict], wall_s: float,
              refused: list[str] | None = None) -> str:
-    out = [f"Run wall time {wall_s:.0f} s. The offered load is the jobs' work over the arrival span x the "
-           f"cluster's GPUs (asked and measured, per table); each run goes past the last arrival until every job "
-           f"finished or {RUN_SPANS:.0f} arrival spans. Waits and JCTs count every gang, high (priority "
+    out = [f"Run wall time {wall_s:.0f} s. The load is the one the cluster feels: the GPUs the arrived jobs would "
+           "hold if each started on arrival, averaged over the arrival span, over the cluster's GPUs (asked and "
+           "measured, per table), reached by sizing the cluster (Pollux, Tiresias) or by scaling arrivals (Acme on "
+           f"PAI's machines, the synthetic mix), as each table says; each run goes past the last arrival until every "
+           f"job finished or {RUN_SPANS:.0f} arrival spans. Waits and JCTs count every gang, high (priority "
            f"{HIGH_PRIORITY}) and low (0) apart too: one that never started (or never finished) is censored at the "
-           "run's end. Allocation is over the arrival span. Decision time is per gang placement attempt. "
-           "÷ bound: useful GPU-seconds in the arrival span (running, minus work lost to preemption) over the "
-           "shared bound min(integral of P(t), W) of bench/trace_bound.py (not a bound for pod-by-pod).", ""]
+           "run's end. Allocation and contention are over the arrival span. Decision time is per gang placement "
+           "attempt. ÷ bound: useful GPU-seconds in the arrival span (running, minus work lost to preemption) over "
+           "the shared bound min(integral of P(t), W) of bench/trace_bound.py (not a bound for pod-by-pod). "
+           f"A case where no baseline's gangs waited is '{NO_CONTENTION}': it compares nothing, gets no verdict "
+           "and is left out of the counts.", ""]
+    judged = verdicts(rows)
+    if judged:
+        out += [f"**Verdicts**: {tally(judged)}. Contention under the best baseline: gangs that waited, the share "
+                "of the arrival span some gang waited, the mean GPUs waiting over the cluster's.", "",
+                "| workload | load (felt) | reached by | cluster | best baseline | contention | best baseline: done "
+                "/ p95 wait s | phalanx: done / p95 wait s | verdict |", "|---" * 9 + "|"]
+        for v in judged:
+            c = v["contention"]
+            out.append(f"| {v['trace']} | {v['load']:.0%} ({v['load_measured']:.1%}) | {v['reached']} "
+                       f"| {v['cluster']} | {c['best']} | {c['waited_gangs']} of {c['jobs']}, "
+                       f"{c['waiting_share']:.0%}, {c['waiting_over_capacity']:.2f} "
+                       f"| {v['best_baseline'][0]} / {v['best_baseline'][1]:,.0f} "
+                       f"| {v['phalanx'][0]} / {v['phalanx'][1]:,.0f} | {v['verdict']} |")
+        out.append("")
     if refused:
         out += ["Refused (not run):", ""] + [f"- {why}" for why in refused] + [""]
     for load in sorted({r["load"] for r in rows}):
@@ -396,8 +489,9 @@ def markdown(rows: list[dict], scaling: list[dict], goals: list[dict], wall_s: f
             first = next(iter(by.values()))
             out += [f"**{trace} at {load:.0%}** ({first['jobs']} gangs, {first['jobs_high']} high priority, "
                     f"{first['cluster']}: {first['nodes']} nodes, {first['gpus']} GPUs; arrival span "
-                    f"{first['horizon_s']:.0f} s, run to {first['end_s']:.0f} s at most; offered load measured "
-                    f"{first['load_measured']:.1%} (native {first['load_native']:.1%}), bound "
+                    f"{first['horizon_s']:.0f} s, run to {first['end_s']:.0f} s at most; load felt "
+                    f"{first['load_measured']:.1%} ({first['load_reached']}; at the trace's own arrivals "
+                    f"{first['load_native']:.1%}; the jobs' work over the span {first['load_work']:.1%}), bound "
                     f"{first['bound']:.1%}). Assumptions: "
                     f"{assumptions(load)}; {first['notes']}.", "", HEADER, SEPARATOR]
             out += [_row_md(r) for r in by.values()]
@@ -501,6 +595,16 @@ def plots(stem: pathlib.Path, curves: dict, rows: list[dict], scaling: list[dict
     return written
 
 
+def _recorded(params: dict) -> dict:
+    """The run's parameters as the JSON keeps them: a given trace by its file name and its cluster
+    by name (or "sized"), never a path of the machine that ran it."""
+    out = dict(params)
+    if params.get("given"):
+        path, cluster = params["given"]
+        out["given"] = dict(trace=path.name, cluster=cluster.name if cluster is not None else "sized")
+    return out
+
+
 def _save(plt, fig, axes, stem: pathlib.Path, what: str) -> str:
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
@@ -512,13 +616,14 @@ def _save(plt, fig, axes, stem: pathlib.Path, what: str) -> str:
 
 def main(quick: bool, json_path: str | None, seeds: int | None = None, params: dict | None = None,
          trace: pathlib.Path | None = None, cluster: Cluster | None = None) -> int:
-    """``trace``/``cluster``: replay that trace on that cluster instead of the shipped workloads (all
+    """``trace``/``cluster``: replay that trace on that cluster (None: racks sized to each load)
+    instead of the shipped workloads (all
     policies at 70, 90 and 110%, no ablations, no scaling study), results beside ``--json`` or in
     ``bench/results/trace-given-<stem>.json``."""
     params = dict(params or (QUICK if quick else FULL))
     if seeds:
         params["seeds"] = seeds
-    if trace is not None and cluster is not None:
+    if trace is not None:
         params.update(given=(trace, cluster), loads=FULL["loads"], extra=False, scaling=False)
     started = time.perf_counter()
     default = f"trace-given-{trace.stem}.json" if trace is not None else (
@@ -543,7 +648,8 @@ def main(quick: bool, json_path: str | None, seeds: int | None = None, params: d
     stem = path.with_suffix("")
     pngs = plots(stem, curves, rows, scaling)
     path.write_text(json.dumps(dict(assumptions=assumptions(0.9, HIGH_SHARE), quick=quick, wall_s=round(wall, 1),
-                                    params={k: v for k, v in params.items()}, traces=rows, scaling=scaling,
-                                    targets=goals, refused=refused, plots=pngs), indent=1, default=str) + "\n")
+                                    params=_recorded(params), traces=rows, scaling=scaling,
+                                    verdicts=verdicts(rows), targets=goals, refused=refused, plots=pngs),
+                               indent=1, default=str) + "\n")
     path.with_suffix(".md").write_text(table + "\n")
     return 0

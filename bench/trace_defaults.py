@@ -14,13 +14,17 @@ so one draw is not evidence):
   what preemption costs: it earns its place when it cuts the GPU-hours lost or the low-priority p95
   wait, or leaves the all-jobs p95 wait and the completed gangs where they were.
 
+Only contended cases are judged: the baselines run beside the variants, and a case where no
+baseline's gangs waited in any draw compares nothing (every policy passes it by doing nothing), so
+it is left out and the check says how many it kept.
+
 "Where they were" is the median over the draws within the tie of :func:`bench.trace_bench.no_worse`
 (completed gangs: not fewer). Group preemption itself is not a queue policy: a PriorityClass asks
 for it (``preemptionPolicy``), so it is reported, not judged: what it buys (the high-priority p95
 wait) and what it costs (the low-priority p95 wait, the GPU-hours lost) against phalanx without it.
 
 Workloads: the shipped four and Pollux workloads 2-8 (held out: the defaults were first chosen on
-workload 1), at 70, 90 and 110% offered load, three draws each; then, as cases nothing was looked
+workload 1), at 70, 90 and 110% load felt, three draws each; then, as cases nothing was looked
 at on before the holds were changed to pass the first set, synthetic mixes generated with seeds
 3-6 at 80 and 100% (one draw each). Quick: the shipped four's quick slices at 90%, one draw.
 Output: ``bench/results/trace-defaults[-quick].{json,md}``.
@@ -36,10 +40,10 @@ from typing import Callable
 
 from cycle.queue import QueuePolicy
 
-from .trace_bench import FULL, QUICK, RESULTS, no_worse, simulate
+from .trace_bench import BASELINES, FULL, NO_CONTENTION, QUICK, RESULTS, no_worse, simulate
 from .trace_bench import workloads as trace_workloads
 from .trace_bound import PackingBound, shared_bound
-from .trace_policies import NO_HOLDS, Phalanx
+from .trace_policies import NO_HOLDS, Phalanx, all_policies
 from .traces import LOADS, LoadRefused, Trace, data_dir, pollux, synthetic
 
 HELD_OUT = tuple(range(2, 9))  # Pollux workloads 2-8
@@ -48,12 +52,19 @@ LATER_SEEDS = (3, 4, 5, 6)  # synthetic mixes generated with these seeds
 LATER_LOADS = (0.8, 1.0)
 
 
-def variants() -> list[Phalanx]:
-    """phalanx as default, and with one queue policy switched at a time."""
+def variants() -> list:
+    """phalanx as default, and with one queue policy switched at a time; then the baselines, whose
+    waits say whether the case is contended at all."""
     return [Phalanx("phalanx"),
             Phalanx("no-holds", policy=NO_HOLDS),
             Phalanx("no-weighing", policy=QueuePolicy(lost_work_preemption=False, lost_work_budget=None)),
-            Phalanx("no-preemption", preempt=False)]
+            Phalanx("no-preemption", preempt=False)] + [p for p in all_policies() if p.name in BASELINES]
+
+
+def contended(rows: list[dict], workload: str, load: float) -> bool:
+    """Some baseline's gangs waited on this case, in some draw (else it compares nothing)."""
+    return any(r["waited_gangs"] > 0 for r in rows
+               if r["workload"] == workload and r["load"] == load and r["policy"] in BASELINES)
 
 
 #: the policies judged: name -> (the variant with it on, the variant with it off, what it is for,
@@ -98,7 +109,8 @@ def run(quick: bool, draws: int | None = None, progress=print) -> tuple[list[dic
                     refused.append(str(err))
                     progress(f"refused: {err}")
                     continue
-                packing = packing or PackingBound(trace.cluster, trace.jobs, deterministic_time=0.05)
+                if packing is None or packing.cluster.name != trace.cluster.name:  # a sized cluster: per load
+                    packing = PackingBound(trace.cluster, trace.jobs, deterministic_time=0.05)
                 bound = shared_bound(trace, packing)
                 for policy in variants():
                     row, _ = simulate(trace, policy, bound)
@@ -132,10 +144,11 @@ def _better(on: dict, off: dict, metric: str) -> bool:
 
 
 def verdicts(rows: list[dict]) -> list[dict]:
-    """Per judged policy and case (workload, load): the medians over the draws and whether the
-    policy earned its place there."""
+    """Per judged policy and contended case (workload, load): the medians over the draws and
+    whether the policy earned its place there. A case with no contention is not judged (it
+    could only pass)."""
     out = []
-    cases = sorted({(r["workload"], r["load"]) for r in rows})
+    cases = sorted({(r["workload"], r["load"]) for r in rows if contended(rows, r["workload"], r["load"])})
     for policy, (on_variant, off_variant, purpose, metric) in JUDGED.items():
         for workload, load in cases:
             by = {v: [r for r in rows if r["workload"] == workload and r["load"] == load and r["policy"] == v]
@@ -153,10 +166,16 @@ def verdicts(rows: list[dict]) -> list[dict]:
     return out
 
 
+def left_out(rows: list[dict]) -> list[tuple[str, float]]:
+    """The cases no baseline's gangs waited on."""
+    return sorted({(r["workload"], r["load"]) for r in rows if not contended(rows, r["workload"], r["load"])})
+
+
 def preemption(rows: list[dict]) -> list[dict]:
-    """What group preemption buys and costs per case (medians over the draws)."""
+    """What group preemption buys and costs per contended case (medians over the draws)."""
     out = []
-    for workload, load in sorted({(r["workload"], r["load"]) for r in rows}):
+    for workload, load in sorted({(r["workload"], r["load"]) for r in rows if contended(rows, r["workload"],
+                                                                                         r["load"])}):
         cell = {}
         for v in ("phalanx", "no-preemption"):
             sel = [r for r in rows if r["workload"] == workload and r["load"] == load and r["policy"] == v]
@@ -167,9 +186,13 @@ def preemption(rows: list[dict]) -> list[dict]:
 
 
 def markdown(rows: list[dict], judged: list[dict], bought: list[dict], refused: list[str], wall_s: float) -> str:
+    idle = left_out(rows)
+    cases = len({(r["workload"], r["load"]) for r in rows})
     out = [f"Run wall time {wall_s:.0f} s. Medians over {max((j['draws'] for j in judged), default=0)} priority "
            "draws per case; one queue policy switched at a time, everything else as default (bench/trace_defaults.py "
-           "says the rule).", ""]
+           f"says the rule). Cases kept: {cases - len(idle)} of {cases}; {len(idle)} where no baseline's gangs waited "
+           f"({NO_CONTENTION}) are left out" + (": " + ", ".join(f"{w} at {load:.0%}" for w, load in idle)
+                                                 if idle else "") + ".", ""]
     if refused:
         out += ["Refused (not run):", ""] + [f"- {why}" for why in refused] + [""]
     for policy, (_, _, purpose, metric) in JUDGED.items():
@@ -210,6 +233,7 @@ def main(quick: bool, json_path: str | None, seeds: int | None = None) -> int:
     print(table)
     kept = [{k: v for k, v in r.items() if k != "notes"} for r in rows]  # the notes repeat per row
     path.write_text(json.dumps(dict(quick=quick, wall_s=round(wall, 1), verdicts=judged, preemption=bought,
+                                    left_out=[dict(workload=w, load=load) for w, load in left_out(rows)],
                                     refused=refused, rows=kept), indent=1, default=str) + "\n")
     path.with_suffix(".md").write_text(table + "\n")
     return 0

@@ -15,7 +15,8 @@ Policies act through :meth:`Simulation.hold` / :meth:`Simulation.release` /
 :meth:`Simulation.evict` and time each gang placement attempt with :meth:`Simulation.decided`
 (one call per gang tried, for every policy alike). The simulation keeps the usage matrix and
 samples, after every round, the GPUs held, the GPUs of running gangs, the GPUs held by
-incomplete gangs and the free GPUs stranded on partly used nodes.
+incomplete gangs, the free GPUs stranded on partly used nodes and the GPUs the waiting gangs ask
+for (how contended the run is).
 """
 
 from __future__ import annotations
@@ -81,6 +82,7 @@ class Sample:
     running: int
     incomplete: int
     stranded: int
+    waiting: int = 0  # GPUs of the gangs that arrived and are not running (what they ask for, whole)
 
 
 class Simulation:
@@ -229,5 +231,7 @@ class Simulation:
         partly = (used > 0) & (used < cap)
         incomplete = sum(len(g.held) * g.job.gpus for g in self.gangs.values() if g.held and g.started is None)
         held = int(used.sum())
-        self.samples.append(Sample(now, held, held - incomplete, incomplete, int((cap - used)[partly].sum())))
+        waiting = sum(g.job.pods * g.job.gpus for g in self.gangs.values()
+                      if g.started is None and g.job.id in self.arrived)
+        self.samples.append(Sample(now, held, held - incomplete, incomplete, int((cap - used)[partly].sum()), waiting))
 

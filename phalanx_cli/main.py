@@ -55,17 +55,18 @@ def _bench(args: argparse.Namespace) -> int:
 
 
 def _given_trace(trace: str | None, cluster: str | None) -> dict:
-    """``--trace FILE --cluster SPEC``, read and checked before anything runs."""
+    """``--trace FILE [--cluster SPEC]``, read and checked before anything runs (no ``--cluster``:
+    racks sized to each load)."""
     import pathlib
 
     from bench.traces import cluster_spec, trace_file
 
-    if not trace or not cluster:
-        raise SystemExit("phalanx bench trace: give --trace FILE and --cluster SPEC together")
+    if not trace:
+        raise SystemExit("phalanx bench trace: --cluster is the cluster for --trace FILE: give the trace too")
     path = pathlib.Path(trace)
     try:
         trace_file(path)
-        return {"trace": path, "cluster": cluster_spec(cluster)}
+        return {"trace": path, "cluster": cluster_spec(cluster) if cluster else None}
     except ValueError as err:
         raise SystemExit(f"phalanx bench trace: {err}") from None
 
@@ -303,7 +304,8 @@ def _add_bench(sub: "argparse._SubParsersAction[argparse.ArgumentParser]") -> No
                        help="trace: replay this trace (a CSV in the Pollux, Tiresias or Acme format) instead of the "
                             "shipped ones, every policy at 70, 90 and 110%% offered load")
     bench.add_argument("--cluster", metavar="RACKSxNODES|pai",
-                       help="trace: the cluster for --trace (racks of 8-GPU nodes, e.g. 2x8; or pai)")
+                       help="trace: the cluster for --trace (racks of 8-GPU nodes, e.g. 2x8; or pai), arrivals "
+                            "scaled to each load; without it, 2 racks sized to each load")
     bench.add_argument("--duration", type=float, metavar="MINUTES",
                        help="soak: how long to churn (default: 60 full, 5 quick)")
     bench.add_argument("--real", action="store_true",
