@@ -232,13 +232,24 @@ class ApiServerBackend:
         except WriteError as err:
             log.info("could not mark %s/%s as a disruption target: %s", namespace, name, err)
 
-    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
+    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                              resource_version: str = "") -> str:
         path = api_path(self.scheduling_gv, "podgroups", namespace, name, "status")
-        self._write("PATCH", path, {"status": dict(status)}, MERGE_PATCH)
+        return self._patch_versioned(path, {"status": dict(status)}, resource_version)
 
-    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
+    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
+                          resource_version: str = "") -> str:
         path = api_path(self.scheduling_gv, "podgroups", namespace, name)
-        self._write("PATCH", path, {"metadata": {"annotations": dict(annotations)}}, MERGE_PATCH)
+        return self._patch_versioned(path, {"metadata": {"annotations": dict(annotations)}}, resource_version)
+
+    def _patch_versioned(self, path: str, body: dict[str, Any], resource_version: str) -> str:
+        """A merge patch that the API server applies only to ``resource_version`` of the object
+        (a resourceVersion in a patch is a precondition: 409 Conflict when the object moved on);
+        the version the write made."""
+        if resource_version:
+            body.setdefault("metadata", {})["resourceVersion"] = resource_version
+        answer = self._write("PATCH", path, body, MERGE_PATCH)
+        return str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self._write("PATCH", api_path("v1", "pods", namespace, name), {"metadata": {"annotations": dict(annotations)}},

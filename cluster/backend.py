@@ -28,11 +28,16 @@ class ClusterWriter(Protocol):
     def evict(self, namespace: str, name: str, uid: str, message: str, respect_pdb: bool) -> None:
         """Evict (policy/v1, honouring PDBs) or delete the pod, marking it DisruptionTarget."""
 
-    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        """Merge-patch the PodGroup's status subresource."""
+    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                              resource_version: str = "") -> str:
+        """Merge-patch the PodGroup's status subresource; with ``resource_version``, only if the
+        PodGroup is still at that version (else WriteError 409, nothing written). Returns the
+        version the write made ("" when the cluster did not say)."""
 
-    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        """Merge-patch PodGroup annotations (None removes one)."""
+    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
+                          resource_version: str = "") -> str:
+        """Merge-patch PodGroup annotations (None removes one), conditional on
+        ``resource_version`` as :meth:`patch_podgroup_status`; returns the version it made."""
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         """Merge-patch pod annotations (None removes one)."""

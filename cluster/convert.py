@@ -932,6 +932,7 @@ class PodGroupRecord:
     conditions: tuple[Condition, ...] = ()
     placement: str = ""  # the placement record's text (recorded_placement), "" when none
     parent: str = ""  # spec.parentCompositePodGroupName: the CompositePodGroup it is a child of
+    resource_version: str = ""  # the version this record is of: phalanx's writes on the group are conditional on it
 
     @property
     def key(self) -> str:
@@ -961,6 +962,7 @@ def podgroup_record(obj: JSON, spec: GroupSpec | None = None) -> PodGroupRecord:
         conditions=conditions,
         placement=recorded_placement(annotations, conditions),
         parent=parent_composite(obj, "podgroup"),
+        resource_version=str(meta.get("resourceVersion") or ""),
     )
 
 

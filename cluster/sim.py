@@ -235,12 +235,19 @@ class SimCluster:
                     return True
         return False
 
-    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        self.update("PodGroup", f"{namespace}/{name}", lambda obj: obj.setdefault("status", {}).update(
-            copy.deepcopy(dict(status))))
+    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                              resource_version: str = "") -> str:
+        def patch(obj: Object) -> None:
+            _at_version(obj, resource_version)
+            obj.setdefault("status", {}).update(copy.deepcopy(dict(status)))
+        return str(self.update("PodGroup", f"{namespace}/{name}", patch)["metadata"]["resourceVersion"])
 
-    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        self.update("PodGroup", f"{namespace}/{name}", lambda obj: _annotate(obj, annotations))
+    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
+                          resource_version: str = "") -> str:
+        def patch(obj: Object) -> None:
+            _at_version(obj, resource_version)
+            _annotate(obj, annotations)
+        return str(self.update("PodGroup", f"{namespace}/{name}", patch)["metadata"]["resourceVersion"])
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self.update("Pod", f"{namespace}/{name}", lambda obj: _annotate(obj, annotations))
@@ -316,6 +323,15 @@ class SimCluster:
         return kinds.owned_pod_json(template, f"{meta['name']}-{ordinal}", meta["namespace"],
                                     {"apiVersion": "apps/v1", "kind": "StatefulSet", "name": meta["name"],
                                      "uid": meta["uid"]})
+
+
+def _at_version(obj: Object, resource_version: str) -> None:
+    """A write conditional on ``resource_version`` refused as the API server refuses it (409)."""
+    current = obj["metadata"].get("resourceVersion")
+    if resource_version and current != resource_version:
+        raise WriteError(f"Operation cannot be fulfilled on {obj.get('kind', 'object')} "
+                         f"{obj['metadata'].get('name')}: the object has been modified (version {current}, "
+                         f"not {resource_version})", 409, "Conflict")
 
 
 def _annotate(obj: Object, annotations: Mapping[str, str | None]) -> None:

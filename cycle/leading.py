@@ -32,17 +32,18 @@ class LeaderWriter:
         self.writer, self.leadership, self.metrics = writer, leadership, metrics
         self.flavor = writer.flavor
 
-    def _do(self, kind: str, call: Callable[[], Any]) -> None:
+    def _do(self, kind: str, call: Callable[[], Any]) -> Any:
         if not self.leadership.acting() and not self.leadership.confirm():
             self.metrics.api_writes.labels(kind=kind, outcome=STANDBY).inc()
             raise WriteError(f"phalanx serve is a standby and writes nothing: {self.leadership.describe()}",
                              0, names.REASON_STANDBY)
         try:
-            call()
+            answer = call()
         except Exception:
             self.metrics.api_writes.labels(kind=kind, outcome=FAILED).inc()
             raise
         self.metrics.api_writes.labels(kind=kind, outcome=WRITTEN).inc()
+        return answer
 
     def bind(self, namespace: str, name: str, uid: str, node: str) -> None:
         self._do("bind", lambda: self.writer.bind(namespace, name, uid, node))
@@ -50,11 +51,15 @@ class LeaderWriter:
     def evict(self, namespace: str, name: str, uid: str, message: str, respect_pdb: bool) -> None:
         self._do("evict", lambda: self.writer.evict(namespace, name, uid, message, respect_pdb))
 
-    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any]) -> None:
-        self._do("podgroup_status", lambda: self.writer.patch_podgroup_status(namespace, name, status))
+    def patch_podgroup_status(self, namespace: str, name: str, status: Mapping[str, Any],
+                              resource_version: str = "") -> str:
+        return str(self._do("podgroup_status", lambda: self.writer.patch_podgroup_status(
+            namespace, name, status, resource_version)) or "")
 
-    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
-        self._do("podgroup_annotation", lambda: self.writer.annotate_podgroup(namespace, name, annotations))
+    def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
+                          resource_version: str = "") -> str:
+        return str(self._do("podgroup_annotation", lambda: self.writer.annotate_podgroup(
+            namespace, name, annotations, resource_version)) or "")
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self._do("pod_annotation", lambda: self.writer.annotate_pod(namespace, name, annotations))

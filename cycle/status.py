@@ -88,6 +88,8 @@ class StatusWriter:
         self.dispatcher = dispatcher
         # group -> condition type -> the last condition queued (the cache lags)
         self.conditions: dict[str, dict[str, Condition]] = {}
+        # group -> (the version phalanx's last write on it was conditional on, the version it made)
+        self.written: dict[str, tuple[str, str]] = {}
         self.touches = TouchStamps()
         self._listeners: list[Listener] = []
 
@@ -162,7 +164,7 @@ class StatusWriter:
 
     def _patch(self, key: str) -> dict[str, Any]:
         """The status patch of ``key``: every condition queued for it over the cache's copy."""
-        queued = self.conditions.get(key, {})
+        queued = dict(self.conditions.get(key, {}))  # a copy: the cycle may queue one meanwhile
         record = self.cache.podgroups.get(key)
         others = [c.to_json() for c in (record.conditions if record else ()) if c.type not in queued]
         return {"conditions": others + [c.to_json() for c in queued.values()]}
@@ -173,10 +175,47 @@ class StatusWriter:
         if condition is None:
             return
         self.conditions.setdefault(key, {})[type_] = condition
+        self.submit(key, "status", lambda: self._write_status(key), coalesce=f"status:{key}")
+
+    # the rule's one home (docs/design.md: phalanx/fenced-podgroup-writes)
+    def _version(self, key: str) -> str:
+        """The version of PodGroup ``key`` phalanx's next write on it is conditional on: the
+        cache's, or the one phalanx's own last write made while the cache has not seen it yet
+        ("" when the cache has no version: the write is unconditional)."""
+        record = self.cache.podgroups.get(key)
+        cached = record.resource_version if record else ""
+        based, made = self.written.get(key, ("", ""))
+        return made if made and based == cached else cached
+
+    def _fenced(self, key: str, write: Callable[[str], str], wait_seconds: float = 0.0) -> None:
+        """``write(version)``, a PodGroup write conditional on the version phalanx last knew of
+        the group (:meth:`_version`); the version it made is remembered. A write refused because
+        the group moved on (409: another writer — kube-scheduler, the controller, or the serve
+        that leads now while this one was frozen) is not forced: with ``wait_seconds`` it is made
+        again, on what the cache then holds, once the cache has seen the newer version (waiting
+        up to that long); else the refusal is raised, and the dispatcher's retry makes it again
+        the same way — through the leadership gate, so a serve that no longer leads drops it."""
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            version = self._version(key)
+            try:
+                made = write(version)
+            except WriteError as err:
+                if err.status != 409 or not version or time.monotonic() >= deadline:
+                    raise
+                while self._version(key) == version and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                continue
+            if made:
+                self.written[key] = (version, made)
+            return
+
+    def _write_status(self, key: str) -> None:
+        """Write ``key``'s status as it should read now (the queued conditions over the cache's
+        copy, computed when the write starts, so a retry writes what the group then holds)."""
         namespace, name = key.split("/", 1)
-        patch = self._patch(key)
-        self.submit(key, "status", lambda: self.writer.patch_podgroup_status(namespace, name, patch),
-                    coalesce=f"status:{key}")
+        self._fenced(key, lambda version: self.writer.patch_podgroup_status(namespace, name, self._patch(key),
+                                                                          version))
 
     # the write-ahead record's one home (docs/design.md: phalanx/placement-record)
     def write_record(self, key: str, text: str, scheduled: str | None, flush_seconds: float) -> None:
@@ -196,7 +235,8 @@ class StatusWriter:
         changes: list[tuple[str, bool, str, str]] = []
         if len(text) > MAX_MESSAGE or scheduled is None:
             self._flush(key, flush_seconds)
-            self.writer.annotate_podgroup(namespace, name, {names.ANNOTATION_PLACEMENT: text})
+            self._fenced(key, lambda version: self.writer.annotate_podgroup(
+                namespace, name, {names.ANNOTATION_PLACEMENT: text}, version), flush_seconds)
             current = self._current(key, names.CONDITION_PLACEMENT)
             if current is not None and current.status == "True":  # it would win over the annotation
                 changes.append((names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ON_ANNOTATION,
@@ -215,7 +255,8 @@ class StatusWriter:
                 queued[condition.type] = condition
         try:
             self._flush(key, flush_seconds)
-            self.writer.patch_podgroup_status(namespace, name, self._patch(key))
+            self._fenced(key, lambda version: self.writer.patch_podgroup_status(
+                namespace, name, self._patch(key), version), flush_seconds)
         except Exception:
             if self.conditions.get(key) is queued:  # not written: what was queued before stands
                 queued.clear()
@@ -245,8 +286,8 @@ class StatusWriter:
             self._put(key, names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ABANDONED, why)
         if names.ANNOTATION_PLACEMENT in record.annotations:
             namespace, name = key.split("/", 1)
-            self.submit(key, "annotate", lambda: self.writer.annotate_podgroup(
-                namespace, name, {names.ANNOTATION_PLACEMENT: None}))
+            self.submit(key, "annotate", lambda: self._fenced(key, lambda version: self.writer.annotate_podgroup(
+                namespace, name, {names.ANNOTATION_PLACEMENT: None}, version)))
 
     def unschedulable(self, key: str, message: str, reason: str = names.REASON_UNSCHEDULABLE) -> None:
         """A group that cannot be placed now: the condition, a Warning event, the listeners."""
@@ -280,3 +321,5 @@ class StatusWriter:
     def prune(self, live: Mapping[str, Any]) -> None:
         for key in [k for k in self.conditions if k not in live]:
             del self.conditions[key]
+        for key in [k for k in self.written if k not in live]:
+            del self.written[key]

@@ -489,10 +489,10 @@ def test_a_gang_whose_binding_failed_half_way_keeps_its_recorded_nodes_until_it_
 class Throttled(Exploding):
     """The simulated cluster answering the placement record's write with 429 (Retry-After spent)."""
 
-    def patch_podgroup_status(self, namespace, name, status):
+    def patch_podgroup_status(self, namespace, name, status, resource_version=""):
         if any(c["type"] == names.CONDITION_PLACEMENT for c in status["conditions"]):
             raise WriteError("PATCH podgroups/status: HTTP 429: too many requests", 429, "TooManyRequests")
-        return self.sim.patch_podgroup_status(namespace, name, status)
+        return self.sim.patch_podgroup_status(namespace, name, status, resource_version)
 
 
 def bound_pods(sim):
