@@ -73,6 +73,14 @@ class Build:
     binary: pathlib.Path
     upstream: pathlib.Path
 
+    @property
+    def module_cache(self) -> pathlib.Path:
+        """The Go module cache ``upstream`` sits in (``.../k8s.io/kubernetes@VERSION/test/...``)."""
+        head, sep, _ = str(self.upstream).partition("/k8s.io/kubernetes@")
+        if not sep:
+            raise RuntimeError(f"upstream's scheduler_perf folder {self.upstream} is not in a Go module cache")
+        return pathlib.Path(head)
+
 
 def build() -> Build:
     """Build etcd (with the e2e control plane) and the benchmark binary; raise with the step's output
@@ -127,7 +135,9 @@ def run_one(b: Build, w: Workload, scheduler: str, out: pathlib.Path, timeout: f
             f"-phalanx-log-dir={out}", f"-phalanx-serve-args={PLAN_AHEAD} {serve_args}".strip()]
     if pods_timeout:
         argv.append(f"-phalanx-pods-timeout={pods_timeout}")
-    env = {**os.environ, "PATH": f"{b.binary.parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    env = {**os.environ, "PATH": f"{b.binary.parent}{os.pathsep}{os.environ.get('PATH', '')}",
+           # a -trimpath build: the test API server's certificates, under the Go module cache
+           "TEST_SRCDIR": str(b.module_cache), "TEST_WORKSPACE": "."}
     started = time.monotonic()
     log = out / "benchmark.log"
     with log.open("w") as f:

@@ -2,7 +2,9 @@
 # Build the client tools phalanx's install tests use, from the Go modules, into
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/tools/kubectl-<K8S_VERSION>/kubectl
 #   ${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/tools/helm-<HELM_VERSION>/helm
-# kubectl comes from k8s.io/kubernetes at the control plane's version, helm from helm.sh/helm/v3.
+#   ${XDG_CACHE_HOME:-$HOME/.cache}/phalanx/tools/krew-<KREW_VERSION>/krew
+# kubectl comes from k8s.io/kubernetes at the control plane's version, helm from helm.sh/helm/v3,
+# krew from sigs.k8s.io/krew.
 # Idempotent: a tool whose stamp matches its pinned version is not rebuilt. Versions are pinned in
 # hack/versions.env. Needs: go (>= 1.26.0), network access to the Go module proxy for a cold
 # build. Build logs go to the cache dir, never into the repository.
@@ -62,5 +64,20 @@ else
   ) || fail "go install helm $HELM_VERSION"
   finish_build "$HELM_DIR" helm "helm=$HELM_VERSION"
 fi
+# ---- krew: no replace directives either; its version stamped as its release does --------------
+KREW_DIR="$CACHE_ROOT/krew-$KREW_VERSION"
+if built "$KREW_DIR/.built" "krew=$KREW_VERSION" "$KREW_DIR/krew"; then
+  echo "build-tools: krew=$KREW_VERSION already built in $KREW_DIR"
+else
+  start_build "$KREW_DIR" "krew=$KREW_VERSION"
+  KPKG=sigs.k8s.io/krew
+  (
+    echo "== go install krew ==" >>"$LOG"
+    GOBIN="$WORK" go install -p 2 -trimpath -ldflags "-s -w -X $KPKG/internal/version.gitTag=$KREW_VERSION" \
+      "$KPKG/cmd/krew@$KREW_VERSION" >>"$LOG" 2>&1
+  ) || fail "go install krew $KREW_VERSION"
+  finish_build "$KREW_DIR" krew "krew=$KREW_VERSION"
+fi
 "$KUBECTL_DIR/kubectl" version --client
 "$HELM_DIR/helm" version --short
+"$KREW_DIR/krew" version | grep -m1 GitTag || true

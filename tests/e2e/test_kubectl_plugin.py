@@ -254,3 +254,80 @@ def test_whatif_posts_through_the_same_stream(kubectl, serve_pod, tmp_path):
     else:
         assert done.returncode == 1 and what_if() == {}, done.stderr
         assert "does not offer what-if (POST /phalanx/api/whatif answered HTTP 404" in done.stderr
+
+
+# -- installed by krew, as a user installs it ---------------------------------------------------------
+
+KREW_MANIFEST = ROOT / "plugins" / "krew" / "phalanx.yaml"
+
+
+@pytest.fixture(scope="module")
+def krew_kubectl(control_plane, serve_pod, user, tmp_path_factory):
+    """``kubectl(*args)`` with krew (built pinned, as ``kubectl-krew``) on PATH and its own KREW_ROOT;
+    nothing of phalanx on PATH until krew installs it. The launcher krew installs runs the package
+    with the interpreter ``PHALANX_PYTHON`` names (this one, which has phalanx installed)."""
+    import importlib.util
+
+    tools = locate_tools(user, tmp_path_factory.mktemp("krew-home"))
+    spec = importlib.util.spec_from_file_location("krew_archive", ROOT / "hack" / "krew_archive.py")
+    assert spec is not None and spec.loader is not None
+    krew_archive = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(krew_archive)
+    work = tmp_path_factory.mktemp("krew")
+    archive = work / "kubectl-phalanx.tar.gz"
+    archive.write_bytes(krew_archive.archive_bytes())  # what `make krew-archive` builds
+    tool_bin, root = work / "bin", work / "krew-root"
+    tool_bin.mkdir()
+    (tool_bin / "kubectl-krew").symlink_to(tools.krew)  # how krew installs itself: a kubectl plugin
+    env = {"PATH": f"{root / 'bin'}:{tool_bin}:/usr/bin:/bin", "KUBECONFIG": str(user), "HOME": str(tools.home),
+           "KREW_ROOT": str(root), "KREW_NO_UPGRADE_CHECK": "1", "PHALANX_PYTHON": sys.executable}
+
+    def run(*args: str, check: bool = True) -> subprocess.CompletedProcess:
+        done = subprocess.run([str(tools.kubectl), *args], capture_output=True, text=True, env=env, timeout=120)
+        if check and done.returncode != 0:
+            raise AssertionError(f"kubectl {' '.join(args)} exited {done.returncode}:\n{done.stdout}\n{done.stderr}")
+        return done
+
+    # krew's own commands (list, uninstall) want a plugin index, a git clone; with no network, a
+    # local index holding phalanx's manifest, added the way krew adds any index (`krew index add`)
+    index = work / "index"
+    (index / "plugins").mkdir(parents=True)
+    (index / "plugins" / "phalanx.yaml").write_bytes(KREW_MANIFEST.read_bytes())
+    git = ["git", "-C", str(index), "-c", "user.name=phalanx-e2e", "-c", "user.email=e2e@phalanx.invalid"]
+    for args in (["init", "-q"], ["add", "plugins"], ["commit", "-q", "-m", "phalanx's manifest"]):
+        subprocess.run([*git, *args], check=True, capture_output=True, env={**env, "GIT_CONFIG_GLOBAL": "/dev/null"},
+                       timeout=60)
+    run("krew", "index", "add", "local", str(index))
+    run.root, run.archive = root, archive  # type: ignore[attr-defined]
+    return run
+
+
+def test_krew_installs_the_plugin_from_the_built_archive_and_it_answers(krew_kubectl, serve_pod):
+    kubectl = krew_kubectl
+    before = kubectl("phalanx", "--help", check=False)
+    assert before.returncode != 0 and "unknown command" in before.stderr  # not there before krew puts it there
+    installed = kubectl("krew", "install", f"--manifest={KREW_MANIFEST}", f"--archive={kubectl.archive}")
+    assert 'Installed plugin: phalanx' in installed.stderr + installed.stdout, installed
+    assert kubectl("krew", "list").stdout.split() == ["detached/phalanx"]  # installed from a manifest, not an index
+    receipt = yaml.safe_load((kubectl.root / "receipts" / "phalanx.yaml").read_text())  # krew's record of it
+    assert receipt["metadata"]["name"] == "phalanx" and receipt["status"]["source"]["name"] == "detached"
+    bin_link = kubectl.root / "bin" / "kubectl-phalanx"
+    assert bin_link.is_symlink() and str(bin_link) in kubectl("plugin", "list").stdout
+    assert "kubectl phalanx" in kubectl("phalanx", "--help").stdout
+    # the krew-installed launcher reaches serve through the API server like the package's own
+    doc = json.loads(kubectl("phalanx", "top", "-A", "-o", "json", *where(serve_pod)).stdout)
+    assert "podgroups" in doc
+    gone = kubectl("phalanx", "explain", "podgroup/no-such-group", *where(serve_pod), check=False)
+    assert gone.returncode == 1 and "HTTP 404" in gone.stderr
+    kubectl("krew", "uninstall", "phalanx")
+    assert not bin_link.exists() and not (kubectl.root / "receipts" / "phalanx.yaml").exists()
+    assert kubectl("phalanx", "--help", check=False).returncode != 0
+
+
+def test_krew_refuses_an_archive_that_is_not_the_manifest_s(krew_kubectl, tmp_path):
+    """The manifest's sha256 is checked: an archive that differs by a byte is refused, nothing installed."""
+    other = tmp_path / "other.tar.gz"
+    other.write_bytes(krew_kubectl.archive.read_bytes() + b"\0")
+    refused = krew_kubectl("krew", "install", f"--manifest={KREW_MANIFEST}", f"--archive={other}", check=False)
+    assert refused.returncode != 0 and "checksum" in (refused.stderr + refused.stdout).lower(), refused
+    assert not (krew_kubectl.root / "bin" / "kubectl-phalanx").exists()

@@ -1,4 +1,4 @@
-"""The client tools the install tests drive: kubectl and helm, built by hack/build-tools.sh.
+"""The client tools the install tests drive: kubectl, helm and krew, built by hack/build-tools.sh.
 
 Missing tools are an error naming the command that builds them, never a skip.
 """
@@ -20,6 +20,7 @@ from .controlplane import ControlPlane, release_workdir
 class Tools:
     kubectl: Path
     helm: Path
+    krew: Path
     kubeconfig: Path
     home: Path  # helm's cache, config and data directories live here, not in the user's home
 
@@ -43,11 +44,12 @@ def locate_tools(kubeconfig: Path, home: Path) -> Tools:
     versions = read_versions()
     kubectl = tools_dir() / f"kubectl-{versions['K8S_VERSION']}" / "kubectl"
     helm = tools_dir() / f"helm-{versions['HELM_VERSION']}" / "helm"
-    missing = [str(p) for p in (kubectl, helm) if not os.access(p, os.X_OK)]
+    krew = tools_dir() / f"krew-{versions['KREW_VERSION']}" / "krew"
+    missing = [str(p) for p in (kubectl, helm, krew) if not os.access(p, os.X_OK)]
     if missing:
-        raise MissingBinaries(f"kubectl/helm not built: missing {', '.join(missing)}. "
+        raise MissingBinaries(f"kubectl/helm/krew not built: missing {', '.join(missing)}. "
                               "Run `make e2e` or `bash hack/build-tools.sh` first.")
-    return Tools(kubectl=kubectl, helm=helm, kubeconfig=kubeconfig, home=home)
+    return Tools(kubectl=kubectl, helm=helm, krew=krew, kubeconfig=kubeconfig, home=home)
 
 
 def override_flags(args: list[str], flags: dict[str, str]) -> list[str]:
