@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import json
 import pathlib
+import sys
 import time
 from typing import Callable
 
@@ -535,7 +536,9 @@ def plots(stem: pathlib.Path, curves: dict, rows: list[dict], scaling: list[dict
     except ImportError:
         print("matplotlib is not installed: no plots written (the JSON and markdown are)")
         return []
-    written = []
+    written: list[str] = []
+    if not curves:  # every load refused: nothing was run
+        return written
     load = 0.9 if any(k[1] == 0.9 for k in curves) else next(iter(curves))[1]
     names = list(dict.fromkeys(k[0] for k in curves if k[1] == load))
     for what in ("allocation", "cumulative", "wait-cdf"):
@@ -652,4 +655,7 @@ def main(quick: bool, json_path: str | None, seeds: int | None = None, params: d
                                     verdicts=verdicts(rows), targets=goals, refused=refused, plots=pngs),
                                indent=1, default=str) + "\n")
     path.with_suffix(".md").write_text(table + "\n")
+    if not rows:
+        print(f"phalanx bench trace: nothing run, every load was refused: {'; '.join(refused)}", file=sys.stderr)
+        return 1
     return 0

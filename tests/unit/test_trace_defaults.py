@@ -149,3 +149,13 @@ def test_a_case_no_baseline_waited_on_is_left_out_of_the_defaults_check():
     assert [b["workload"] for b in trace_defaults.preemption(rows)] == ["busy"]
     assert "Cases kept: 1 of 2; 1 where no baseline's gangs waited (no contention) are left out: idle at 90%" in \
         trace_defaults.markdown(rows, judged, trace_defaults.preemption(rows), [], 1.0)
+
+
+def test_a_trace_no_load_can_be_run_at_says_why_and_exits_1(tmp_path, capsys):
+    """Every load refused (jobs that all arrive at once): the reasons, no traceback, exit 1."""
+    path = tmp_path / "once.csv"
+    path.write_text("name,time,application,num_replicas\nj1,0,cifar10,1\nj2,0,bert,2\n")
+    assert main(["bench", "trace", "--trace", str(path), "--json", str(tmp_path / "out.json")]) == 1
+    err = capsys.readouterr().err
+    assert "nothing run, every load was refused" in err and "arriving at one instant" in err
+    assert json.loads((tmp_path / "out.json").read_text())["refused"]
