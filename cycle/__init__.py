@@ -13,11 +13,11 @@ from .capacity import barrier_capacity
 from .dispatch import Dispatcher
 from .metrics import CycleMetrics
 from .plans import Plan, PlanBook, PlanState
-from .service import FilterAnswer, WorkloadCycle
+from .service import CompositeOf, FilterAnswer, WorkloadCycle
 from .tenants import NamespaceLimits
 from .whatif import DOES_NOT_FIT, FITS, FITS_AFTER_PREEMPTION, Victim, WhatIfAnswer
 from .workers import InProcess, SolverWorkers
 
-__all__ = ["BindError", "CycleMetrics", "DOES_NOT_FIT", "Dispatcher", "FITS", "FITS_AFTER_PREEMPTION", "FilterAnswer",
-           "InProcess", "NamespaceLimits", "Plan", "PlanBook", "PlanState", "SolverWorkers", "Victim", "WhatIfAnswer",
-           "WorkloadCycle", "barrier_capacity"]
+__all__ = ["BindError", "CompositeOf", "CycleMetrics", "DOES_NOT_FIT", "Dispatcher", "FITS", "FITS_AFTER_PREEMPTION",
+           "FilterAnswer", "InProcess", "NamespaceLimits", "Plan", "PlanBook", "PlanState", "SolverWorkers",
+           "Victim", "WhatIfAnswer", "WorkloadCycle", "barrier_capacity"]

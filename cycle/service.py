@@ -119,6 +119,17 @@ class FilterAnswer:
         return cls([], unresolvable=SameReason(reason, candidates))
 
 
+@dataclass(frozen=True)
+class CompositeOf:
+    """A PodGroup's CompositePodGroup tree, for explain: its root (namespace/name), every PodGroup
+    of the tree, the root's policy in words, and why the tree cannot be planned yet ("" when it can)."""
+
+    root: str
+    groups: tuple[str, ...]
+    how: str
+    why: str = ""
+
+
 class WorkloadCycle:
     def __init__(
         self,
@@ -586,6 +597,20 @@ class WorkloadCycle:
     def plan_of(self, key: str) -> Plan | None:
         with self.lock:
             return self.book.get(key)
+
+    def composite_of(self, key: str) -> "CompositeOf | None":
+        """The CompositePodGroup tree PodGroup ``key`` is a child of, as explain shows it (None
+        when it names no parent)."""
+        root = self.cache.composite_root(key)
+        if not root:
+            return None
+        tree = self.cache.composite(root)
+        if isinstance(tree, str):
+            return CompositeOf(root, (), "", tree)
+        need = (f"{tree.required} of {len(tree.children)} children together" if tree.required
+                else f"{len(tree.children)} children, each on its own (basic)")
+        where = f", in one {tree.topology_key}" if tree.topology_key else ""
+        return CompositeOf(root, tuple(g.key for g in tree.leaves()), f"{need}{where}")
 
     def group_state(self, key: str) -> str:
         """One word for operators: waiting, planned, binding, scheduled, finished (every member

@@ -16,6 +16,8 @@ import grpc
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 
+from .composite_text import composite_line
+
 CALL_TIMEOUT = 10.0  # seconds: a server that does not answer is reported, not waited for
 
 
@@ -27,6 +29,10 @@ def render(reply: pb.ExplainGroupReply, plan: pb.Plan | None) -> str:
     if reply.owner_kind:
         lines.append(f"  owner: {reply.owner_kind} {reply.namespace}/{reply.owner_name}"
                      + (f" ({reply.owner_level})" if reply.owner_level else ""))
+    if reply.composite:
+        lines.append("  composite: " + composite_line(reply.composite, list(reply.composite_groups),
+                                                      f"{reply.namespace}/{reply.name}", reply.composite_how,
+                                                      reply.composite_why))
     if reply.explanation:
         lines.append(f"  why: {reply.explanation}")
     if reply.smallest_change:

@@ -143,7 +143,15 @@ class WorkloadCycleServicer(pb_grpc.WorkloadCycleServicer):
                                     members_bound=summary.members_bound, min_count=summary.min_count,
                                     members_finished=summary.members_finished,
                                     owner_kind=owner.kind, owner_name=owner.name, owner_level=owner.level,
-                                    smallest_change=self.cycle.smallest.texts.get(key, ""))
+                                    smallest_change=self.cycle.smallest.texts.get(key, ""),
+                                    **self._composite(key))
+
+    def _composite(self, key: str) -> dict:
+        of = self.cycle.composite_of(key)
+        if of is None:
+            return {}
+        return {"composite": of.root, "composite_groups": list(of.groups), "composite_how": of.how,
+                "composite_why": of.why}
 
     @answered
     def ListGroups(self, request: pb.ListGroupsRequest, context: grpc.ServicerContext) -> pb.ListGroupsReply:

@@ -22,7 +22,7 @@ from prometheus_client import CollectorRegistry
 from cluster import names
 from cluster.cache import ClusterCache, PodGroupRecord, PodRecord
 from cluster.convert import GroupOwner, placement_domain
-from cycle import WorkloadCycle
+from cycle import CompositeOf, WorkloadCycle
 from solver import Node
 
 from .history import GroupHistory
@@ -223,8 +223,13 @@ def podgroup(cache: ClusterCache, cycle: WorkloadCycle, history: GroupHistory, k
                "requests": {r: _amount(r, v) for r, v in m.pod.spec.requests.items()}}
               for m in cache.members(key)],
         conditions=[c.to_json() for c in record.conditions],
+        composite=_composite(cycle.composite_of(key)),
     )
     return row
+
+
+def _composite(of: CompositeOf | None) -> dict:
+    return {} if of is None else {"key": of.root, "groups": list(of.groups), "how": of.how, "why": of.why}
 
 
 def _shortfalls(explanation: str) -> list[str]:

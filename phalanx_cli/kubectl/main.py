@@ -17,6 +17,7 @@ import yaml
 from kubernetes import client
 from kubernetes.client.rest import ApiException
 
+from ..composite_text import composite_line
 from . import output
 from .kubeconfig import KubeconfigError, KubeContext, load
 from .transport import (
@@ -219,6 +220,11 @@ def render_explain(view: dict, wide: bool = False) -> str:
     if owner.get("kind"):
         level = f" ({owner['level']})" if owner.get("level") else ""
         lines.append(f"  owner: {owner['kind']} {view.get('namespace')}/{owner.get('name')}{level}")
+    composite = view.get("composite") or {}
+    if composite.get("key"):
+        lines.append("  composite: " + composite_line(composite["key"], composite.get("groups") or [],
+                                                      f"{view.get('namespace')}/{view.get('name')}",
+                                                      composite.get("how", ""), composite.get("why", "")))
     if view.get("explanation"):
         lines.append(f"  why: {view['explanation']}")
     placement = view.get("placement")

@@ -100,7 +100,7 @@ class ExplainGroupRequest(_message.Message):
     def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ExplainGroupReply(_message.Message):
-    __slots__ = ("namespace", "name", "state", "explanation", "members_existing", "members_bound", "min_count", "owner_kind", "owner_name", "owner_level", "smallest_change", "members_finished")
+    __slots__ = ("namespace", "name", "state", "explanation", "members_existing", "members_bound", "min_count", "owner_kind", "owner_name", "owner_level", "smallest_change", "members_finished", "composite", "composite_groups", "composite_how", "composite_why")
     NAMESPACE_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,10 @@ class ExplainGroupReply(_message.Message):
     OWNER_LEVEL_FIELD_NUMBER: _ClassVar[int]
     SMALLEST_CHANGE_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FINISHED_FIELD_NUMBER: _ClassVar[int]
+    COMPOSITE_FIELD_NUMBER: _ClassVar[int]
+    COMPOSITE_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    COMPOSITE_HOW_FIELD_NUMBER: _ClassVar[int]
+    COMPOSITE_WHY_FIELD_NUMBER: _ClassVar[int]
     namespace: str
     name: str
     state: str
@@ -125,7 +129,11 @@ class ExplainGroupReply(_message.Message):
     owner_level: str
     smallest_change: str
     members_finished: int
-    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., explanation: _Optional[str] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., min_count: _Optional[int] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., owner_level: _Optional[str] = ..., smallest_change: _Optional[str] = ..., members_finished: _Optional[int] = ...) -> None: ...
+    composite: str
+    composite_groups: _containers.RepeatedScalarFieldContainer[str]
+    composite_how: str
+    composite_why: str
+    def __init__(self, namespace: _Optional[str] = ..., name: _Optional[str] = ..., state: _Optional[str] = ..., explanation: _Optional[str] = ..., members_existing: _Optional[int] = ..., members_bound: _Optional[int] = ..., min_count: _Optional[int] = ..., owner_kind: _Optional[str] = ..., owner_name: _Optional[str] = ..., owner_level: _Optional[str] = ..., smallest_change: _Optional[str] = ..., members_finished: _Optional[int] = ..., composite: _Optional[str] = ..., composite_groups: _Optional[_Iterable[str]] = ..., composite_how: _Optional[str] = ..., composite_why: _Optional[str] = ...) -> None: ...
 
 class ListGroupsRequest(_message.Message):
     __slots__ = ("namespace",)
