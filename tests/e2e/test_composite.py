@@ -15,7 +15,7 @@ two 4-GPU nodes; each pod takes a whole node.
   replica in a rack of its own.
 - **no block holds it**: one rack of each block is full. Child by child, both replicas would start
   in different blocks. Both schedulers bind nothing; phalanx's PodGroups say which composite and
-  why.
+  why, and ``phalanx explain`` of a child (gRPC ExplainGroup) names its tree.
 - what-if, asked on phalanx's side before the two-level objects are applied, answers the job as
   one unit and comes true (the block it predicts; does-not-fit where no block holds it).
 - **preempted whole**: a low-priority job whose composite has ``disruptionMode: all`` fills a
@@ -263,6 +263,10 @@ def test_a_composite_no_block_holds_binds_nothing_and_says_why(rest, namespace, 
         return condition if condition and "compositepodgroup" in condition["message"] else None
     condition = wait_for(said, 30, "rep-0's condition names its composite")
     assert condition["status"] == "False" and f"{namespace}/job" in condition["message"], condition
+    with cycle_stub(phalanx) as client:  # phalanx explain of a child: the tree it belongs to
+        reply = client.ExplainGroup(pb.ExplainGroupRequest(namespace=namespace, name="rep-0"), timeout=30)
+    assert (reply.composite, list(reply.composite_groups)) == (
+        f"{namespace}/job", [f"{namespace}/rep-0", f"{namespace}/rep-1"]), reply
 
 
 HIGH, MID, LOW = "composite-e2e-high", "composite-e2e-mid", "composite-e2e-low"
