@@ -26,7 +26,9 @@ from phalanx_cli.main import build_parser
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
-LINKING_PAGES = [*PAGES, ROOT / "tests" / "e2e" / "README.md"]  # links into the manual too
+# links into the manual too: the e2e README and the dated records of earlier benchmark runs
+LINKING_PAGES = [*PAGES, ROOT / "tests" / "e2e" / "README.md",
+                 *sorted((ROOT / "bench" / "results" / "history").glob("*.md"))]
 
 FENCE = re.compile(r"^```[^\n]*\n(.*?)^```", re.M | re.S)
 INLINE = re.compile(r"`([^`\n]+)`")
