@@ -333,6 +333,12 @@ def contention(by: dict[str, dict]) -> dict:
                 waiting_over_capacity=row["waiting_over_capacity"])
 
 
+def best_baseline(by: dict[str, dict]) -> tuple[int, float]:
+    """The best of the baselines on each measure alone: the most completed gangs, the shortest
+    all-jobs p95 wait."""
+    return max(by[b]["completed"] for b in BASELINES), min(by[b]["wait_p95_s"] for b in BASELINES)
+
+
 def verdict(by: dict[str, dict]) -> str:
     """Default phalanx against the best baseline on each of completed gangs and all-jobs p95 wait:
     ``better``, ``tie`` (within :func:`no_worse` both ways), ``worse`` — or :data:`NO_CONTENTION`
@@ -340,8 +346,7 @@ def verdict(by: dict[str, dict]) -> str:
     if not contention(by)["contended"]:
         return NO_CONTENTION
     ph = by["phalanx"]
-    done = max(by[b]["completed"] for b in BASELINES)
-    wait = min(by[b]["wait_p95_s"] for b in BASELINES)
+    done, wait = best_baseline(by)
     if ph["completed"] < done or not no_worse(ph["wait_p95_s"], wait):
         return "worse"
     return "better" if ph["completed"] > done or not no_worse(wait, ph["wait_p95_s"]) else "tie"
@@ -357,8 +362,7 @@ def verdicts(rows: list[dict]) -> list[dict]:
             out.append(dict(trace=trace, load=load, load_measured=ph["load_measured"], reached=ph["load_reached"],
                             cluster=ph["cluster"], contention=best, verdict=verdict(by),
                             phalanx=(ph["completed"], ph["wait_p95_s"]),
-                            best_baseline=(max(by[b]["completed"] for b in BASELINES),
-                                           min(by[b]["wait_p95_s"] for b in BASELINES))))
+                            best_baseline=best_baseline(by)))
     return out
 
 
@@ -388,8 +392,7 @@ def targets(rows: list[dict], scaling: list[dict]) -> list[dict]:
             if not busy["contended"]:
                 continue  # nothing to compare: no verdict on this case
             ph = by["phalanx"]
-            best_done = max(by[b]["completed"] for b in BASELINES)
-            best_wait = min(by[b]["wait_p95_s"] for b in BASELINES)
+            best_done, best_wait = best_baseline(by)
             out.append(dict(target="default phalanx never worse than the best baseline on completed gangs and "
                                    "all-jobs p95 wait", trace=f"{trace} at {load:.0%}",
                             measured=dict(phalanx=(ph["completed"], ph["wait_p95_s"]),

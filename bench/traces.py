@@ -334,7 +334,7 @@ def _sized(name: str, sizing: Sizing, jobs: list[Job], load: float) -> tuple[Clu
         if smallest is None:
             why = f"none of up to {sizing.max_nodes} nodes per rack holds its largest job"
         else:
-            most = demand_load(jobs, smallest.gpus, MIN_SPAN_S / _span(jobs))
+            most = _most_load(jobs, smallest.gpus)
             why = (f"the smallest that holds every job ({smallest.name}) feels at most {most:.0%} with every "
                    f"arrival squeezed into {MIN_SPAN_S:.0f} s")
         raise LoadRefused(f"{name}: no cluster of {sizing.racks} racks of {sizing.min_nodes}-{sizing.max_nodes} "
@@ -344,6 +344,11 @@ def _sized(name: str, sizing: Sizing, jobs: list[Job], load: float) -> tuple[Clu
 
 def _span(jobs: list[Job]) -> float:
     return max(j.arrival for j in jobs) - min(j.arrival for j in jobs)
+
+
+def _most_load(jobs: list[Job], gpus: int) -> float:
+    """The most load the jobs make on ``gpus``: every arrival squeezed into :data:`MIN_SPAN_S`."""
+    return demand_load(jobs, gpus, MIN_SPAN_S / _span(jobs))
 
 
 def scaled(name: str, cluster: Cluster | Sizing, jobs: list[Job], notes: str, window: Window = ALL,
@@ -366,7 +371,7 @@ def scaled(name: str, cluster: Cluster | Sizing, jobs: list[Job], notes: str, wi
     else:
         found = arrival_factor(jobs, cluster.gpus, load)
         if found is None:
-            most = demand_load(jobs, cluster.gpus, MIN_SPAN_S / _span(jobs))
+            most = _most_load(jobs, cluster.gpus)
             raise LoadRefused(f"{name}: on {cluster.gpus} GPUs the jobs feel at most {most:.0%} (every arrival "
                               f"squeezed into {MIN_SPAN_S:.0f} s), not {load:.0%}: refused (a smaller cluster feels "
                               "more)")
