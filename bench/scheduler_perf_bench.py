@@ -27,8 +27,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import yaml
+from prometheus_client.parser import text_string_to_metric_families
 
 from bench import run_suite
+from cluster import names
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 SCHEDULERS = ("in-tree", "plugin", "extender")
@@ -197,11 +199,25 @@ def read_results(out: pathlib.Path) -> dict[str, Any]:
         count = json.loads(pathlib.Path(path).read_text())
         for key in ("evicted_pods", "evicted_groups", "partial_groups"):
             row[key] = count.get(key, 0)
+    for path in glob.glob(str(out / "*.metrics.txt")):  # serve's /metrics at the end (serve.go)
+        row.update(_plan_requests(pathlib.Path(path).read_text()))
     for path in glob.glob(str(out / "*.usage.json")):
         usage = json.loads(pathlib.Path(path).read_text())
         row["serve_cpu_s"] = round(usage.get("cpu_seconds", 0.0), 1)
         row["serve_rss_mib"] = round(usage.get("max_rss_mib", 0.0))
     return row
+
+
+def _plan_requests(text: str) -> dict[str, int]:
+    """How many members reached kube-scheduler's PreFilter without their plan in the plugin's mirror
+    (plugin mode), by whether serve held the plan already, made it on the call, or had none."""
+    counts: dict[str, int] = {}
+    for family in text_string_to_metric_families(text):
+        if family.name == names.METRIC_PLAN_REQUESTS.removesuffix("_total"):
+            for sample in family.samples:
+                if sample.name.endswith("_total"):
+                    counts[f"plan_requests_{sample.labels['plan']}"] = int(sample.value)
+    return counts
 
 
 def run(workload_ids: tuple[str, ...], schedulers: tuple[str, ...] = SCHEDULERS, seeds: int = 1) -> list[dict]:

@@ -181,6 +181,8 @@ EVENT_PREEMPTED = "Preempted"  # victim pod
 EVENT_SMALLEST_CHANGE = "SmallestChange"  # PodGroup: the smallest change that would make it fit
 METRIC_TIME_TO_PLACE = "phalanx_podgroup_time_to_place_seconds"  # plan made -> every member bound
 METRIC_PLAN_TRANSITIONS = "phalanx_plan_transitions_total"  # {to}: every plan state change
+#: {plan}: a member's PlanForPod (plugin mode) found its group's plan held (made ahead), made it on the call, or none
+METRIC_PLAN_REQUESTS = "phalanx_plan_requests_total"
 METRIC_BARRIER_HELD = "phalanx_barrier_capacity_held"  # gang members planned and not yet bound
 METRIC_DISPATCH_WRITES = "phalanx_dispatch_writes_total"  # {outcome, kind}: coalesced, retried, failed, dropped
 METRIC_DISPATCH_QUEUED = "phalanx_dispatch_queued"  # API writes waiting in the dispatcher

@@ -48,6 +48,10 @@ class CycleMetrics:
                                        buckets=LATENCY_BUCKETS + (10.0, 30.0, 60.0), registry=r)
         self.transitions = Counter(names.METRIC_PLAN_TRANSITIONS.removesuffix("_total"),
                                    "Plan state changes by target state", ["to"], registry=r)
+        self.plan_requests = Counter(names.METRIC_PLAN_REQUESTS.removesuffix("_total"),
+                                     "PlanForPod calls (a member reaching kube-scheduler's PreFilter without its "
+                                     "plan in the plugin's mirror) by whether the plan was held already (made ahead, "
+                                     "not yet streamed), made on the call, or none", ["plan"], registry=r)
         self.barrier_held = Gauge(names.METRIC_BARRIER_HELD,
                                   "Gang members planned and not yet bound "
                                   "(each may hold a server thread at the barrier)",

@@ -195,8 +195,11 @@ class PluginEnforcement:
         key = pod.group
         with self.lock:
             self.planner.expire()
+            before = self.book.get(key)
+            held = before is not None and pod.uid in before.assignments
             answer = self.cycle.answer_member(pod, key, frozenset(self.cache.nodes.keys()))
             plan = self.book.get(key) if answer.nodes else None
+        self.metrics.plan_requests.labels(plan="none" if not answer.nodes else "held" if held else "made").inc()
         if answer.nodes:
             return PlanAnswer("planned", node=answer.nodes[0], plan=plan)
         reason = next(iter(answer.unresolvable.values()), "") or self.cycle.explanations.get(key, "") or (

@@ -3,6 +3,7 @@ package schedulerperf
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -65,6 +66,7 @@ func (s serveConfig) start(tCtx ktesting.TContext) error {
 	rec := usage{Workload: tCtx.Name()}
 	tCtx.Cleanup(func() {
 		rec.CPUSeconds, rec.MaxRSSMiB = processUsage(cmd.Process.Pid)
+		saveMetrics("http://"+s.httpAddr+"/metrics", filepath.Join(s.logDir, name+".metrics.txt"))
 		_ = syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
 		select {
 		case <-exited:
@@ -97,6 +99,20 @@ func (s serveConfig) start(tCtx ktesting.TContext) error {
 			return fmt.Errorf("phalanx serve not ready after 180s; see %s", logFile.Name())
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// saveMetrics keeps what phalanx serve's /metrics answers at the end of a workload (its plan
+// requests, API writes, plan transitions) beside its log; nothing when it does not answer.
+func saveMetrics(url, path string) {
+	client := http.Client{Timeout: 5 * time.Second}
+	resp, err := client.Get(url)
+	if err != nil {
+		return
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if data, err := io.ReadAll(resp.Body); err == nil && resp.StatusCode == http.StatusOK {
+		_ = os.WriteFile(path, data, 0o644)
 	}
 }
 
