@@ -22,9 +22,9 @@ from datetime import datetime, timezone
 from typing import Any, Mapping
 
 from . import names
-from .backend import WriteError
+from .backend import Expected, WriteError
 from .cache import ClusterCache
-from .kube import MERGE_PATCH, Kube, KubeError, api_path
+from .kube import JSON_PATCH, MERGE_PATCH, Kube, KubeError, api_path
 from .provisioning import ProvisioningAsk, pod_template_json, provisioning_request_json
 
 log = logging.getLogger("phalanx.apiserver")
@@ -56,6 +56,32 @@ def detect_flavor(kube: Kube) -> str:
         f"{names.CRD_GROUP}/{names.SCHEDULING_VERSION} workloads and podgroups: enable the built-in API "
         "(GenericWorkload and --runtime-config=scheduling.k8s.io/v1beta1=true on kube-apiserver) or "
         "apply phalanx's CRDs (kubectl apply -k scheduler-config/crds/)")
+
+
+#: how the API server's JSON patch says a ``test`` operation failed (422): the value differs, or
+#: the map it names is absent
+_TEST_FAILED = ("test failed", "test operation does not apply")
+
+
+def guarded_annotations_patch(annotations: Mapping[str, str | None], expect: Expected) -> list[dict[str, Any]]:
+    """A JSON patch (RFC 6902) writing ``annotations`` (None removes one) only while the object's
+    annotations read as ``expect`` says: its ``test`` operations make the API server refuse it
+    otherwise, whatever else changed (a ``test`` of null passes where the key is absent, as the
+    API server's JSON patch implements it)."""
+    if not expect.annotated:  # no annotations at all: the whole map is added
+        added = {k: v for k, v in annotations.items() if v is not None}
+        ops: list[dict[str, Any]] = [{"op": "test", "path": "/metadata/annotations", "value": None}]
+        return ops + ([{"op": "add", "path": "/metadata/annotations", "value": added}] if added else [])
+    ops = []
+    for key, value in annotations.items():
+        path = "/metadata/annotations/" + key.replace("~", "~0").replace("/", "~1")
+        known = expect.values.get(key)
+        ops.append({"op": "test", "path": path, "value": known})
+        if value is not None:
+            ops.append({"op": "add", "path": path, "value": value})
+        elif known is not None:
+            ops.append({"op": "remove", "path": path})
+    return ops
 
 
 def _now() -> str:
@@ -238,9 +264,18 @@ class ApiServerBackend:
         return self._patch_versioned(path, {"status": dict(status)}, resource_version)
 
     def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
-                          resource_version: str = "") -> str:
+                          resource_version: str = "", expect: Expected | None = None) -> str:
         path = api_path(self.scheduling_gv, "podgroups", namespace, name)
-        return self._patch_versioned(path, {"metadata": {"annotations": dict(annotations)}}, resource_version)
+        if expect is None:
+            return self._patch_versioned(path, {"metadata": {"annotations": dict(annotations)}}, resource_version)
+        try:
+            answer = self._write("PATCH", path, guarded_annotations_patch(annotations, expect), JSON_PATCH)
+        except WriteError as err:
+            if err.status == 422 and any(text in str(err) for text in _TEST_FAILED):
+                raise WriteError(f"the annotations of podgroup {namespace}/{name} changed: {err}",
+                                 409, "Conflict") from None
+            raise
+        return str(((answer or {}).get("metadata") or {}).get("resourceVersion") or "")
 
     def _patch_versioned(self, path: str, body: dict[str, Any], resource_version: str) -> str:
         """A merge patch that the API server applies only to ``resource_version`` of the object

@@ -6,9 +6,21 @@ Code above ``cluster/`` holds one of each and cannot tell which cluster is behin
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
 from .provisioning import ProvisioningAsk
+
+
+@dataclass(frozen=True)
+class Expected:
+    """What a guarded annotation write expects the object to hold when it lands: whether it has
+    any annotation at all, and the value of each annotation the write changes (None: absent). The
+    guard is on those values alone, not on the object's version, so a write of another field
+    meanwhile (kube-scheduler's status condition) does not refuse it."""
+
+    annotated: bool
+    values: Mapping[str, str | None] = field(default_factory=dict)
 
 
 class WriteError(RuntimeError):
@@ -35,9 +47,10 @@ class ClusterWriter(Protocol):
         version the write made ("" when the cluster did not say)."""
 
     def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
-                          resource_version: str = "") -> str:
-        """Merge-patch PodGroup annotations (None removes one), conditional on
-        ``resource_version`` as :meth:`patch_podgroup_status`; returns the version it made."""
+                          resource_version: str = "", expect: Expected | None = None) -> str:
+        """Patch PodGroup annotations (None removes one), conditional on ``resource_version`` as
+        :meth:`patch_podgroup_status`, or with ``expect`` only if the annotations still read as
+        expected (else WriteError 409, nothing written); returns the version it made."""
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         """Merge-patch pod annotations (None removes one)."""

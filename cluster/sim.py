@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping
 import yaml
 
 from . import kinds, names
-from .backend import WriteError
+from .backend import Expected, WriteError
 from .cache import KINDS as CACHED_KINDS
 from .cache import ClusterCache
 from .provisioning import ProvisioningAsk, pod_template_json, provisioning_request_json
@@ -243,9 +243,10 @@ class SimCluster:
         return str(self.update("PodGroup", f"{namespace}/{name}", patch)["metadata"]["resourceVersion"])
 
     def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
-                          resource_version: str = "") -> str:
+                          resource_version: str = "", expect: Expected | None = None) -> str:
         def patch(obj: Object) -> None:
             _at_version(obj, resource_version)
+            _as_expected(obj, expect)
             _annotate(obj, annotations)
         return str(self.update("PodGroup", f"{namespace}/{name}", patch)["metadata"]["resourceVersion"])
 
@@ -332,6 +333,16 @@ def _at_version(obj: Object, resource_version: str) -> None:
         raise WriteError(f"Operation cannot be fulfilled on {obj.get('kind', 'object')} "
                          f"{obj['metadata'].get('name')}: the object has been modified (version {current}, "
                          f"not {resource_version})", 409, "Conflict")
+
+
+def _as_expected(obj: Object, expect: Expected | None) -> None:
+    """A guarded annotation write refused (409) as the API server refuses its JSON patch's tests."""
+    if expect is None:
+        return
+    current = obj["metadata"].get("annotations") or {}
+    if bool(current) != expect.annotated or any(current.get(k) != v for k, v in expect.values.items()):
+        raise WriteError(f"Operation cannot be fulfilled on {obj.get('kind', 'object')} "
+                         f"{obj['metadata'].get('name')}: its annotations changed", 409, "Conflict")
 
 
 def _annotate(obj: Object, annotations: Mapping[str, str | None]) -> None:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from typing import Any, Callable, Mapping
 
 from cluster import names
-from cluster.backend import ClusterWriter, WriteError
+from cluster.backend import ClusterWriter, Expected, WriteError
 from cluster.leadership import Leadership
 from cluster.provisioning import ProvisioningAsk
 
@@ -57,9 +57,9 @@ class LeaderWriter:
             namespace, name, status, resource_version)) or "")
 
     def annotate_podgroup(self, namespace: str, name: str, annotations: Mapping[str, str | None],
-                          resource_version: str = "") -> str:
+                          resource_version: str = "", expect: Expected | None = None) -> str:
         return str(self._do("podgroup_annotation", lambda: self.writer.annotate_podgroup(
-            namespace, name, annotations, resource_version)) or "")
+            namespace, name, annotations, resource_version, expect)) or "")
 
     def annotate_pod(self, namespace: str, name: str, annotations: Mapping[str, str | None]) -> None:
         self._do("pod_annotation", lambda: self.writer.annotate_pod(namespace, name, annotations))

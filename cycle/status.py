@@ -24,7 +24,7 @@ from datetime import datetime, timezone
 from typing import Any, Callable, Mapping
 
 from cluster import names
-from cluster.backend import ClusterWriter, WriteError
+from cluster.backend import ClusterWriter, Expected, WriteError
 from cluster.cache import ClusterCache
 from cluster.convert import Condition
 
@@ -90,6 +90,9 @@ class StatusWriter:
         self.conditions: dict[str, dict[str, Condition]] = {}
         # group -> (the version phalanx's last write on it was conditional on, the version it made)
         self.written: dict[str, tuple[str, str]] = {}
+        # group -> (its placement annotation as the cache showed it at phalanx's last write of it,
+        # as that write left it)
+        self.annotated: dict[str, tuple[Expected, Expected]] = {}
         self.touches = TouchStamps()
         self._listeners: list[Listener] = []
 
@@ -210,6 +213,48 @@ class StatusWriter:
                 self.written[key] = (version, made)
             return
 
+    def _cached_annotation(self, key: str) -> Expected:
+        record = self.cache.podgroups.get(key)
+        if record is None:
+            return Expected(False, {names.ANNOTATION_PLACEMENT: None})
+        return Expected(bool(record.annotations), {names.ANNOTATION_PLACEMENT: record.annotations.get(
+            names.ANNOTATION_PLACEMENT)})
+
+    def _expected_annotation(self, key: str) -> Expected:
+        """How PodGroup ``key``'s placement annotation reads as far as phalanx knows: the cache's
+        copy, or what phalanx's own last write of it left while the cache has not seen that yet."""
+        cached = self._cached_annotation(key)
+        based, made = self.annotated.get(key, (None, None))
+        return made if made is not None and based == cached else cached
+
+    def _annotate_record(self, key: str, text: str | None, wait_seconds: float = 0.0) -> None:
+        """Write (``None``: remove) the placement annotation of ``key``, guarded on what phalanx
+        knows it to read (:meth:`_expected_annotation`), not on the group's version: kube-scheduler's
+        pod-group cycle writes the group's status condition at the moment a gang's record is
+        written, and a write conditional on the version was refused about every other gang (one
+        more API call, and a wait in Permit). A new leader's record in between still refuses it
+        (409), and it is then made again as :meth:`_fenced` makes its writes again."""
+        namespace, name = key.split("/", 1)
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            cached, expect = self._cached_annotation(key), self._expected_annotation(key)
+            record = self.cache.podgroups.get(key)
+            based = record.resource_version if record else ""
+            try:
+                made = self.writer.annotate_podgroup(namespace, name, {names.ANNOTATION_PLACEMENT: text},
+                                                     expect=expect)
+            except WriteError as err:
+                if err.status != 409 or time.monotonic() >= deadline:
+                    raise
+                while self._expected_annotation(key) == expect and time.monotonic() < deadline:
+                    time.sleep(0.01)
+                continue
+            others = bool(record and set(record.annotations) - {names.ANNOTATION_PLACEMENT})
+            self.annotated[key] = (cached, Expected(text is not None or others, {names.ANNOTATION_PLACEMENT: text}))
+            if made and based:
+                self.written[key] = (based, made)
+            return
+
     def _write_status(self, key: str) -> None:
         """Write ``key``'s status as it should read now (the queued conditions over the cache's
         copy, computed when the write starts, so a retry writes what the group then holds)."""
@@ -235,8 +280,7 @@ class StatusWriter:
         changes: list[tuple[str, bool, str, str]] = []
         if len(text) > MAX_MESSAGE or scheduled is None:
             self._flush(key, flush_seconds)
-            self._fenced(key, lambda version: self.writer.annotate_podgroup(
-                namespace, name, {names.ANNOTATION_PLACEMENT: text}, version), flush_seconds)
+            self._annotate_record(key, text, flush_seconds)
             current = self._current(key, names.CONDITION_PLACEMENT)
             if current is not None and current.status == "True":  # it would win over the annotation
                 changes.append((names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ON_ANNOTATION,
@@ -285,9 +329,7 @@ class StatusWriter:
         if current is not None and current.status == "True":
             self._put(key, names.CONDITION_PLACEMENT, False, names.REASON_PLACEMENT_ABANDONED, why)
         if names.ANNOTATION_PLACEMENT in record.annotations:
-            namespace, name = key.split("/", 1)
-            self.submit(key, "annotate", lambda: self._fenced(key, lambda version: self.writer.annotate_podgroup(
-                namespace, name, {names.ANNOTATION_PLACEMENT: None}, version)))
+            self.submit(key, "annotate", lambda: self._annotate_record(key, None))
 
     def unschedulable(self, key: str, message: str, reason: str = names.REASON_UNSCHEDULABLE) -> None:
         """A group that cannot be placed now: the condition, a Warning event, the listeners."""
@@ -323,3 +365,5 @@ class StatusWriter:
             del self.conditions[key]
         for key in [k for k in self.written if k not in live]:
             del self.written[key]
+        for key in [k for k in self.annotated if k not in live]:
+            del self.annotated[key]

@@ -10,7 +10,8 @@ import threading
 import pytest
 
 from cluster import names
-from cluster.backend import WriteError
+from cluster.apiserver import guarded_annotations_patch
+from cluster.backend import Expected, WriteError
 from cluster.cache import ClusterCache
 from cluster.sim import SimCluster
 from cycle.dispatch import Dispatcher
@@ -82,23 +83,26 @@ def test_a_status_write_never_drops_a_condition_another_writer_put_there_meanwhi
 
 
 class Frozen:
-    """The simulated cluster behind a serve frozen with its first status write in flight: the
-    write waits (computed, version and all) until the test lets it go."""
+    """The simulated cluster behind a serve frozen with its first ``method`` write in flight: the
+    write waits (computed, precondition and all) until the test lets it go."""
 
-    def __init__(self, sim: SimCluster) -> None:
-        self.sim = sim
+    def __init__(self, sim: SimCluster, method: str = "patch_podgroup_status") -> None:
+        self.sim, self.method = sim, method
         self.in_flight, self.go = threading.Event(), threading.Event()
         self.frozen = True
 
     def __getattr__(self, name):
-        return getattr(self.sim, name)
+        call = getattr(self.sim, name)
+        if name != self.method:
+            return call
 
-    def patch_podgroup_status(self, namespace, name, status, resource_version=""):
-        if self.frozen:
-            self.frozen = False
-            self.in_flight.set()
-            assert self.go.wait(10.0)
-        return self.sim.patch_podgroup_status(namespace, name, status, resource_version)
+        def held(*args, **kwargs):
+            if self.frozen:
+                self.frozen = False
+                self.in_flight.set()
+                assert self.go.wait(10.0)
+            return call(*args, **kwargs)
+        return held
 
 
 def test_a_write_a_frozen_leader_had_begun_does_not_land_over_the_new_leader_s(sim):
@@ -170,3 +174,101 @@ def test_the_record_write_waits_for_the_cache_to_see_the_newer_version_then_land
     assert got["PodGroupScheduled"] == ("False", "k-s")
     assert got[names.CONDITION_PLACEMENT] == ("True", "n-0-0:db-0 n-0-1:db-1")
     assert got[names.CONDITION_INITIALLY_SCHEDULED][0] == "True"
+
+
+class CrossedAnnotation:
+    """The simulated cluster, where kube-scheduler's pod-group cycle writes the group's condition
+    just before phalanx's placement annotation lands (plugin mode: the record's write)."""
+
+    def __init__(self, sim: SimCluster) -> None:
+        self.sim, self.refused, self.calls = sim, 0, 0
+
+    def __getattr__(self, name):
+        return getattr(self.sim, name)
+
+    def annotate_podgroup(self, namespace, name, annotations, resource_version="", expect=None):
+        self.calls += 1
+        if self.calls == 1:
+            self.sim.patch_podgroup_status(namespace, name, {"conditions": [scheduler_condition("k-s")]})
+        try:
+            return self.sim.annotate_podgroup(namespace, name, annotations, resource_version, expect)
+        except WriteError:
+            self.refused += 1
+            raise
+
+
+def test_the_record_annotation_lands_at_once_beside_kube_scheduler_s_condition(sim):
+    """The record on the annotation (kube-scheduler writes the condition) is guarded on the
+    annotation, not the group's version: kube-scheduler's status write a moment before does not
+    refuse it (conditional on the version, about every other gang paid a refused write and a wait)."""
+    writer = CrossedAnnotation(sim)
+    dispatcher = Dispatcher(backoff=0.01)
+    status = StatusWriter(sim.cache, writer, dispatcher)
+    try:
+        status.write_record(KEY, "n-0-0:db-0 n-0-1:db-1", None, flush_seconds=5.0)
+    finally:
+        dispatcher.close()
+    assert (writer.calls, writer.refused) == (1, 0)
+    obj = sim.get("PodGroup", KEY)
+    assert obj["metadata"]["annotations"][names.ANNOTATION_PLACEMENT] == "n-0-0:db-0 n-0-1:db-1"
+    assert conditions(sim)["PodGroupScheduled"] == ("False", "k-s")
+
+
+def test_a_record_annotation_a_frozen_leader_had_begun_does_not_land_over_the_new_leader_s(sim):
+    old_leading, metrics = Switch(True), CycleMetrics()
+    frozen = Frozen(sim, "annotate_podgroup")
+    dispatcher = Dispatcher(backoff=0.01)
+    old = StatusWriter(sim.cache, LeaderWriter(frozen, old_leading, metrics), dispatcher)
+    new = StatusWriter(sim.cache, sim, dispatcher)
+    outcome: list[BaseException] = []
+
+    def old_writes() -> None:
+        try:
+            old.write_record(KEY, "n-0-0:db-0 n-0-1:db-1", None, flush_seconds=0.5)
+        except BaseException as err:  # noqa: BLE001 - what the old leader's plan sees
+            outcome.append(err)
+
+    thread = threading.Thread(target=old_writes)
+    try:
+        thread.start()
+        assert frozen.in_flight.wait(10.0)
+        old_leading.on = False  # its Lease expired; the new leader records the gang elsewhere
+        new.write_record(KEY, "n-1-0:db-0 n-1-1:db-1", None, flush_seconds=5.0)
+        frozen.go.set()
+        thread.join(10.0)
+    finally:
+        frozen.go.set()
+        dispatcher.close()
+    assert sim.get("PodGroup", KEY)["metadata"]["annotations"][names.ANNOTATION_PLACEMENT] == "n-1-0:db-0 n-1-1:db-1"
+    assert outcome and isinstance(outcome[0], WriteError)  # the old leader's plan fails, nothing bound
+
+
+def test_the_record_annotation_written_then_removed_over_a_cache_that_lags(sim):
+    """phalanx's own record, then its removal, while the cache still shows the group without it:
+    the removal expects what the write left, and lands."""
+    lagging = ClusterCache()
+    lagging.apply("PodGroup", "ADDED", sim.get("PodGroup", KEY))
+    dispatcher = Dispatcher(backoff=0.01)
+    status = StatusWriter(lagging, sim, dispatcher)
+    try:
+        status.write_record(KEY, "n-0-0:db-0 n-0-1:db-1", None, flush_seconds=0.0)
+        lagging.apply("PodGroup", "MODIFIED", sim.get("PodGroup", KEY))
+        status.remove_record(KEY, "no longer fits")
+        written(dispatcher)
+    finally:
+        dispatcher.close()
+    assert names.ANNOTATION_PLACEMENT not in (sim.get("PodGroup", KEY)["metadata"].get("annotations") or {})
+
+
+def test_the_guarded_annotation_patch_tests_what_it_expects_and_nothing_else():
+    key = names.ANNOTATION_PLACEMENT
+    path = "/metadata/annotations/" + key.replace("/", "~1")
+    assert guarded_annotations_patch({key: "a"}, Expected(False, {key: None})) == [
+        {"op": "test", "path": "/metadata/annotations", "value": None},
+        {"op": "add", "path": "/metadata/annotations", "value": {key: "a"}}]
+    assert guarded_annotations_patch({key: "b"}, Expected(True, {key: None})) == [
+        {"op": "test", "path": path, "value": None}, {"op": "add", "path": path, "value": "b"}]
+    assert guarded_annotations_patch({key: "c"}, Expected(True, {key: "b"})) == [
+        {"op": "test", "path": path, "value": "b"}, {"op": "add", "path": path, "value": "c"}]
+    assert guarded_annotations_patch({key: None}, Expected(True, {key: "c"})) == [
+        {"op": "test", "path": path, "value": "c"}, {"op": "remove", "path": path}]
