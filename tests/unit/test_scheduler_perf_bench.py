@@ -7,7 +7,10 @@ from __future__ import annotations
 import json
 import pathlib
 
+from prometheus_client import CollectorRegistry, generate_latest
+
 from bench import scheduler_perf_bench as perf
+from cycle.metrics import CycleMetrics
 
 
 def _item(metric: str, unit: str, data: dict, result: str = "not applicable") -> dict:
@@ -39,6 +42,19 @@ def test_a_run_becomes_a_row_with_the_scheduled_attempts_and_serves_usage(tmp_pa
     assert row == {"throughput_avg": 13.9, "throughput_p50": 9.0, "throughput_p90": 33.0, "throughput_p99": 69.9,
                    "podgroup_attempt_ms_avg": 86.46, "podgroup_attempt_ms_p99": 245.07, "scheduling_s": 213.8,
                    "scheduler_heap_max_mb": 517, "serve_cpu_s": 92.0, "serve_rss_mib": 198}
+
+
+def test_serves_plan_requests_are_read_from_its_metrics_at_the_end(tmp_path: pathlib.Path) -> None:
+    """serve.go keeps serve's /metrics beside its log: the members that reached kube-scheduler's
+    PreFilter without their plan in the mirror become columns of the row."""
+    metrics = CycleMetrics(CollectorRegistry())
+    metrics.plan_requests.labels(plan="held").inc(327)
+    metrics.plan_requests.labels(plan="made").inc(5)
+    _write_run(tmp_path / "run", 13.88)
+    (tmp_path / "run" / "BenchmarkPerfScheduling_x.metrics.txt").write_bytes(generate_latest(metrics.registry))
+    row = perf.read_results(tmp_path / "run")
+    assert (row["plan_requests_held"], row["plan_requests_made"]) == (327, 5)
+    assert "plan_requests_none" not in row
 
 
 def test_a_run_that_wrote_nothing_is_an_empty_row(tmp_path: pathlib.Path) -> None:
