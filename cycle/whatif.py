@@ -24,7 +24,9 @@ A StatefulSet that exists already is answered as the scale (or update) of the ga
 PodGroup in the cluster is the group, at the manifest's minCount; the members it keeps (ordinals
 below the new replicas) stay as they are, bound where they run, and only the ordinals it would add
 are placed — inside the domain the running members hold, as the cycle places a gang that grows
-(``running`` counts the kept running members; members past the new replicas are left out).
+(``running`` counts the kept running members; members past the new replicas are left out). A
+LeaderWorkerSet's group whose pods run (LWS names them by replica and worker index) is answered the
+same way as its live PodGroup; the replicas a scale adds are planned as the new groups they are.
 
 A CompositePodGroup of the manifest is answered as one unit with the drafted groups (and
 composites) that name it as parent: its tree is planned at once (:func:`solver.place_composite`),
@@ -48,6 +50,7 @@ from dataclasses import dataclass, field, replace
 from itertools import permutations
 from typing import Mapping, Sequence
 
+from cluster import names
 from cluster.cache import ClusterCache
 from cluster.convert import CompositeRecord, podgroup_of
 from cluster.whatif import DraftGroup
@@ -129,7 +132,8 @@ class WhatIf:
         solver can take (the doors answer it as a refusal of the manifest)."""
         with self.lock:
             snapshot = self.planner.snapshot_for("", refresh=False)
-            everything = [(self._live(draft) or self._group(draft), draft.source) for draft in drafts]
+            running = self._running_namesakes(drafts)
+            everything = [(self._live(draft, running) or self._group(draft), draft.source) for draft in drafts]
         parent_of = {d.record.key: d.record.parent for d in drafts if d.record.parent}
         by_key: dict[str, WhatIfAnswer] = {}
         for tree in _trees(composites, [g for g, _ in everything], parent_of):
@@ -245,14 +249,29 @@ class WhatIf:
         except InvalidInput as err:
             raise InvalidInput(f"{draft.source}: {err}") from None
 
-    def _live(self, draft: DraftGroup) -> PodGroup | None:
-        """The gang a drafted StatefulSet already runs, as the manifest would leave it (see the
-        module's docstring), or None when it runs none (lock held)."""
+    def _running_namesakes(self, drafts: Sequence[DraftGroup]) -> dict[tuple[str, str], str]:
+        """(namespace, name) -> PodGroup of the live pods named as a drafted LeaderWorkerSet's
+        members (an LWS names its pods by replica and worker index, so a running replica's pods
+        are the drafted ones of the same name), built once per request (lock held)."""
+        wanted = {(p.namespace, p.name) for d in drafts for p in d.members if names.LABEL_LWS_NAME in p.labels}
+        if not wanted:
+            return {}
+        return {(r.pod.namespace, r.pod.name): r.pod.group for r in self.cache.pods.values()
+                if r.pod.group and (r.pod.namespace, r.pod.name) in wanted}
+
+    def _live(self, draft: DraftGroup, running: Mapping[tuple[str, str], str]) -> PodGroup | None:
+        """The gang a drafted StatefulSet, or a drafted LeaderWorkerSet's group, already runs, as
+        the manifest would leave it (see the module's docstring), or None when it runs none (lock
+        held). An LWS's group is the live one its drafted members' namesakes belong to (an LWS
+        PodGroup's name carries its leader's incarnation, new in every draft); a replica the
+        scale adds has none and is planned as the new group it is."""
         owner = draft.record.owner
-        if owner.kind != "StatefulSet":
-            return None
-        live = next((r for r in self.cache.podgroups.values() if r.namespace == draft.record.namespace
-                     and r.owner.kind == owner.kind and r.owner.name == owner.name), None)
+        if owner.kind == "StatefulSet":
+            live = next((r for r in self.cache.podgroups.values() if r.namespace == draft.record.namespace
+                         and r.owner.kind == owner.kind and r.owner.name == owner.name), None)
+        else:
+            keys = {running[(p.namespace, p.name)] for p in draft.members if (p.namespace, p.name) in running}
+            live = self.cache.podgroups.get(keys.pop()) if len(keys) == 1 else None
         if live is None:
             return None
         wanted = {p.name: p for p in draft.members}

@@ -31,6 +31,7 @@ from phalanx_controller import PhalanxController
 from cluster import names
 from cluster.kube import KubeError
 from controller.lws_config import MSG_ADDED, MSG_LEADER_READY
+from controller.whatif import compile_objects
 
 from .conftest import PHALANX_BARRIER_SECONDS, PHALANX_SCHEDULER_MODES, NodePool, start_phalanx_scheduler
 
@@ -140,7 +141,16 @@ def test_lws_without_annotation_runs_as_without_phalanx(rest, namespace, nodes, 
     assert rest.list_items(f"{SCHED_API}/namespaces/{namespace}/workloads") == [] and podgroups(rest, namespace) == {}
 
 
-def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(rest, namespace, nodes, phalanx_lws):
+def asked(phalanx, namespace, obj):
+    """phalanx serve's what-if for ``obj`` as a user would apply it (the drafts its door compiles),
+    in-process: this module's serve has no manifest compiler of its own."""
+    drafts = compile_objects([obj], namespace)
+    assert not drafts.errors, drafts.errors
+    return phalanx.cycle.what_if(drafts.groups)
+
+
+def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(rest, namespace, nodes, phalanx,
+                                                                             phalanx_lws):
     for rack in ("ra", "rb"):
         for i in range(2):
             nodes.add(f"rep-{rack}-{i}", gpu=2, rack=rack)  # 4 GPUs per rack, a replica needs 4
@@ -169,11 +179,21 @@ def test_replica_level_each_replica_whole_in_one_rack_independent_and_scaled(res
         assert group_of(p) in podgroups(rest, namespace) and group_of(p).endswith(suffix)
     nodes.add("rep-rc-0", gpu=4, rack="rc")  # room appears in one event (one node of 4 GPUs)
     assert racks_of(rest, replica_bound(rest, namespace, "rep", waiting, 4)) == {"rc"}
-    # scale up: a fourth independent PodGroup, placed whole when room appears
+    # scale up: a fourth independent PodGroup, placed whole when room appears. What-if asked first
+    # for the LWS at 4 replicas: the three it runs are answered as they run (their live PodGroups,
+    # nothing to place), only the fourth is planned — and has no rack with room
+    scaled = leaderworkerset("rep", size=4, replicas=4, resources=GPU1, scheduling={"replica": RACKED})
+    live_groups = {f"{namespace}/{n}" for n in podgroups(rest, namespace)}
+    *kept, added = asked(phalanx, namespace, scaled)
+    assert {a.group for a in kept} == live_groups and all((a.verdict, a.running) == ("fits", 4) for a in kept)
+    assert added.verdict == "does-not-fit" and added.running == 0, added
     rest.patch(lws_path(namespace, "rep"), {"spec": {"replicas": 4}})
     wait_for(lambda: len(podgroups(rest, namespace)) == 4, 60, "a PodGroup for the new replica")
     assert_none_bound(rest, namespace, seconds=3, label_selector=f"{LWS_NAME}=rep,{names.LABEL_LWS_GROUP_INDEX}=3")
     nodes.add("rep-rd-0", gpu=4, rack="rd")
+    wait_for(lambda: "rep-rd-0" in phalanx.cycle.cache.nodes, 30, "serve sees the new node")
+    *kept, added = asked(phalanx, namespace, scaled)
+    assert added.group not in live_groups and (added.verdict, added.domain) == ("fits", "rd"), added
     assert racks_of(rest, replica_bound(rest, namespace, "rep", 3, 4)) == {"rd"}
     # scale down: the removed replica's PodGroup goes
     rest.patch(lws_path(namespace, "rep"), {"spec": {"replicas": 3}})

@@ -19,6 +19,7 @@ from proto.phalanx.v1 import workload_cycle_pb2_grpc as pb_grpc
 from rpc import start_grpc_server
 from rpc.servicer import whatif_message
 
+from .k8s_objects import node as node_obj
 from .k8s_objects import pod, podgroup
 
 RACK = names.LABEL_RACK
@@ -744,3 +745,50 @@ def test_a_composite_that_fits_only_by_preempting_names_its_victims():
         assert stored(sim) == before and not cycle.preemption.nominations  # nothing evicted, nothing held
     finally:
         cycle.close()
+
+
+def running_lws(sim, cycle, name, replicas, size, gpu=1):
+    """A LeaderWorkerSet's objects as LWS and phalanx's controller leave them at the replica level:
+    per replica a PodGroup named with its leader's incarnation, the leader ``<lws>-<i>`` and its
+    workers ``<lws>-<i>-<j>`` labelled by LWS, placed by the cycle and bound."""
+    for i in range(replicas):
+        group = f"{name}-{i}-inc{i}"
+        sim.create(podgroup(group, size, RACK))
+        for j in range(size):
+            labels = {names.LABEL_LWS_NAME: name, names.LABEL_LWS_GROUP_INDEX: str(i),
+                      names.LABEL_LWS_WORKER_INDEX: str(j)}
+            sim.create(pod(f"{name}-{i}" + (f"-{j}" if j else ""), group, gpu=gpu, labels=labels))
+        placed = cycle.place_group(f"default/{group}")
+        assert not isinstance(placed, str), placed
+        for uid, node_name in placed.assignments.items():
+            sim.bind("default", cycle.cache.pods[uid].pod.name, uid, node_name)
+
+
+def test_a_running_leaderworkerset_scaled_up_places_only_its_new_replicas(sim, cycle):
+    """A running LWS asked at more replicas: the replicas it runs are answered as they run (their
+    live PodGroups, nothing new to place), only the added replica is planned — not every replica
+    again beside the ones running, which counted their room twice."""
+    running_lws(sim, cycle, "llm", 2, 4, gpu=2)  # each replica 8 GPUs: both racks full
+    template = {"spec": {"containers": [{"name": "c", "image": "x",
+                                         "resources": {"requests": {"cpu": "1", GPU: "2"}}}]}}
+
+    def asked(replicas, gpu=2):
+        template["spec"]["containers"][0]["resources"]["requests"][GPU] = str(gpu)
+        return what_if(cycle, {"apiVersion": names.LWS_API_VERSION, "kind": "LeaderWorkerSet",
+                               "metadata": {"name": "llm", "annotations": {names.ANNOTATION_SCHEDULING: json.dumps(
+                                   {"replica": {"schedulingConstraints": {"topology": [{"key": RACK}]}}})}},
+                               "spec": {"replicas": replicas, "leaderWorkerTemplate": {"size": 4,
+                                                                                      "workerTemplate": template}}})
+
+    unchanged = asked(2)
+    assert [(a.group, a.verdict, a.running, dict(a.nodes)) for a in unchanged] == [
+        ("default/llm-0-inc0", FITS, 4, {}), ("default/llm-1-inc1", FITS, 4, {})]
+    *kept, added = asked(3)
+    assert [(a.group, a.verdict, a.running) for a in kept] == [("default/llm-0-inc0", FITS, 4),
+                                                              ("default/llm-1-inc1", FITS, 4)]
+    assert added.verdict == DOES_NOT_FIT and added.running == 0  # no rack has 8 GPUs left
+    sim.create(node_obj("n-2-0", rack="r2", gpus=4))
+    sim.create(node_obj("n-2-1", rack="r2", gpus=4))
+    *kept, added = asked(3)
+    assert added.verdict == FITS and added.domain == "r2" and sorted(added.nodes) == [
+        "llm-2", "llm-2-1", "llm-2-2", "llm-2-3"]
