@@ -156,7 +156,7 @@ class Demo:
     # -- the script ------------------------------------------------------------------------
     def run_scenarios(self) -> None:
         section = ""
-        for workload in [*w.stories(), *w.leaderworkersets(), w.too_big()]:
+        for workload in [*w.stories(), *w.leaderworkersets(), w.composite(), w.too_big()]:
             if workload.section != section:
                 section = workload.section
                 self.say(f"\n{section}")

@@ -131,6 +131,24 @@ def leaderworkersets() -> list[Workload]:
     ]
 
 
+def composite() -> Workload:
+    """Gangs of gangs: a CompositePodGroup (one zone, both children) over two rack gangs of 4
+    trainers, planned, bound and explained as one unit."""
+    spec = {"workloadRef": {"workloadName": "train", "templateName": "train"},
+            "schedulingPolicy": {"gang": {"minGroupCount": 2}},
+            "schedulingConstraints": {"topology": [{"key": names.LABEL_ZONE}]}}
+    objects: list[dict] = [{"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup",
+                            "metadata": {"name": "train", "namespace": NS}, "spec": spec}]
+    for child in ("train-a", "train-b"):
+        group = podgroup(child, 4, names.LABEL_RACK, priority=1000)
+        group["spec"]["parentCompositePodGroupName"] = "train"
+        objects.append(group)
+        objects += [pod(f"{child}-{i}", pod_spec(child, {"cpu": "16", GPU: "8"}, 1000), "Job", child)
+                    for i in range(4)]
+    return Workload("CompositePodGroup", "train: 2 rack gangs of 4 x 8 GPUs, both in one zone, as one unit",
+                    [f"{NS}/train-a", f"{NS}/train-b"], objects)
+
+
 def job(name: str, pods: int, requests: dict, key: str, priority: int = 0, node_selector: dict | None = None,
         namespace: str = NS, duration: float | None = None, mode: str = "") -> list[dict]:
     """A Job-owned gang: its PodGroup and ``pods`` identical pods."""

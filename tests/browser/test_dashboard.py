@@ -175,6 +175,20 @@ def test_the_preemptors_page_names_its_victims(page, demo):
     screenshot(page, "dashboard-preemption")
 
 
+def test_a_composite_child_s_page_names_its_compositepodgroup_and_links_its_sibling(page, demo):
+    page.goto(demo + "#/group/demo/train-a")
+    page.wait_for_selector("#group-composite a")
+    text = page.inner_text("#group-composite")
+    assert "child of compositepodgroup demo/train, planned as one with demo/train-b" in text, text
+    assert "topology.kubernetes.io/zone" in text, text
+    page.click('#group-composite a[href="#/group/demo/train-b"]')
+    page.wait_for_function("document.getElementById('group-title').textContent.includes('demo/train-b')")
+    assert "demo/train-a" in page.inner_text("#group-composite")
+    page.goto(demo + "#/group/demo/cockroach")
+    page.wait_for_selector("#group-pods tbody tr")
+    assert page.inner_text("#group-composite") == ""  # a group of no composite says nothing of one
+
+
 def test_live_updates_arrive_without_reloading(page):
     page.wait_for_function("Number(document.getElementById('event-seq').textContent) > 0")
     first = int(page.inner_text("#event-seq"))

@@ -253,6 +253,12 @@ async function renderGroupPage(key) {
     ["holds", g.held_domain || "—"],
     ["expected duration", g.expected_duration_s == null ? "not declared" : ago(g.expected_duration_s)],
   ].map(([k, v]) => `<div><span>${esc(k)}</span>${esc(v)}</div>`).join("");
+  const c = g.composite || {};
+  const siblings = (c.groups || []).filter((other) => other !== g.key)
+    .map((other) => `<a href="#/group/${esc(other)}">${esc(other)}</a>`).join(", ");
+  $("group-composite").innerHTML = !c.key ? ""
+    : c.why ? `<p>child of compositepodgroup <b>${esc(c.key)}</b>, not ready: ${esc(c.why)}</p>`
+    : `<p>child of compositepodgroup <b>${esc(c.key)}</b>${siblings ? `, planned as one with ${siblings}` : ""}${c.how ? ` (${esc(c.how)})` : ""}</p>`;
   $("group-explanation").innerHTML = g.explanation
     ? `<div class="explanation" id="explanation-text"><div>${esc(g.explanation)}</div>
         <ol>${g.shortfalls.map((s, i) => `<li class="${i === 0 ? "near" : ""}">${esc(s)}${i === 0 ? " <span class='muted'>(nearest miss)</span>" : ""}</li>`).join("")}</ol>
