@@ -125,9 +125,10 @@ class ApiServerBackend:
             "Namespace": ("v1", "namespaces"),
             "ProvisioningRequest": (names.PROVISIONING_API_VERSION, "provisioningrequests"),
         }
-        if self.flavor == BUILTIN:  # (served only with the CompositePodGroup gate and v1alpha3 on)
-            self.resources["CompositePodGroup"] = (f"{names.SCHEDULING_GROUP}/{names.COMPOSITE_VERSION}",
-                                                   "compositepodgroups")
+        # built in: served only with the CompositePodGroup gate and v1alpha3 on; the CRD flavor's
+        # is the third CRD of scheduler-config/crds (optional: absent, said once)
+        self.resources["CompositePodGroup"] = (f"{FLAVOR_GROUPS[self.flavor]}/{names.COMPOSITE_VERSION}",
+                                               "compositepodgroups")
         self.synced: dict[str, bool] = {k: False for k in self.resources}
         self.fresh_at: dict[str, float] = {k: 0.0 for k in self.resources}
         self.relists = 0

@@ -14,7 +14,7 @@ For each object of a manifest, what the cluster would do once it is applied:
   ``lws.wanted_podgroups`` wants for those leaders, compiled by ``lws.compile_podgroup``;
 - a PodGroup (either flavor) as written, with the Pods and the Jobs' pods (``parallelism`` of
   them, ``completions`` at most) that name it;
-- a CompositePodGroup (``scheduling.k8s.io/v1alpha3``) as written: the PodGroups of the manifest
+- a CompositePodGroup (``scheduling.k8s.io/v1alpha3``, or the CRD flavor's) as written: the PodGroups of the manifest
   that name it as parent (and composites naming it, to any depth upstream allows) are answered
   with it, as one unit.
 
@@ -107,7 +107,7 @@ def compile_objects(objects_: Sequence[Any], namespace: str = "default", flavor:
 def _compile_one(manifest: _Manifest, obj: ManifestObject) -> None:
     if obj.kind == "PodGroup" and obj.group in POD_GROUP_APIS:
         manifest.podgroups[f"{obj.namespace}/{obj.name}"] = obj
-    elif obj.kind == "CompositePodGroup" and obj.group == names.SCHEDULING_GROUP:
+    elif obj.kind == "CompositePodGroup" and obj.group in POD_GROUP_APIS:
         manifest.composites.append(composite_record(obj.raw))
     elif (obj.group, obj.kind) == ("apps", "StatefulSet"):
         manifest.groups.append(_statefulset(obj, manifest.flavor))

@@ -107,6 +107,9 @@ def crd_control_plane(request: pytest.FixtureRequest) -> Iterator[ControlPlane]:
             plane.rest.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", yaml.safe_load(crd.read_text()))
         wait_for(lambda: {"workloads", "podgroups"} <= {r["name"] for r in (plane.rest.get_or_none(
             "/apis/scheduling.phalanx.dev/v1beta1") or {}).get("resources", [])}, 60, "phalanx's CRDs served")
+        wait_for(lambda: "compositepodgroups" in {r["name"] for r in (plane.rest.get_or_none(
+            "/apis/scheduling.phalanx.dev/v1alpha3") or {}).get("resources", [])}, 60,
+            "phalanx's CompositePodGroup CRD served")
         yield plane
     finally:
         plane.stop()
@@ -287,6 +290,30 @@ def serve_with_whatif(control_plane: ControlPlane) -> Iterator[Any]:
 
 
 PHALANX_SCHEDULER_MODES = PHALANX_MODES
+
+
+@contextlib.contextmanager
+def crd_flavor_phalanx(plane: ControlPlane, mode: str, name: str) -> Iterator[tuple[Any, NodePool, str]]:
+    """phalanx serve and its kube-scheduler in ``mode`` on the CRD-flavor control plane, a node pool
+    and a namespace (``<name>-<random>``) of their own: (serve, pool, namespace); all gone after."""
+    from extender.server import ServeOptions, build
+
+    rest = plane.rest
+    serve = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0",
+                               http_threads=64, barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
+                  kubeconfig=str(plane.admin_kubeconfig)).start()
+    scheduler = start_phalanx_scheduler(plane, mode, serve, name=f"{name}-{mode}")
+    pool = NodePool(rest)
+    namespace = f"{name}-{uuid.uuid4().hex[:5]}"
+    try:
+        rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
+        yield serve, pool, namespace
+    finally:
+        rest.delete(f"/api/v1/namespaces/{namespace}", missing_ok=True)
+        rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": 0})
+        pool.cleanup()
+        scheduler.stop()
+        serve.stop()
 
 
 def phalanx_scheduler_config(mode: str, phalanx: Any, scheduler_name: str | None = None) -> dict:

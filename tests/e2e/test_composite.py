@@ -55,7 +55,15 @@ from harness import (
 from cluster import names
 from proto.phalanx.v1 import workload_cycle_pb2 as pb
 
-from .conftest import cycle_stub, in_tree_beside, settle, start_in_tree, start_phalanx_scheduler
+from .conftest import (
+    PHALANX_SCHEDULER_MODES,
+    crd_flavor_phalanx,
+    cycle_stub,
+    in_tree_beside,
+    settle,
+    start_in_tree,
+    start_phalanx_scheduler,
+)
 
 IN_TREE, PHALANX = "in-tree", "phalanx"
 SCHEDULER = {IN_TREE: "composite-in-tree", PHALANX: "composite-phalanx"}
@@ -378,3 +386,31 @@ def test_a_job_that_must_preempt_frees_one_block_as_in_tree_does(rest, namespace
     # where its trial placement landed: block a in some runs (recorded above, not asserted)
     assert blocks_and_racks(mine)[0] == {"xp-b"}, mine
     assert all(name.startswith("low-xp-a") for name in mine["low left"]), mine["low left"]  # block a's stay
+
+
+@pytest.mark.parametrize("scheduler_mode", PHALANX_SCHEDULER_MODES)
+def test_crd_flavor_a_composite_lands_whole_in_one_block(crd_control_plane, scheduler_mode):
+    """The CRD flavor (a cluster without scheduling.k8s.io Workloads, so no in-tree side): the
+    CompositePodGroup is ``scheduling.phalanx.dev/v1alpha3`` (scheduler-config/crds), its children
+    ``scheduling.phalanx.dev/v1beta1`` PodGroups naming it as parent, their pods name them in the
+    label. One rack of block a is full: the job lands whole in block b, each replica in a rack."""
+    plane, crd = crd_control_plane, names.CRD_GROUP
+    rest = plane.rest
+    with crd_flavor_phalanx(plane, scheduler_mode, "composite-crd") as (serve, pool, namespace):
+        where = blocks(pool, namespace[-5:], full=("a1",))
+        job = composite("job", "job", ZONE, 2)
+        job["apiVersion"] = f"{crd}/{names.COMPOSITE_VERSION}"
+        create(rest, job, namespace)
+        for replica in ("rep-0", "rep-1"):
+            group = podgroup(replica, "rep", RACK, 2, "job")
+            group["apiVersion"] = f"{crd}/{names.SCHEDULING_VERSION}"
+            create(rest, group, namespace)
+            for member in pods(replica, 2, "default-scheduler"):
+                del member["spec"]["schedulingGroup"]
+                member["metadata"]["labels"] = {names.LABEL_POD_GROUP: replica}
+                create(rest, member, namespace)
+        placed = wait_bound(rest, namespace, 4, "the job bound whole")
+        assert {where[n][0] for n in placed.values()} == {f"{namespace[-5:]}-b"}, placed
+        for replica in ("rep-0", "rep-1"):
+            assert len({where[placed[f"{replica}-{i}"]][1] for i in range(2)}) == 1, placed
+        assert f"{namespace}/job" in serve.cycle.cache.composites

@@ -6,8 +6,6 @@ LWS gang-scheduling guide's Workload and PodGroups, and kube-scheduler + phalanx
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 from harness import (
     GPU,
@@ -33,7 +31,7 @@ from cluster.kube import KubeError
 from controller.lws_config import MSG_ADDED, MSG_LEADER_READY
 from controller.whatif import compile_objects
 
-from .conftest import PHALANX_BARRIER_SECONDS, PHALANX_SCHEDULER_MODES, NodePool, start_phalanx_scheduler
+from .conftest import PHALANX_SCHEDULER_MODES, crd_flavor_phalanx
 
 PLAIN = "lws-e2e-plain"
 LWS_NAME = "leaderworkerset.sigs.k8s.io/name"
@@ -395,41 +393,31 @@ def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_con
     """The CRD flavor (a cluster without scheduling.k8s.io Workloads): LWS, phalanx serve, its
     kube-scheduler (in each mode) and controller on the CRD-flavor control plane; a replica's pods
     carry ``scheduling.phalanx.dev/pod-group`` and bind whole."""
-    from extender.server import ServeOptions, build
-
     plane = crd_control_plane
     rest = plane.rest
     manager = LwsManager(plane).start()
-    serve = build(ServeOptions(insecure_loopback_no_auth=True, http_addr="127.0.0.1:0", grpc_addr="127.0.0.1:0", http_threads=64,
-                               barrier_timeout=PHALANX_BARRIER_SECONDS, plan_ttl=30.0),
-                  kubeconfig=str(plane.admin_kubeconfig)).start()
-    scheduler = start_phalanx_scheduler(plane, scheduler_mode, serve, name=f"lws-crd-{scheduler_mode}")
-    controller = PhalanxController(plane)
-    pool = NodePool(rest)
-    namespace = f"lws-crd-{uuid.uuid4().hex[:5]}"
     try:
-        assert not controller.flavor.builtin
-        controller.start()
-        controller.register()
-        rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}})
-        for i in range(2):
-            pool.add(f"lws-crd-{i}", gpu=2, cpu="4")
-        make_lws(rest, namespace, leaderworkerset("crd", size=4, replicas=2, resources=GPU1, scheduling={}))
-        wait_for(lambda: len(bound(members(rest, namespace, "crd"))) == 4, 60, "one replica bound whole")
-        crd_groups = {g["metadata"]["name"]: g for g in rest.list_items(
-            f"/apis/{names.CRD_GROUP}/{names.SCHEDULING_VERSION}/namespaces/{namespace}/podgroups")}
-        assert len(crd_groups) == 2
-        by_replica: dict[str, set] = {}
-        for p in members(rest, namespace, "crd"):
-            labels = p["metadata"]["labels"]
-            assert labels[names.LABEL_POD_GROUP] in crd_groups and "schedulingGroup" not in p["spec"]
-            by_replica.setdefault(labels[names.LABEL_LWS_GROUP_INDEX], set()).add(bool(p["spec"].get("nodeName")))
-        assert sorted(map(sorted, by_replica.values())) == [[False], [True]]  # one whole, one wholly waiting
+        with crd_flavor_phalanx(plane, scheduler_mode, "lws-crd") as (_, pool, namespace):
+            controller = PhalanxController(plane)
+            try:
+                assert not controller.flavor.builtin
+                controller.start()
+                controller.register()
+                for i in range(2):
+                    pool.add(f"lws-crd-{i}", gpu=2, cpu="4")
+                make_lws(rest, namespace, leaderworkerset("crd", size=4, replicas=2, resources=GPU1, scheduling={}))
+                wait_for(lambda: len(bound(members(rest, namespace, "crd"))) == 4, 60, "one replica bound whole")
+                crd_groups = {g["metadata"]["name"]: g for g in rest.list_items(
+                    f"/apis/{names.CRD_GROUP}/{names.SCHEDULING_VERSION}/namespaces/{namespace}/podgroups")}
+                assert len(crd_groups) == 2
+                by_replica: dict[str, set] = {}
+                for p in members(rest, namespace, "crd"):
+                    labels = p["metadata"]["labels"]
+                    assert labels[names.LABEL_POD_GROUP] in crd_groups and "schedulingGroup" not in p["spec"]
+                    by_replica.setdefault(labels[names.LABEL_LWS_GROUP_INDEX], set()).add(
+                        bool(p["spec"].get("nodeName")))
+                assert sorted(map(sorted, by_replica.values())) == [[False], [True]]  # one whole, one waiting
+            finally:
+                controller.close()
     finally:
-        rest.delete(f"/api/v1/namespaces/{namespace}", missing_ok=True)
-        rest.request("DELETE", f"/api/v1/namespaces/{namespace}/pods", params={"gracePeriodSeconds": 0})
-        pool.cleanup()
-        controller.close()
-        scheduler.stop()
-        serve.stop()
         manager.stop()

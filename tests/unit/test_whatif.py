@@ -692,6 +692,16 @@ def test_a_composite_of_the_manifest_is_answered_as_one_unit():
         cycle.close()
 
 
+def test_the_crd_flavors_composite_is_read_as_the_built_in_one():
+    """``scheduling.phalanx.dev/v1alpha3`` (the CRD flavor's third CRD) is a CompositePodGroup too."""
+    objects = composite_manifest()
+    objects[0]["apiVersion"] = f"{names.CRD_GROUP}/{names.COMPOSITE_VERSION}"
+    drafts = compile_objects(objects, "default")
+    assert not drafts.errors and [c.key for c in drafts.composites] == ["default/job"]
+    objects[0]["apiVersion"] = "example.com/v1alpha3"  # someone else's kind of that name: nothing
+    assert not compile_objects(objects, "default").composites
+
+
 def test_a_composite_no_block_holds_says_why_naming_the_child_that_does_not_fit():
     from .test_cycle_composite import blocks
 

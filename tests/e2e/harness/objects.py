@@ -21,6 +21,8 @@ _PLURALS = {
     ("scheduling.k8s.io/v1", "PriorityClass"): "priorityclasses",
     (SCHEDULING_API, "Workload"): "workloads", (SCHEDULING_API, "PodGroup"): "podgroups",
     ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"): "compositepodgroups",
+    ("scheduling.phalanx.dev/v1beta1", "PodGroup"): "podgroups",
+    ("scheduling.phalanx.dev/v1alpha3", "CompositePodGroup"): "compositepodgroups",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
 }
 _CLUSTER_SCOPED = {"Node", "Namespace", "PriorityClass"}
