@@ -827,7 +827,7 @@ def check_scheduler_configs(plane: ControlPlane, objects: list[dict]) -> None:
 def test_helm_install_every_shape_is_accepted(plane, tools, shape):
     rest, release = plane.rest, f"shape-{shape}"
     crds = [f"/apis/apiextensions.k8s.io/v1/customresourcedefinitions/{plural}.scheduling.phalanx.dev"
-            for plural in ("podgroups", "workloads")]
+            for plural in ("podgroups", "workloads", "compositepodgroups")]
     if shape == "crds":  # the kubectl install's CRDs go first, so this release installs its own
         for crd in crds:
             rest.delete(crd, missing_ok=True)
@@ -838,7 +838,7 @@ def test_helm_install_every_shape_is_accepted(plane, tools, shape):
         assert objects and missing_on_server(rest, objects) == []
         check_scheduler_configs(plane, objects)
         if shape == "crds":
-            assert sum(o["kind"] == "CustomResourceDefinition" for o in objects) == 2
+            assert sum(o["kind"] == "CustomResourceDefinition" for o in objects) == len(crds)
             # a second release of the CRD flavor leaves the CRDs to the first instead of failing
             tools.run("helm", "install", f"{release}-2", str(CHART), "-n", f"{release}-2", "--create-namespace",
                       *SHAPES[shape])
