@@ -229,7 +229,7 @@ class PluginEnforcement:
         # the node from every member of the gang long after both views agreed: a rack gang stayed
         # pending at rest with room in the network-fault run. (Added to a lasting verdict, it lasts.)
         transient = plugin == names.PLUGIN_NODE_RESOURCES_FIT and (known is None or bool(known.until))
-        self.verdicts.learn(pod, frozenset(excluded), transient=transient)
+        self.verdicts.learn(pod, frozenset(excluded), transient=transient, alive=self.cache.pods.__contains__)
         with self.lock:
             plan = self.book.get(key)
             if plan is None or plan.assignments.get(pod.uid) != node or plan.state is not PlanState.PLANNED:

@@ -329,7 +329,7 @@ class WorkloadCycle:
         # built off the lock (10,000 names cost ~1 ms): what kube-scheduler left out of the nodes
         # phalanx knows (a C-level copy of the keys, safe while the cache's thread adds nodes)
         passed = frozenset(candidates)
-        self.verdicts.learn(pod, frozenset(self.cache.nodes.keys() - passed))
+        self.verdicts.learn(pod, frozenset(self.cache.nodes.keys() - passed), alive=self.cache.pods.__contains__)
         self.binding.filtered(pod.uid, pod.group)  # its bind call names only the pod (own leaf lock)
         with self.lock:
             self.planner.expire()

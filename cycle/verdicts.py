@@ -86,10 +86,13 @@ class Verdicts:
         with self._lock:
             self._new_nodes[name] = self.clock()
 
-    def learn(self, pod: Pod, excluded: frozenset[str], transient: bool = False) -> None:
+    def learn(self, pod: Pod, excluded: frozenset[str], transient: bool = False,
+              alive: Callable[[str], bool] | None = None) -> None:
         """kube-scheduler's filters left ``excluded`` out for ``pod`` (filter phase); nodes added
         within the grace are not counted (kube-scheduler may not know them yet). ``transient``:
-        used for TRANSIENT_VERDICT_SECONDS only."""
+        used for TRANSIENT_VERDICT_SECONDS only. ``alive(uid)``: whether the cache still has the
+        pod, asked once the verdict is in: a call that raced the pod's deletion (its forget ran
+        first) leaves nothing held until the sweep's VERDICT_TTL."""
         at = self.clock()
         with self._lock:
             if self._new_nodes:
@@ -109,6 +112,8 @@ class Verdicts:
                 heapq.heappush(self._ends, (at + TRANSIENT_VERDICT_SECONDS, pod.group))
             while len(self._by_uid) > MAX_VERDICTS:
                 self._drop(next(iter(self._by_uid)))
+            if alive is not None and not alive(pod.uid):
+                self._drop(pod.uid)
 
     def next_end(self) -> float | None:
         """When the next transient verdict ends (None: none is in force)."""

@@ -176,6 +176,20 @@ def test_verdicts_are_forgotten_when_pods_go_and_when_the_group_binds(sim, cycle
     assert errors == [] and len(cycle.verdicts) == baseline
 
 
+def test_a_filter_call_that_raced_its_pods_deletion_leaves_no_verdict(sim, cycle):
+    """kube-scheduler's filter call for a pod phalanx's cache has just seen deleted (its verdict
+    forgotten before the call learned one) holds nothing until the sweep: the short soak found one
+    left after its drain."""
+    baseline = len(cycle.verdicts)
+    sim.create(podgroup("late", 2))
+    members = [sim.create(pod(f"late-{i}", "late", gpu=64)) for i in range(2)]
+    for m in members:
+        sim.delete("Pod", f"default/{m['metadata']['name']}")
+    for m in members:  # the calls kube-scheduler had started before it saw the deletions
+        verbs.filter(cycle, m, all_nodes(sim)[1:])
+    assert len(cycle.verdicts) == baseline and cycle.verdicts.distinct_sets == 0
+
+
 def test_verdicts_are_bounded_and_swept(monkeypatch, clock):
     monkeypatch.setattr(verdicts, "MAX_VERDICTS", 10)
     store = Verdicts(clock)
