@@ -91,7 +91,43 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
     """Place ``group``'s pending members on ``snapshot``. ``allowed`` maps a pending pod's uid to
     the only nodes it may take (kube-scheduler's verdict for that pod, learned from its filter
     calls); pods it does not name are unrestricted. Raises :class:`InvalidInput` for input that
-    cannot be placed as given (e.g. a gang with fewer members than minCount)."""
+    cannot be placed as given (e.g. a gang with fewer members than minCount).
+
+    A group with running members and preferred topology keys grows into the nearest domain
+    upward (:func:`held_upward`): its pending members are placed inside the smallest domain of a
+    preferred key that its running members share and that takes them all, before anywhere."""
+    for nodes in held_upward(snapshot, group):
+        inside = _place(snapshot.only_nodes(nodes), group, options, allowed)
+        if len(inside.assignments) == len(group.pending):
+            return inside
+    return _place(snapshot, group, options, allowed)
+
+
+# the rule's one home (docs/design.md: phalanx/grow-upward)
+def held_upward(snapshot: Snapshot, group: PodGroup) -> list[list[str]]:
+    """The domains a growing group's running members hold, per preferred key, smallest first (a
+    rack, then its block): for each preferred key whose value every running member's node shares,
+    the nodes with that value. None for a group without running members or preferred keys, and no
+    domain that is the whole cluster (the ordinary solve covers it)."""
+    if not group.preferred_keys:
+        return []
+    held = [p.node for p in group.bound if p.node in snapshot.index]
+    if not held:
+        return []
+    domains: dict[tuple[str, ...], list[str]] = {}
+    for key in group.preferred_keys:
+        values = {snapshot.nodes[snapshot.index[n]].labels.get(key) for n in held}
+        if len(values) != 1 or None in values:
+            continue
+        value = values.pop()
+        nodes = [n.name for n in snapshot.nodes if n.labels.get(key) == value]
+        if len(nodes) < len(snapshot.nodes):
+            domains.setdefault(tuple(nodes), nodes)
+    return sorted(domains.values(), key=len)
+
+
+def _place(snapshot: Snapshot, group: PodGroup, options: SolveOptions,
+           allowed: Mapping[str, Collection[str]] | None) -> Placement:
     started = time.perf_counter()
     problem = Problem(snapshot, group, allowed)
     stats: dict[str, float] = {"domains": len(problem.candidate_domains)}

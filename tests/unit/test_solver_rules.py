@@ -155,6 +155,49 @@ def test_preferred_key_falls_back_to_spanning_when_no_single_rack_holds_the_grou
     assert result.objective.spread == (2,)
 
 
+# -- growth into the nearest domain upward (docs/design.md: phalanx/grow-upward) ----------------
+def _grown(keys, path):
+    """Two members run on a0 (rack r0, zone z0, now full); two more arrive. Zone z0 has room in
+    rack r1 (one 4-GPU node); zone z1's 2-GPU node fits them exactly, which the packing objective
+    alone prefers."""
+    nodes = [gpu_node("a0", rack="r0", zone="z0", gpus=2), gpu_node("b0", rack="r1", zone="z0", gpus=4),
+             gpu_node("c0", rack="r2", zone="z1", gpus=2), gpu_node("c1", rack="r2", zone="z1", gpus=8)]
+    running = tuple(dataclasses.replace(p, node="a0") for p in pods("g", 2))
+    snap = Snapshot(nodes, bound=running)
+    group = gang("g", 4, members=running + pods("g", 2, start=2), preferred_keys=keys)
+    return snap, solve(snap, group, path)
+
+
+@pytest.mark.parametrize("path", PATHS)
+@pytest.mark.parametrize("keys", [(RACK, ZONE), (ZONE, RACK)])
+def test_a_growing_group_with_preferred_keys_grows_into_the_zone_its_members_hold(keys, path):
+    snap, result = _grown(keys, path)
+    assert set(result.assignments.values()) == {"b0"}  # rack r0 is full: the zone it sits in next
+
+
+def test_a_growing_group_whose_held_domains_are_full_grows_by_the_objective():
+    snap, result = _grown((RACK,), "exact")  # rack r0 full, no wider key held: anywhere, best fit
+    assert set(result.assignments.values()) == {"c0"}
+
+
+def test_a_growing_group_stays_in_the_rack_its_members_hold_when_it_has_room():
+    nodes = [gpu_node("a0", rack="r0", zone="z0", gpus=8), gpu_node("b0", rack="r1", zone="z0", gpus=2)]
+    running = tuple(dataclasses.replace(p, node="a0") for p in pods("g", 2))
+    snap = Snapshot(nodes, bound=running)
+    result = solve(snap, gang("g", 4, members=running + pods("g", 2, start=2), preferred_keys=(ZONE, RACK)))
+    assert set(result.assignments.values()) == {"a0"}
+
+
+def test_members_spread_over_two_racks_hold_only_their_common_zone():
+    from solver.placement import held_upward
+    nodes = [gpu_node("a0", rack="r0", zone="z0"), gpu_node("b0", rack="r1", zone="z0"),
+             gpu_node("c0", rack="r2", zone="z1")]
+    running = (dataclasses.replace(pods("g", 1)[0], node="a0"), dataclasses.replace(pods("g", 1, start=1)[0], node="b0"))
+    group = gang("g", 3, members=running + pods("g", 1, start=2), preferred_keys=(RACK, ZONE))
+    assert held_upward(Snapshot(nodes, bound=running), group) == [["a0", "b0"]]
+    assert held_upward(Snapshot(nodes), gang("h", 2, preferred_keys=(RACK, ZONE))) == []  # nothing runs
+
+
 def test_nodes_without_the_topology_label_are_out():
     nodes = [gpu_node("labelled", rack="r0", gpus=2), Node("bare", {"nvidia.com/gpu": 8, "cpu": 64000})]
     snap = Snapshot(nodes)
