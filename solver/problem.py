@@ -232,7 +232,7 @@ class Problem:
             totals[int(j)] = total
             fit = (total // cheapest[j]).astype(np.int64)
             placed = np.minimum(placed, fit)
-            ratio = total / (cheapest[j] * needed)
+            ratio = total / (float(cheapest[j]) * needed)  # in floats: a huge request times needed overflows int64
             tighter = (fit < needed) & (ratio < worst)
             worst[tighter] = ratio[tighter]
             binding[tighter] = j

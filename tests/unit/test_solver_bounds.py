@@ -132,3 +132,17 @@ def test_a_small_gang_that_fits_on_one_node_is_proven_by_its_greedy_packing():
     assert set(exact.assignments.values()) == {"n36"} and exact.objective.stranded == 100  # 400m free
     assert exact.assignments == greedy.assignments and exact.optimal
     assert exact.stats.get("domains_solved", 0) == 0
+
+
+def test_a_request_that_times_the_gang_overflows_int64_is_refused_without_a_numeric_warning():
+    import warnings
+
+    huge = PodSpec({"cpu": 2**62})  # a corrupted manifest's request: 4 of them overflow int64
+    members = tuple(Pod(uid=f"p{i}", name=f"p{i}", namespace="default", group="default/g", spec=huge)
+                    for i in range(4))
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # numpy's overflow warning fails the test
+        answer = place(Snapshot([Node("n0", {"cpu": 8000, "pods": 110})]), PodGroup("default", "g", members,
+                                                                                   Policy.GANG, 4))
+    assert answer.assignments == {}
+    assert "a pod needs 4611686018427387904 cpu, at most 8000 free on one node" in answer.explanation.message()
