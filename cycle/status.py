@@ -21,7 +21,7 @@ import logging
 import threading
 import time
 from datetime import datetime, timezone
-from typing import Any, Callable, Mapping
+from typing import Any, Callable, Mapping, TypeVar
 
 from cluster import names
 from cluster.backend import ClusterWriter, Expected, WriteError
@@ -79,6 +79,28 @@ def scheduled_message(pods: int, domain: str) -> str:
 def podgroup_obj(key: str) -> str:
     """The dispatcher's ordering key for a PodGroup's writes."""
     return f"PodGroup/{key}"
+
+
+T = TypeVar("T")
+
+
+def until_not_refused(known: Callable[[], T], write: Callable[[T], None], wait_seconds: float,
+                      guarded: Callable[[T], bool] = lambda _: True) -> None:
+    """``write(known())``, a write guarded on what phalanx knows of the object (``known()``: a
+    version, an annotation's value), made again while the API server refuses it 409 (the object
+    moved on): each time once ``known()`` has changed, for up to ``wait_seconds`` in all; then, or
+    for another error, or for a token ``guarded`` says guards nothing, the refusal is raised."""
+    deadline = time.monotonic() + wait_seconds
+    while True:
+        token = known()
+        try:
+            write(token)
+            return
+        except WriteError as err:
+            if err.status != 409 or not guarded(token) or time.monotonic() >= deadline:
+                raise
+            while known() == token and time.monotonic() < deadline:
+                time.sleep(0.01)
 
 
 class StatusWriter:
@@ -198,20 +220,11 @@ class StatusWriter:
         again, on what the cache then holds, once the cache has seen the newer version (waiting
         up to that long); else the refusal is raised, and the dispatcher's retry makes it again
         the same way — through the leadership gate, so a serve that no longer leads drops it."""
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            version = self._version(key)
-            try:
-                made = write(version)
-            except WriteError as err:
-                if err.status != 409 or not version or time.monotonic() >= deadline:
-                    raise
-                while self._version(key) == version and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                continue
+        def conditional(version: str) -> None:
+            made = write(version)
             if made:
                 self.written[key] = (version, made)
-            return
+        until_not_refused(lambda: self._version(key), conditional, wait_seconds, guarded=bool)
 
     def _cached_annotation(self, key: str) -> Expected:
         record = self.cache.podgroups.get(key)
@@ -235,25 +248,16 @@ class StatusWriter:
         more API call, and a wait in Permit). A new leader's record in between still refuses it
         (409), and it is then made again as :meth:`_fenced` makes its writes again."""
         namespace, name = key.split("/", 1)
-        deadline = time.monotonic() + wait_seconds
-        while True:
-            cached, expect = self._cached_annotation(key), self._expected_annotation(key)
-            record = self.cache.podgroups.get(key)
+
+        def guarded(expect: Expected) -> None:
+            cached, record = self._cached_annotation(key), self.cache.podgroups.get(key)
             based = record.resource_version if record else ""
-            try:
-                made = self.writer.annotate_podgroup(namespace, name, {names.ANNOTATION_PLACEMENT: text},
-                                                     expect=expect)
-            except WriteError as err:
-                if err.status != 409 or time.monotonic() >= deadline:
-                    raise
-                while self._expected_annotation(key) == expect and time.monotonic() < deadline:
-                    time.sleep(0.01)
-                continue
+            made = self.writer.annotate_podgroup(namespace, name, {names.ANNOTATION_PLACEMENT: text}, expect=expect)
             others = bool(record and set(record.annotations) - {names.ANNOTATION_PLACEMENT})
             self.annotated[key] = (cached, Expected(text is not None or others, {names.ANNOTATION_PLACEMENT: text}))
             if made and based:
                 self.written[key] = (based, made)
-            return
+        until_not_refused(lambda: self._expected_annotation(key), guarded, wait_seconds)
 
     def _write_status(self, key: str) -> None:
         """Write ``key``'s status as it should read now (the queued conditions over the cache's
