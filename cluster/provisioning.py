@@ -132,6 +132,8 @@ class ProvisioningAsk:
     class_name: str = names.PROVISIONING_CLASS_ATOMIC
     parameters: Mapping[str, str] = field(default_factory=dict)
     held: int = 0  # the gang's members bound or finished when it asked (a growing gang's increment)
+    #: more topology labels the nodes must carry: a composite's value around its child's domain
+    outer: tuple[tuple[str, str], ...] = ()
 
     @property
     def name(self) -> str:
@@ -169,6 +171,7 @@ def pod_template_json(ask: ProvisioningAsk, index: int, podgroup_api_version: st
     requests = {r: _quantity(r, v) for r, v in sorted(spec.requests.items()) if v}
     limits = {r: q for r, q in requests.items() if r not in REQUEST_ONLY}
     selector = dict(spec.node_selector)
+    selector.update(ask.outer)
     if ask.topology_key:
         selector[ask.topology_key] = ask.domain
     resources: dict[str, Any] = {"requests": requests, **({"limits": limits} if limits else {})}

@@ -468,30 +468,40 @@ class Planner:
                 for leaf in leaves:
                     self.status.set_status(leaf, False, names.REASON_SCHEDULER_ERROR, str(answer))
                 return Placement(key, {}, explanation=None)
-            placement, elapsed, capacity_version = answer
+            placement, elapsed, capacity_version, snapshot = answer
             if not placement.fits:
-                self._tree_unschedulable(tree, placement.explanation, capacity_version)
+                self._tree_unschedulable(tree, placement, capacity_version, snapshot)
                 return Placement(key, {}, explanation=None)
             return self._keep_tree(group, leaves, placement, elapsed)
 
-    def _tree_unschedulable(self, tree: Composite, explanation: str, capacity_version: int) -> None:
-        """A tree that does not fit (lock held): a group preemption for it when one helps, and every
-        child says why."""
+    def _tree_unschedulable(self, tree: Composite, placement: CompositePlacement, capacity_version: int,
+                            snapshot: Snapshot) -> None:
+        """A tree that does not fit (lock held): a group preemption for it when one helps, else a
+        ProvisioningRequest for what it lacks when opted in; every child says why, with the
+        smallest change for the whole tree once it is found (off this call, as a lone group's)."""
         self.metrics.attempts.labels(result="unschedulable").inc()
-        message = explanation
+        message = placement.explanation
         with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too
             preempting = self.preemption.try_preempt_composite(tree)
+        asked = Asked()
         if preempting:
             self.book.bump()  # the nominations now hold room
             message = f"{message}; {preempting}"
+        else:
+            asked = self.provisioning.consider_composite(tree, placement, message)
+            message = f"{message}; {asked.words}" if asked.words else message
         for leaf in tree.leaves():
             self.explanations[leaf.key] = message
             if not preempting:  # while victims terminate, the nominations make it wait
                 self.queue.failed_attempt(leaf.key, capacity_version, message)
-            self.status.unschedulable(leaf.key, message)
+            else:
+                self.smallest.record(leaf.key, None)
+                self.status.unschedulable(leaf.key, message)
+        if not preempting:  # written with the tree's smallest change, off this call
+            self.smallest.submit(tree, snapshot, message, asked.reason)
 
     def _solve_composite(self, root: str, tree: Composite, group: PodGroup
-                         ) -> tuple[CompositePlacement, float, int] | InvalidInput | None:
+                         ) -> tuple[CompositePlacement, float, int, Snapshot] | InvalidInput | None:
         """The tree solved off the lock until the plan generation held still (as :meth:`_solve`)."""
         for _ in range(SOLVE_ATTEMPTS):
             started = time.perf_counter()
@@ -508,7 +518,7 @@ class Planner:
                     return err
             self.refresh_records()
             if self.book.generation == generation:
-                return placement, time.perf_counter() - started, capacity_version
+                return placement, time.perf_counter() - started, capacity_version, snapshot
         return None
 
     def _keep_tree(self, group: PodGroup, leaves: Mapping[str, PodGroup], placement: CompositePlacement,

@@ -44,7 +44,8 @@ from cluster.provisioning import (
     request_held,
     request_name,
 )
-from solver import Explanation, PodGroup, Policy
+from solver import Explanation, PodGroup, PodSpec, Policy
+from solver.composite import Composite, CompositePlacement
 from solver.explain import CAPACITY, DomainShortfall
 from solver.model import Pod, by_shape
 
@@ -132,6 +133,9 @@ class Provisioning:
         self.said: dict[str, str] = {}  # group -> the request's state last written on the group
         self.deleting: set[str] = set()  # requests (namespace/name) whose deletion is queued
         self.reasons: dict[str, str] = {}  # group -> the solver's reason the request was made for
+        # a composite's first PodGroup, whose request it is -> every PodGroup of its tree (they all
+        # say the request's state; it is deleted once all are bound)
+        self.trees: dict[str, tuple[str, ...]] = {}
         # namespace/name of a request of phalanx's -> its group: those listed before this cycle
         # subscribed (serve lists its caches first), then kept by the cache's events
         self.requests: dict[str, str] = {}
@@ -180,10 +184,107 @@ class Provisioning:
         self.status.event(group.key, names.EVENT_PROVISIONING_REQUESTED, note)
         return Asked(note, names.REASON_PROVISIONING)
 
-    def _create(self, group: PodGroup, ask: ProvisioningAsk) -> None:
-        """Queue the request's writes: the PodTemplates and the request, then the members'
-        annotations naming it (cluster-autoscaler leaves pods that consume a request out of its
-        ordinary scale-up)."""
+    # the rule's one home (docs/design.md: composite/provisioning)
+    def consider_composite(self, tree: Composite, placement: CompositePlacement, reason: str) -> Asked:
+        """Ask once for the room a gang composite lacks in the value of its key nearest to holding
+        it (lock held, no I/O): one request, made for the tree's first PodGroup and owned by it,
+        for the required children left out there — the first one's missing pods in the domain of
+        its own key nearest to fitting it, the others' whole, all in that one domain (one node
+        group: the atomic class grows one) inside the composite's value. Opted in when a PodGroup
+        of the tree says ``atomic``, or by serve's default unless one says ``none``."""
+        leaves = tree.leaves()
+        anchor = leaves[0]
+        records = [self.cache.podgroups.get(leaf.key) for leaf in leaves]
+        record = records[0]
+        if tree.policy is not Policy.GANG or record is None or not record.uid or not self._tree_wanted(records):
+            return Asked()
+        held = sum(len(leaf.bound) + leaf.finished for leaf in leaves)
+        key = f"{anchor.namespace}/{request_name(record.uid, held)}"
+        existing = self.cache.provisioning_requests.get(key)
+        with self._lock:
+            asked = self.asked.get(anchor.key)
+            self.reasons[anchor.key] = reason
+            self.trees[anchor.key] = tuple(leaf.key for leaf in leaves)
+        if existing is not None or asked == key:
+            return Asked(describe(existing, key), condition_reason(existing))
+        where = self._tree_ask(tree, placement)
+        if isinstance(where, str):
+            return Asked(f"no ProvisioningRequest: {where}")
+        pods, sets, child_key, value = where
+        if not sets or len(sets) > MAX_POD_SETS:
+            return Asked() if not sets else Asked(f"no ProvisioningRequest: {len(sets)} pod shapes, at most "
+                                                  f"{MAX_POD_SETS} in one")
+        outer = ((tree.topology_key, placement.domain),) if tree.topology_key and tree.topology_key != child_key else ()
+        ask = ProvisioningAsk(anchor.namespace, anchor.name, record.uid, sets, child_key, value, held=held,
+                              outer=outer)
+        with self._lock:
+            self.asked[anchor.key] = key
+        self._create(anchor, ask, pods)
+        domain = [f"{k}={v}" for k, v in (*outer, (child_key, value)) if k]
+        where_words = f" in {', '.join(domain)}" if domain else ""
+        note = (f"ProvisioningRequest {key} asks for {ask.pods} pods{where_words} for compositepodgroup "
+                f"{tree.key}, all at once")
+        for leaf in leaves:
+            self.status.event(leaf.key, names.EVENT_PROVISIONING_REQUESTED, note)
+        return Asked(note, names.REASON_PROVISIONING)
+
+    def _tree_wanted(self, records: list[PodGroupRecord | None]) -> bool:
+        modes = [r.annotations.get(names.ANNOTATION_PROVISIONING, "") for r in records if r is not None]
+        if names.PROVISIONING_ATOMIC in modes:
+            return True
+        return self.default == names.PROVISIONING_ATOMIC and names.PROVISIONING_NONE not in modes
+
+    def _tree_ask(self, tree: Composite, placement: CompositePlacement
+                  ) -> tuple[tuple[Pod, ...], tuple[PodSet, ...], str, str] | str:
+        """The pods a composite asks room for, the pod sets asked, and the one domain (key, value)
+        of its first left-out child's key they go in (see :meth:`consider_composite`); or why there
+        is none."""
+        if tree.topology_key and not placement.domain:
+            return f"no {tree.topology_key} domain to ask in"
+        placed = len(tree.children) - len(placement.left_out)
+        short = max(tree.required - placed, 1)
+        chosen = list(placement.left_out)[:short]
+        pods: list[Pod] = []
+        counts: list[tuple[PodSpec, int]] = []  # by shape, in the order met (a PodSpec is not hashable)
+
+        def add(spec: PodSpec, count: int) -> None:
+            for i, (known, had) in enumerate(counts):
+                if known == spec:
+                    counts[i] = (known, had + count)
+                    return
+            counts.append((spec, count))
+
+        child_key, value = "", ""
+        for left in chosen:
+            leaves = left.child.leaves() if isinstance(left.child, Composite) else (left.child,)
+            mine = [p for leaf in leaves for p in leaf.pending]
+            if not child_key and isinstance(left.child, PodGroup) and left.child.topology_key:
+                shortfall = capacity_shortfall(left.explanation)
+                if isinstance(shortfall, str):
+                    return f"podgroup {left.child.key}: {shortfall}"
+                child_key, value = left.child.topology_key, shortfall.value
+                if not self._inside(tree.topology_key, placement.domain, child_key, value):
+                    return (f"podgroup {left.child.key}'s nearest {child_key}={value} is outside "
+                            f"{tree.topology_key}={placement.domain}")
+                for pod_set in pod_sets(tuple(mine), shortfall.missing):
+                    add(pod_set.spec, pod_set.count)
+            else:
+                for pod in mine:
+                    add(pod.spec, 1)
+            pods += mine
+        sets = tuple(PodSet(spec, count) for spec, count in counts if count)
+        return tuple(pods), sets, child_key, value
+
+    def _inside(self, outer_key: str, outer: str, key: str, value: str) -> bool:
+        """Whether a node of ``key=value`` carries ``outer_key=outer`` (no outer key: always)."""
+        if not outer_key:
+            return True
+        return any(n.labels.get(key) == value and n.labels.get(outer_key) == outer for n in self.cache.nodes.values())
+
+    def _create(self, group: PodGroup, ask: ProvisioningAsk, pods: tuple[Pod, ...] | None = None) -> None:
+        """Queue the request's writes: the PodTemplates and the request, then the annotations naming
+        it on the pods it asks room for (``group``'s pending ones unless given; cluster-autoscaler
+        leaves pods that consume a request out of its ordinary scale-up)."""
         def create() -> None:
             try:
                 self.writer.create_provisioning_request(ask)
@@ -197,7 +298,7 @@ class Provisioning:
                                   f"ProvisioningRequest {ask.namespace}/{ask.name} not created: {err}", "Warning")
         self.status.submit(group.key, "provisioning", create)
         consume = {names.ANNOTATION_CONSUME_PROVISIONING: ask.name, names.ANNOTATION_PROVISIONING_CLASS: ask.class_name}
-        for pod in group.pending:
+        for pod in group.pending if pods is None else pods:
             self.status.annotate_pod(pod.namespace, pod.name, consume)
 
     # -- the cache's thread: note only ----------------------------------------------------------
@@ -255,9 +356,13 @@ class Provisioning:
             return
         if record is None:
             return
-        group = self.cache.podgroup(group_key)
-        if request is not None and group is not None and group.bound and not group.pending:
-            self._delete(group_key, request, f"the gang is bound ({len(group.bound)} pods)")
+        with self._lock:
+            tree = self.trees.get(group_key, (group_key,))
+        groups = [self.cache.podgroup(k) for k in tree]
+        if request is not None and all(g is not None and g.bound and not g.pending for g in groups):
+            bound = sum(len(g.bound) for g in groups if g is not None)
+            what = "the gang is" if len(tree) == 1 else f"its compositepodgroup's {len(tree)} PodGroups are"
+            self._delete(group_key, request, f"{what} bound ({bound} pods)")
             return
         if request is None:
             return  # asked, not seen yet (or deleted once bound)
@@ -269,10 +374,11 @@ class Provisioning:
             self.said[group_key] = said
             reason = self.reasons.get(group_key, "")
         words = describe(request, request.key)
-        self.explanations[group_key] = f"{reason}; {words}" if reason else words
-        self.status.set_status(group_key, False, condition_reason(request), self.explanations[group_key])
         final = state is not None and state.type in FINAL
-        self.status.event(group_key, names.EVENT_PROVISIONING_CHANGED, words, "Warning" if final else "Normal")
+        for key in tree:  # a composite's request: every PodGroup of its tree says it
+            self.explanations[key] = f"{reason}; {words}" if reason else words
+            self.status.set_status(key, False, condition_reason(request), self.explanations[key])
+            self.status.event(key, names.EVENT_PROVISIONING_CHANGED, words, "Warning" if final else "Normal")
 
     def _delete(self, group_key: str, request: ProvisioningRecord, why: str, superseded: bool = False) -> None:
         """Queue ``request``'s deletion, once (the cache shows it until the deletion lands);
@@ -294,6 +400,6 @@ class Provisioning:
     def prune(self, live: Mapping[str, object]) -> None:
         """Forget the groups not in ``live`` (deleted): a gang is asked for once per PodGroup uid."""
         with self._lock:
-            for table in (self.asked, self.said, self.reasons):
+            for table in (self.asked, self.said, self.reasons, self.trees):
                 for key in [k for k in table if k not in live]:
                     del table[key]

@@ -36,7 +36,9 @@ from solver import (
     SolverError,
     place,
     smallest_change,
+    smallest_composite_change,
 )
+from solver.composite import Composite
 
 from .lock import CycleLock
 from .status import StatusWriter
@@ -52,7 +54,7 @@ OPTIONS = SolveOptions(path="greedy")
 class Refusal:
     """A refused cycle whose condition waits for the smallest change."""
 
-    group: PodGroup
+    group: PodGroup | Composite  # a composite's refusal is written on every PodGroup of its tree
     snapshot: Snapshot
     message: str  # the refusal: the group's explanation while the search runs
     reason: str  # the condition's reason
@@ -97,11 +99,12 @@ class SmallestChanges:
             known = self.empty_fits[key] = (version, len(group.members), fits)
         return not known[2]
 
-    def find(self, group: PodGroup, snapshot: Snapshot) -> SmallestChange | None:
-        """The smallest change for ``group``, which did not fit ``snapshot`` (off the lock; in a
-        solver worker)."""
+    def find(self, group: PodGroup | Composite, snapshot: Snapshot) -> SmallestChange | None:
+        """The smallest change for ``group`` (a composite: for its whole tree), which did not fit
+        ``snapshot`` (off the lock; in a solver worker)."""
+        search = smallest_composite_change if isinstance(group, Composite) else smallest_change
         try:
-            return self.solves.run(smallest_change, snapshot, group, OPTIONS, self.cache.preemption_context())
+            return self.solves.run(search, snapshot, group, OPTIONS, self.cache.preemption_context())
         except InvalidInput as err:  # the cycle reported the group's own error already
             log.info("no smallest change for %s: %s", group.key, err)
             return None
@@ -110,12 +113,14 @@ class SmallestChanges:
             return None
 
     # -- off the verbs -----------------------------------------------------------------------
-    def submit(self, group: PodGroup, snapshot: Snapshot, message: str, reason: str) -> None:
+    def submit(self, group: PodGroup | Composite, snapshot: Snapshot, message: str, reason: str) -> None:
         """``group`` was refused with ``message``: search its smallest change on this job's thread,
-        then write the refusal with it (see the module's docstring)."""
+        then write the refusal with it (see the module's docstring); a composite's, on every
+        PodGroup of its tree whose explanation it still is."""
+        slot = f"compositepodgroup:{group.key}" if isinstance(group, Composite) else group.key
         with self._idle:
-            self._pending[group.key] = Refusal(group, snapshot, message, reason)
-            self._pending.move_to_end(group.key)
+            self._pending[slot] = Refusal(group, snapshot, message, reason)
+            self._pending.move_to_end(slot)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="phalanx-smallest-change", daemon=True)
                 self._thread.start()
@@ -143,14 +148,16 @@ class SmallestChanges:
                     self._idle.notify_all()
 
     def _search(self, refusal: Refusal) -> None:
-        key = refusal.group.key
-        found = self.find(refusal.group, refusal.snapshot)
+        group = refusal.group
+        keys = [leaf.key for leaf in group.leaves()] if isinstance(group, Composite) else [group.key]
+        found = self.find(group, refusal.snapshot)
         with self.lock:
-            if self.explanations.get(key) != refusal.message:
-                return  # planned meanwhile, or refused again for another reason (its own search)
-            change = self.record(key, found)
-            message = f"{refusal.message}; smallest change: {change}" if change else refusal.message
-            self.status.unschedulable(key, message, refusal.reason)
+            for key in keys:
+                if self.explanations.get(key) != refusal.message:
+                    continue  # planned meanwhile, or refused again for another reason (its own search)
+                change = self.record(key, found)
+                message = f"{refusal.message}; smallest change: {change}" if change else refusal.message
+                self.status.unschedulable(key, message, refusal.reason)
 
     def record(self, key: str, found: SmallestChange | None) -> str:
         """Keep ``found`` for ``key`` (lock held); an event when it changed. Returns the short form

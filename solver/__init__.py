@@ -52,7 +52,7 @@ from .preemption import (
     victim_units,
 )
 from .problem import evaluate
-from .smallest import SmallestChange, smallest_change
+from .smallest import SmallestChange, smallest_change, smallest_composite_change
 from .snapshot import Snapshot
 from .validate import assert_placement_valid
 
@@ -65,5 +65,6 @@ __all__ = [
     "PreemptionPlan", "PreemptionPolicy", "Requirement", "SolveOptions", "SolverError", "Snapshot",
     "Taint", "TaintEffect", "Toleration", "VictimInfo", "VictimUnit", "assert_placement_valid",
     "effective_requests", "evaluate", "expand_victims_for_pod", "first_plan", "place", "place_batch",
-    "plan_preemption", "rank_candidates", "SmallestChange", "smallest_change", "victim_cost", "victim_units",
+    "plan_preemption", "rank_candidates", "SmallestChange", "smallest_change",
+    "smallest_composite_change", "victim_cost", "victim_units",
 ]

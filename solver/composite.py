@@ -29,6 +29,7 @@ from typing import Collection, Mapping, Union
 import numpy as np
 
 from .errors import InvalidInput
+from .explain import Explanation
 from .model import PODS, DisruptionMode, Pod, PodGroup, Policy, PreemptionPolicy
 from .objective import main_resource
 from .placement import Placement, SolveOptions, place
@@ -107,15 +108,28 @@ class Composite:
 
 
 @dataclass(frozen=True)
+class LeftOut:
+    """A child a composite's nearest try did not place, and the solver's explanation when it is a
+    PodGroup that was tried (None: a nested composite, see its own answer, or a child not tried
+    once the required ones could no longer fit)."""
+
+    child: Child
+    explanation: Explanation | None = None
+    nested: "CompositePlacement | None" = None  # a nested composite's own nearest answer
+
+
+@dataclass(frozen=True)
 class CompositePlacement:
     """The answer for one composite: the children placed (PodGroups' and nested composites'
     answers, by key), the value of its key they sit in, and — when it does not fit — why, naming
-    the child that did not."""
+    the child that did not; then ``domain`` is the value nearest to holding it (the most children
+    placed) and ``left_out`` the children that did not fit there, in the order tried."""
 
     composite: str
     domain: str = ""
     children: Mapping[str, Union[Placement, "CompositePlacement"]] = field(default_factory=dict)
     explanation: str = ""
+    left_out: tuple[LeftOut, ...] = ()
 
     @property
     def fits(self) -> bool:
@@ -166,21 +180,40 @@ def _place(snapshot: Snapshot, composite: Composite, options: _Options) -> Compo
     candidates = sorted(held) if held else list(range(len(values)))
     ranked = _tightest_first(snapshot, composite, ids, candidates)
     if not ranked:
-        return CompositePlacement(composite.key, explanation=(
-            f"compositepodgroup {composite.key}: no {composite.topology_key} domain holds the "
-            f"{_demand_words(composite)} its required children ask for"))
+        why = (f"compositepodgroup {composite.key}: no {composite.topology_key} domain holds the "
+               f"{_demand_words(composite)} its required children ask for")
+        roomiest = _roomiest(snapshot, composite, ids, candidates)
+        if roomiest is None:
+            return CompositePlacement(composite.key, explanation=why)
+        # what fits in the roomiest, for what it lacks (the smallest change, a ProvisioningRequest)
+        there = _in_domain(_inside(snapshot, composite, ids, roomiest), composite, values[roomiest], options)
+        return replace(there, children={}, explanation=why)
     nearest: CompositePlacement | None = None
     for domain in ranked:
-        names = [snapshot.nodes[i].name for i in np.flatnonzero(ids == domain)]
-        inside = snapshot.only_nodes(names) if composite.topology_key else snapshot
         value = values[domain] if composite.topology_key else ""
-        answer = _in_domain(inside, composite, value, options)
+        answer = _in_domain(_inside(snapshot, composite, ids, domain), composite, value, options)
         if answer.fits:
             return answer
         if nearest is None or len(answer.children) > len(nearest.children):
             nearest = answer
     assert nearest is not None
     return replace(nearest, children={})
+
+
+def _inside(snapshot: Snapshot, composite: Composite, ids: np.ndarray, domain: int) -> Snapshot:
+    """``snapshot`` cut to one domain of the composite's key (all of it without a key)."""
+    if not composite.topology_key:
+        return snapshot
+    return snapshot.only_nodes([snapshot.nodes[i].name for i in np.flatnonzero(ids == domain)])
+
+
+def _roomiest(snapshot: Snapshot, composite: Composite, ids: np.ndarray, candidates: list[int]) -> int | None:
+    """The candidate domain with the most free main resource (None without candidates)."""
+    column = snapshot.rindex.get(composite_main(composite))
+    if not candidates or column is None:
+        return None
+    free = snapshot.free[:, column]
+    return max(candidates, key=lambda d: (int(free[ids == d].sum()), -d))
 
 
 def _in_domain(snapshot: Snapshot, composite: Composite, value: str, options: _Options) -> CompositePlacement:
@@ -198,20 +231,24 @@ def _in_order(snapshot: Snapshot, composite: Composite, value: str, children: li
               options: _Options) -> CompositePlacement:
     placed: dict[str, Placement | CompositePlacement] = {}
     why: list[str] = []
+    left_out: list[LeftOut] = []
     current = snapshot
     where = f" in {composite.topology_key}={value}" if composite.topology_key else ""
     for left, child in enumerate(children):
         if why and len(placed) + len(children) - left < composite.required:
+            left_out += [LeftOut(c) for c in children[left:]]
             break  # the required children can no longer all fit here (as in-tree's feasibility check)
         if child.missing_members:
             why.append(child.missing_members)
+            left_out.append(LeftOut(child))
             continue
         answer = _child(current, child, options)
         if answer is None:
             placed[child.key] = Placement(child.key, {}, optimal=True)  # running whole: nothing to place
             continue
-        if isinstance(answer, str):
-            why.append(answer)
+        if isinstance(answer, LeftOut):
+            why.append(_refused(answer))
+            left_out.append(answer)
             continue
         placed[child.key] = answer
         current = _charged(current, child, answer.assignments)
@@ -219,23 +256,30 @@ def _in_order(snapshot: Snapshot, composite: Composite, value: str, children: li
         return CompositePlacement(composite.key, value, placed)
     return CompositePlacement(composite.key, value, placed, explanation=(
         f"compositepodgroup {composite.key}{where}: {len(placed)} of {len(composite.children)} children fit, "
-        f"{composite.required} required; {why[0]}"))
+        f"{composite.required} required; {why[0]}"), left_out=tuple(left_out))
 
 
-def _child(snapshot: Snapshot, child: Child, options: _Options) -> Placement | CompositePlacement | str | None:
-    """A child's answer on ``snapshot``; the reason (str) when it does not fit; None when it has
-    nothing to place (its members all run)."""
+def _refused(left: LeftOut) -> str:
+    """Why a child tried did not fit, for the composite's explanation."""
+    if left.nested is not None:
+        return left.nested.explanation
+    reason = left.explanation.message() if left.explanation else "no placement"
+    return f"podgroup {left.child.key} does not fit: {reason}"
+
+
+def _child(snapshot: Snapshot, child: Child, options: _Options) -> Placement | CompositePlacement | LeftOut | None:
+    """A child's answer on ``snapshot``; what it was refused with (:class:`LeftOut`) when it does not
+    fit; None when it has nothing to place (its members all run)."""
     if isinstance(child, Composite):
         answer = _place(snapshot, child, options)
-        return answer if answer.fits else answer.explanation
+        return answer if answer.fits else LeftOut(child, nested=answer)
     if not child.pending:
         return None
     mine = {p.uid: options.allowed[p.uid] for p in child.pending if options.allowed and p.uid in options.allowed}
     placement = place(snapshot, child, options.solve, allowed=mine or None)
     if placement.assignments:
         return placement
-    reason = placement.explanation.message() if placement.explanation else "no placement"
-    return f"podgroup {child.key} does not fit: {reason}"
+    return LeftOut(child, placement.explanation)
 
 
 def _charged(snapshot: Snapshot, child: Child, assignments: Mapping[str, str]) -> Snapshot:
@@ -258,17 +302,18 @@ def _held_domains(snapshot: Snapshot, composite: Composite, ids: np.ndarray) -> 
             if p.node in snapshot.index and ids[snapshot.index[p.node]] >= 0}
 
 
-def _main(composite: Composite) -> str:
+def composite_main(composite: Composite) -> str:
+    """The main resource of the tree's pending pods (:func:`solver.objective.main_resource`)."""
     return main_resource([p for leaf in composite.leaves() for p in leaf.pending])
 
 
 def _main_demand(child: Child) -> int:
-    resource = _main(child) if isinstance(child, Composite) else main_resource(list(child.pending))
+    resource = composite_main(child) if isinstance(child, Composite) else main_resource(list(child.pending))
     return sum(1 if resource == PODS else p.spec.requests.get(resource, 0) for leaf in _leaves(child)
                for p in leaf.pending)
 
 
-def _required_demand(composite: Composite, resource: str) -> int:
+def required_demand(composite: Composite, resource: str) -> int:
     """The least of ``resource`` the required children ask for together: the smallest ones' pods
     that must be placed."""
     def demand(child: Child) -> int:
@@ -284,19 +329,19 @@ def _required_demand(composite: Composite, resource: str) -> int:
 def _tightest_first(snapshot: Snapshot, composite: Composite, ids: np.ndarray, candidates: list[int]) -> list[int]:
     """The candidate domains whose free main resource can hold the required children, least free
     first (then by value)."""
-    resource = _main(composite)
+    resource = composite_main(composite)
     column = snapshot.rindex.get(resource)
     if column is None:
         return candidates
     free = snapshot.free[:, column]
-    need = _required_demand(composite, resource)
+    need = required_demand(composite, resource)
     room = {d: int(free[ids == d].sum()) for d in candidates}
     return sorted((d for d in candidates if room[d] >= need), key=lambda d: (room[d], d))
 
 
 def _demand_words(composite: Composite) -> str:
-    resource = _main(composite)
-    return f"{_required_demand(composite, resource)} {resource}"
+    resource = composite_main(composite)
+    return f"{required_demand(composite, resource)} {resource}"
 
 
 # -- group preemption for a composite ---------------------------------------------------------------

@@ -29,6 +29,15 @@ from typing import Iterable, Mapping
 
 import numpy as np
 
+from .composite import (
+    Composite,
+    CompositePlacement,
+    LeftOut,
+    composite_main,
+    place_composite,
+    plan_composite_preemption,
+    required_demand,
+)
 from .errors import InvalidInput
 from .model import HOSTNAME_KEY, PODS, Node, PodGroup, PreemptionPolicy, TaintEffect
 from .placement import SolveOptions, place
@@ -412,3 +421,148 @@ def _preemption(snapshot: Snapshot, group: PodGroup, context: PreemptionContext)
                 f"{len(in_way)} units of priority {group.priority} or more are in the way")
     return Change("preemption", plan.domain or "cluster", f"{text}: {named}{more}", proven,
                   priority=need, victims=plan.victims)
+
+
+# -- a CompositePodGroup as one unit -------------------------------------------------------------
+# the rule's one home (docs/design.md: composite/smallest-change)
+def smallest_composite_change(snapshot: Snapshot, composite: Composite, options: SolveOptions = SolveOptions(),
+                              context: PreemptionContext | None = None) -> SmallestChange:
+    """The smallest change per kind that makes ``composite`` (which does not fit ``snapshot``) fit
+    as one unit — capacity (nodes like one of the nearest block's own, in the rack of that node),
+    topology (the blocks it would span), preemption (the priority it would need) — each confirmed
+    by placing the whole tree with the change applied. The capacity change names the children that
+    do not fit there now. Raises :class:`InvalidInput` for a tree that cannot be planned yet."""
+    answer = place_composite(snapshot, composite, options)
+    if answer.fits:
+        return SmallestChange(composite.key, ())
+    found = (_tree_capacity(snapshot, composite, answer, options), _tree_topology(snapshot, composite, options),
+             _tree_preemption(snapshot, composite, context) if context is not None else None)
+    return SmallestChange(composite.key, tuple(c for c in found if c is not None))
+
+
+def _tree_label(composite: Composite, value: str) -> str:
+    key = composite.topology_key
+    return f"{key.rsplit('/', 1)[-1]} {value}" if key else "cluster"
+
+
+def _tree_template(snapshot: Snapshot, rows: np.ndarray, main: str) -> Node | None:
+    """The node new capacity for a tree should look like: the domain's uncordoned, untainted node
+    with the most allocatable of the main resource (else any of its nodes)."""
+    j = snapshot.rindex.get(main)
+    if not len(rows) or j is None:
+        return None
+    open_rows = [int(i) for i in rows if not snapshot.nodes[i].unschedulable and not any(
+        t.effect is not TaintEffect.PREFER_NO_SCHEDULE for t in snapshot.nodes[i].taints)]
+    pool = open_rows or [int(i) for i in rows]
+    return snapshot.nodes[max(pool, key=lambda i: (int(snapshot.allocatable[i, j]), snapshot.nodes[i].name))]
+
+
+def _tree_capacity(snapshot: Snapshot, composite: Composite, answer: CompositePlacement,
+                   options: SolveOptions) -> Change | None:
+    main = composite_main(composite)
+    j = snapshot.rindex.get(main)
+    if j is None:
+        return None
+    key = composite.topology_key
+    values, ids = snapshot.domains(key)
+    held = {int(ids[snapshot.index[p.node]]) for leaf in composite.leaves() for p in leaf.bound
+            if key and p.node in snapshot.index and ids[snapshot.index[p.node]] >= 0}
+    candidates = sorted(held) if held else list(range(len(values)))
+    free = snapshot.free[:, j]
+    room = {d: int(free[ids == d].sum()) for d in candidates}
+    nearest = values.index(answer.domain) if key and answer.domain in values else None
+    ranked = sorted(candidates, key=lambda d: (d != nearest, -room[d], d))[:CANDIDATE_DOMAINS]
+    need = required_demand(composite, main)
+    best: Change | None = None
+    for d in ranked:
+        rows = np.flatnonzero(ids == d)
+        template = _tree_template(snapshot, rows, main)
+        if template is None:
+            continue
+        per_node = int(template.allocatable.get(main, 0))
+        if per_node <= 0:
+            continue
+        lo = max(1, -(-(need - room[d]) // per_node))
+        value = values[d] if key else ""
+        names = [snapshot.nodes[i].name for i in rows]
+        for k in range(lo, lo + MAX_STEPS):
+            if best is not None and best.proven and k >= len(best.add_nodes):
+                break
+            added = new_nodes(template, k, key, value, snapshot.index)
+            trial = rebuilt(snapshot, snapshot.nodes + added)
+            if place_composite(trial.only_nodes(names + [n.name for n in added]), composite, options).fits:
+                if best is None or k < len(best.add_nodes):
+                    left = answer.left_out if value == answer.domain else ()
+                    best = _tree_capacity_change(composite, value, template, added, k == lo, lo, main, left)
+                break
+    return best
+
+
+def _tree_capacity_change(composite: Composite, value: str, template: Node, added: tuple[Node, ...],
+                          proven: bool, lo: int, main: str, left: tuple[LeftOut, ...]) -> Change:
+    label = _tree_label(composite, value)
+    k = len(added)
+    where = "; ".join(f"{key}={v}" for key, v in sorted(template.labels.items())
+                      if key != HOSTNAME_KEY and key.startswith("topology.") or key == composite.topology_key)
+    shape = f"{main} {_quantity(main, template.allocatable.get(main, 0))}"
+    children = ", ".join(f"{'compositepodgroup' if isinstance(x.child, Composite) else 'podgroup'} {x.child.key}"
+                         for x in left)
+    then = f"; {children} do{'es' if len(left) == 1 else ''} not fit there now" if children else ""
+    text = (f"{label} lacks {k} node{'s' if k > 1 else ''} like {template.name} ({where + '; ' if where else ''}"
+            f"{shape}) for compositepodgroup {composite.key} ({_bound_words(proven, lo, k, 'nodes')}){then}")
+    return Change("capacity", label, text, proven, add_nodes=added)
+
+
+def _tree_topology(snapshot: Snapshot, composite: Composite, options: SolveOptions) -> Change | None:
+    key = composite.topology_key
+    if not key or any(leaf.bound for leaf in composite.leaves()):
+        return None
+    relaxed = place_composite(snapshot, dataclasses.replace(composite, topology_key=""), options)
+    if not relaxed.fits:
+        return None
+    used = sorted({snapshot.nodes[snapshot.index[n]].labels.get(key, "") for n in relaxed.assignments.values()})
+    if len(used) < 2:
+        return None
+    short = key.rsplit("/", 1)[-1]
+    proof = "the fewest" if len(used) == 2 else f"a bound: at least 2, at most {len(used)}"
+    text = (f"compositepodgroup {composite.key} fits across {short}s {'+'.join(used)}, but the key {key} "
+            f"requires one {short} ({proof})")
+    return Change("topology", "+".join(used), text, len(used) == 2, domains=tuple(used))
+
+
+def _raised(composite: Composite, priority: int) -> Composite:
+    """``composite`` with ``priority`` on it and on every leaf, each allowed to preempt."""
+    children = tuple(_raised(c, priority) if isinstance(c, Composite) else dataclasses.replace(
+        c, priority=priority, preemption_policy=PreemptionPolicy.PREEMPT_LOWER_PRIORITY) for c in composite.children)
+    return dataclasses.replace(composite, children=children, priority=priority)
+
+
+def _tree_preemption(snapshot: Snapshot, composite: Composite, context: PreemptionContext) -> Change | None:
+    """What the tree may not preempt: the priority it would need (see :func:`_preemption`)."""
+    leaves = composite.leaves()
+    own = {leaf.key for leaf in leaves} | {composite.key}
+    units = [u for u in victim_units(snapshot, context) if u.key not in own]
+    if not units:
+        return None
+    priority = max([composite.priority, *(leaf.priority for leaf in leaves)])
+    never = all(leaf.preemption_policy is PreemptionPolicy.NEVER for leaf in leaves)
+    top = max(u.priority for u in units)
+    if top < priority and not never:
+        return None  # it may preempt every running pod already, and that did not help
+    plan = plan_composite_preemption(snapshot, _raised(composite, max(top + 1, priority)), context,
+                                     PREEMPTION_OPTIONS)
+    if plan is None or not plan.victims:
+        return None
+    need = max(priority, max(u.priority for u in plan.units) + 1)
+    named = ", ".join(f"{u.describe()} (priority {u.priority})" for u in plan.units[:MAX_NAMED])
+    more = f" and {len(plan.units) - MAX_NAMED} more" if len(plan.units) > MAX_NAMED else ""
+    label = _tree_label(composite, plan.placement.domain)
+    in_way = [u for u in plan.units if u.priority >= priority]
+    policy = "preemptionPolicy Never: with PreemptLowerPriority" if never else ""
+    if need <= priority:
+        text = f"{policy} compositepodgroup {composite.key} would evict {len(plan.victims)} pods in {label}"
+    else:
+        text = (f"{policy + ' and' if never else 'with'} priority {need} or more (now {priority}) "
+                f"compositepodgroup {composite.key} would evict {len(plan.victims)} pods in {label} (a bound); "
+                f"{len(in_way)} units of priority {priority} or more are in the way")
+    return Change("preemption", label, f"{text}: {named}{more}", False, priority=need, victims=plan.victims)

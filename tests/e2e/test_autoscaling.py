@@ -18,7 +18,7 @@ from __future__ import annotations
 from typing import Any, Iterator
 
 import pytest
-from harness import RACK, create, placement, pod, podgroup, podgroup_conditions, pods, wait_all_bound, wait_for
+from harness import RACK, ZONE, create, placement, pod, podgroup, podgroup_conditions, pods, wait_all_bound, wait_for
 from harness.controlplane import ControlPlane, Scheduler
 from harness.provisioner import API, StandInProvisioner, install_crd
 
@@ -130,3 +130,34 @@ def test_stand_in_a_bound_gang_that_grows_gets_its_increment_in_the_rack_it_hold
     [name] = [key for key in stand_in.seen if key.startswith(f"{namespace}/")]  # (it watches every namespace)
     assert name.endswith("-2") and stand_in.seen[name] == "Provisioned", name  # the increment's own request: phalanx-<uid>-<members held>
     wait_for(lambda: not requests_in(rest, namespace), 60, "the increment's request deleted once the gang is bound")
+
+
+def test_stand_in_a_composite_no_block_holds_asks_once_for_the_child_left_out_and_lands_whole(
+        rest: Kube, namespace: str, nodes: NodePool, extender: Scheduler, stand_in: StandInProvisioner) -> None:
+    """A CompositePodGroup of two rack gangs in one zone (block); each block has one rack of room
+    for one child: no block holds the job. One request, for the child left out, in one rack of the
+    nearest block (docs/autoscaling.md, "A CompositePodGroup"); the job then lands whole there."""
+    for zone in ("za", "zb"):
+        for i in range(2):
+            nodes.add(f"{zone}1-{i}", cpu="1", zone=zone, rack=f"{zone}1")
+    create(rest, {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup", "metadata": {"name": "job"},
+                  "spec": {"schedulingPolicy": {"gang": {"minGroupCount": 2}},
+                           "schedulingConstraints": {"topology": [{"key": ZONE}]}}}, namespace)
+    for child in ("rep-0", "rep-1"):
+        group = podgroup(child, min_count=2, topology_key=RACK)
+        group["spec"]["parentCompositePodGroupName"] = "job"
+        group["metadata"]["annotations"] = {names.ANNOTATION_PROVISIONING: names.PROVISIONING_ATOMIC}
+        create(rest, group, namespace)
+        for i in range(2):
+            create(rest, pod(f"{child}-{i}", child, requests=CPU1), namespace)
+    bound = wait_all_bound(rest, namespace, 4, timeout=120)
+    assert stand_in.errors == []
+    mine = [key for key in stand_in.seen if key.startswith(f"{namespace}/")]
+    assert [stand_in.seen[k] for k in mine] == ["Provisioned"], stand_in.seen  # one request for the tree
+    [(rack, made)] = [(r, n) for r, n in stand_in.created.items() if n]
+    assert len(made) == 2 and rack in ("za1", "zb1"), stand_in.created  # rep-1's two pods, one rack
+    zones = {n: rest.get(f"/api/v1/nodes/{n}")["metadata"]["labels"][ZONE] for n in bound.values()}
+    assert set(zones.values()) == {rack[:2]}, (bound, zones)  # the whole job in the provisioned block
+    for child in ("rep-0", "rep-1"):  # each child whole on old nodes or on new ones: one rack either way
+        assert len({bound[f"{child}-{i}"] for i in range(2)} & set(made)) in (0, 2), bound
+    wait_for(lambda: not requests_in(rest, namespace), 60, "the request deleted once the whole tree is bound")

@@ -271,6 +271,14 @@ def test_a_composite_no_block_holds_binds_nothing_and_says_why(rest, namespace, 
         return condition if condition and "compositepodgroup" in condition["message"] else None
     condition = wait_for(said, 30, "rep-0's condition names its composite")
     assert condition["status"] == "False" and f"{namespace}/job" in condition["message"], condition
+
+    def changed() -> dict | None:  # the smallest change of the whole tree, on each child
+        conditions = [podgroup_conditions(rest, namespace, r).get(names.CONDITION_INITIALLY_SCHEDULED) or {}
+                      for r in ("rep-0", "rep-1")]
+        return conditions if all("smallest change: capacity: zone" in c.get("message", "") for c in conditions) \
+            else None
+    changes = wait_for(changed, 60, "both children carry the tree's smallest change")
+    assert all(f"for compositepodgroup {namespace}/job" in c["message"] for c in changes), changes
     with cycle_stub(phalanx) as client:  # phalanx explain of a child: the tree it belongs to
         reply = client.ExplainGroup(pb.ExplainGroupRequest(namespace=namespace, name="rep-0"), timeout=30)
     assert (reply.composite, list(reply.composite_groups)) == (

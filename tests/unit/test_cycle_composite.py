@@ -289,3 +289,86 @@ def test_a_composite_that_does_not_fit_preempts_lower_pods_of_one_block_and_then
         assert {sim.get("Node", n)["metadata"]["labels"][ZONE] for n in planned.values()} == {"z1"}
     finally:
         cycle.close()
+
+
+def _no_block_holds_the_job(sim, provisioning=""):
+    """rack r0 (z0) and r1 (z1) full: each block holds one replica of job, none both."""
+    for rack in ("r0", "r1"):
+        busy(sim, rack)
+    sim.create(composite("job"))
+    members = child(sim, "rep-0", "job") + child(sim, "rep-1", "job")
+    if provisioning:
+        sim.update("PodGroup", "default/rep-1", lambda o: o["metadata"].setdefault("annotations", {}).update(
+            {names.ANNOTATION_PROVISIONING: provisioning}))
+    return members
+
+
+def test_a_composite_that_does_not_fit_gets_the_smallest_change_for_its_whole_tree_on_every_child():
+    from .test_cycle_service import condition
+
+    sim = blocks()
+    members = _no_block_holds_the_job(sim)
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        assert verbs.filter(cycle, members[0], all_nodes(sim)).nodes == []
+        assert cycle.smallest.settle(30) and cycle.flush()
+        for name in ("rep-0", "rep-1"):
+            said = condition(sim, name)
+            assert said["status"] == "False" and "compositepodgroup default/job" in said["message"]
+            # the change is the tree's: two 4-GPU nodes in the nearest block's open rack, the
+            # replica that does not fit there named; and the job would fit across both blocks
+            assert "smallest change: capacity: zone z0 lacks 2 nodes like n-2-1" in said["message"], said
+            assert "podgroup default/rep-1 does not fit there now" in cycle.smallest.texts[f"default/{name}"]
+            assert "fits across zones z0+z1" in cycle.smallest.texts[f"default/{name}"]
+    finally:
+        cycle.close()
+
+
+def test_a_composite_short_of_capacity_asks_once_for_the_child_left_out_in_one_rack_of_its_block():
+    from cluster.provisioning import request_name
+
+    from .test_cycle_provisioning import requests, template
+    from .test_cycle_service import condition
+
+    sim = blocks()
+    members = _no_block_holds_the_job(sim, names.PROVISIONING_ATOMIC)  # one child opted in: the tree is
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        assert verbs.filter(cycle, members[0], all_nodes(sim)).nodes == []
+        for p in members[1:]:  # every member asks again: still one request
+            verbs.filter(cycle, p, all_nodes(sim))
+        assert cycle.smallest.settle(30) and cycle.flush()
+        [request] = requests(sim)
+        uid = sim.get("PodGroup", "default/rep-0")["metadata"]["uid"]
+        assert request["metadata"]["name"] == request_name(uid)  # made for (and owned by) the first child
+        assert [s["count"] for s in request["spec"]["podSets"]] == [2]  # rep-1's two pods, whole
+        spec = template(sim, request)["template"]["spec"]
+        # one rack (one node group) of the block: the nearest to fitting rep-1 once rep-0 took r2
+        assert spec["nodeSelector"] == {ZONE: "z0", RACK: "r0"}
+        for name in ("rep-0", "rep-1"):
+            assert condition(sim, name)["reason"] == names.REASON_PROVISIONING
+            assert "asks for 2 pods in topology.kubernetes.io/zone=z0, topology.kubernetes.io/rack=r0 for " \
+                   "compositepodgroup default/job" in condition(sim, name)["message"]
+        for i in range(2):  # what the atomic class would bring: two 4-GPU nodes in rack r0 of z0
+            sim.create(node(f"n-0-new-{i}", rack="r0", zone="z0", gpus=4))
+        current = [sim.get("Pod", f"default/{p['metadata']['name']}") for p in members]
+        planned, errors = bind_all(cycle, sim, current)
+        assert errors == []
+        assert {sim.get("Node", n)["metadata"]["labels"][ZONE] for n in planned.values()} == {"z0"}
+        wait_until(lambda: cycle.flush() and not requests(sim))  # deleted once the whole tree is bound
+    finally:
+        cycle.close()
+
+
+def test_a_composite_without_opt_in_asks_for_nothing():
+    from .test_cycle_provisioning import requests
+
+    sim = blocks()
+    members = _no_block_holds_the_job(sim)
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0).start()
+    try:
+        verbs.filter(cycle, members[0], all_nodes(sim))
+        assert cycle.smallest.settle(30) and cycle.flush()
+        assert requests(sim) == []
+    finally:
+        cycle.close()

@@ -120,11 +120,16 @@ def test_running_members_hold_the_composite_to_their_block():
     assert set.union(*where(nodes, answer, ZONE).values()) == {"z1"}
 
 
-def test_a_composite_that_no_block_can_hold_says_so_without_a_solve():
+def test_a_composite_that_no_block_can_hold_says_so_by_totals_and_what_the_roomiest_lacks():
     job_big = Composite("default", "big", replicas("rep", 2, 4, 8), min_group_count=2, topology_key=ZONE)
     answer = place_composite(Snapshot(blocks()), job_big)  # 64 GPUs asked, a block has 32
     assert not answer.fits and answer.children == {}
     assert "no topology.kubernetes.io/zone domain holds the 64 nvidia.com/gpu" in answer.explanation
+    # the roomiest block (a tie: the first) is tried for what it lacks: no replica of 4 x 8 GPUs fits
+    # one of its 16-GPU racks
+    assert answer.domain == "z0"
+    assert [x.child.key for x in answer.left_out] == ["default/rep-0", "default/rep-1"]
+    assert answer.left_out[0].explanation is not None and answer.left_out[0].explanation.domains
 
 
 def test_bad_composites_are_refused():
@@ -216,3 +221,40 @@ def test_a_composite_preempts_nothing_of_equal_or_higher_priority_and_an_all_uni
     # z0 would cost its three single pods and the unit (its pod there pulls in all 5): 8 pods; z1 the unit: 5
     assert plan is not None and plan.placement.fits and plan.placement.domain == "z1"
     assert set(plan.victims) == unit  # the unit whole, its pod in z0 too
+
+
+# -- the smallest change for the whole tree (docs/design.md: composite/smallest-change) ------------
+def _half_full(priority):
+    """blocks() with one rack of each block full (r0 in z0, r1 in z1) at ``priority``: each block
+    holds one replica of job(), none holds both."""
+    nodes = blocks()
+    return nodes, _running(nodes, lambda n: priority, on={n.name for n in nodes if n.labels[RACK] in ("r0", "r1")})
+
+
+def test_the_smallest_change_of_a_composite_is_for_the_whole_tree_and_names_the_child_left_out():
+    from solver import smallest_composite_change
+
+    nodes, running = _half_full(0)
+    snap = Snapshot(nodes, running)
+    assert not place_composite(snap, job()).fits
+    found = smallest_composite_change(snap, job())
+    capacity = found.of("capacity")
+    # the nearest block is short a whole replica's rack room: two 8-GPU nodes, proven by totals
+    assert capacity is not None and capacity.proven and len(capacity.add_nodes) == 2
+    assert capacity.domain == "zone z0"
+    assert "podgroup default/rep-1 does not fit there now" in capacity.text
+    added = Snapshot(nodes + list(capacity.add_nodes), running)
+    assert place_composite(added, job()).fits  # the change, applied, places the tree
+    topology = found.of("topology")
+    assert topology is not None and topology.domains == ("z0", "z1") and topology.proven
+    assert found.of("preemption") is None  # it may evict the priority-0 pods already
+
+
+def test_a_composite_held_back_by_higher_priority_work_is_told_the_priority_it_needs():
+    from solver import PreemptionContext, smallest_composite_change
+
+    nodes, running = _half_full(500)
+    found = smallest_composite_change(Snapshot(nodes, running), job(priority=100), context=PreemptionContext())
+    change = found.of("preemption")
+    assert change is not None and change.priority == 501 and len(change.victims) == 2
+    assert "compositepodgroup default/job would evict 2 pods in zone" in change.text

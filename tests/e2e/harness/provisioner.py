@@ -7,7 +7,8 @@ It installs cluster-autoscaler's own ProvisioningRequest CRD (fetched pinned by
 reads the PodTemplates its pod sets refer to and the one rack their ``nodeSelector`` names, works
 out how many nodes of its one node shape (``node_cpu``, ``node_gpu``) hold the requested pods, and
 
-- creates them **all at once**, in that rack, as KWOK nodes (``nodes.create_node``), then sets
+- creates them **all at once**, in that rack (and the zone the selector names, if any: a node
+  group's template carries both), as KWOK nodes (``nodes.create_node``), then sets
   ``Provisioned=True``, as the atomic class does once every node came up; or
 - when that would take the rack's node group past ``max_nodes`` (nodes it created there
   before included), creates none and sets ``Failed=True``, as the atomic class does when a node
@@ -32,7 +33,7 @@ from cluster.kube import Kube, KubeError
 from cluster.quantity import parse_quantity
 
 from .binaries import read_versions
-from .nodes import GPU, RACK, create_node, delete_node
+from .nodes import GPU, RACK, ZONE, create_node, delete_node
 from .waits import wait_for
 
 CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
@@ -106,22 +107,25 @@ class StandInProvisioner:
 
     def _answer(self, request: dict[str, Any]) -> str:
         namespace = request["metadata"]["namespace"]
-        racks, nodes = set(), 0
+        racks, zones, nodes = set(), set(), 0
         for pod_set in request["spec"]["podSets"]:
             template = self.rest.get(f"/api/v1/namespaces/{namespace}/podtemplates/"
                                      f"{pod_set['podTemplateRef']['name']}")["template"]["spec"]
             racks.add((template.get("nodeSelector") or {}).get(RACK, ""))
+            zones.add((template.get("nodeSelector") or {}).get(ZONE))
             nodes += math.ceil(pod_set["count"] / self._per_node(template))
         if len(racks) != 1 or "" in racks:
             return self._set(request, "Failed", "NotOneRack", f"the pod sets name racks {sorted(racks)}, not one")
-        rack = racks.pop()
+        if len(zones) != 1:
+            return self._set(request, "Failed", "NotOneZone", f"the pod sets name zones {sorted(map(str, zones))}")
+        rack, zone = racks.pop(), zones.pop()
         made = self.created.setdefault(rack, [])
         if len(made) + nodes > self.max_nodes:
             return self._set(request, "Failed", "NodeGroupMaxSize",
                              f"{nodes} more nodes in rack {rack} exceed its node group's maximum of {self.max_nodes}")
         for _ in range(nodes):
             name = f"prov-{rack}-{len(made)}"
-            create_node(self.rest, name, cpu=str(self.node_cpu), gpu=self.node_gpu, rack=rack)
+            create_node(self.rest, name, cpu=str(self.node_cpu), gpu=self.node_gpu, rack=rack, zone=zone)
             made.append(name)
         return self._set(request, "Provisioned", "Provisioned", f"{nodes} nodes created in rack {rack}")
 
