@@ -57,6 +57,10 @@ BUILTIN = Flavor(names.SCHEDULING_GROUP)
 CRD = Flavor(names.CRD_GROUP)
 
 
+#: annotations of a StatefulSet or LeaderWorkerSet that the PodGroups made for it carry
+INHERITED_ANNOTATIONS = frozenset({names.ANNOTATION_PROVISIONING, names.ANNOTATION_PREFERRED_TOPOLOGY,
+                                   names.ANNOTATION_PLACEMENT_PREFERENCE, names.ANNOTATION_EXPECTED_DURATION})
+
 def replicas(sts: kinds.StatefulSet | Mapping[str, Any]) -> int:
     value = kinds.statefulset(sts).replicas
     return 1 if value is None else value
@@ -132,8 +136,9 @@ def compile_podgroup(sts: Owner | Mapping[str, Any], workload: kinds.Workload | 
         owners.append(kinds.owner_ref_json(wl.meta, flavor.api_version, "Workload", controller=False))
     spec = kinds.podgroup_spec_json(template.fields, wl.meta.name, template.name, overrides.min_count,
                                     overrides.priority_class, parent_composite)
-    # the owner's ProvisioningRequest opt-in (or opt-out) is the group's (docs/autoscaling.md)
-    inherited = {k: v for k, v in owner_meta.annotations.items() if k == names.ANNOTATION_PROVISIONING}
+    # the owner's ProvisioningRequest opt-in (or opt-out, docs/autoscaling.md) and placement hints
+    # (docs/solver.md) are the group's
+    inherited = {k: v for k, v in owner_meta.annotations.items() if k in INHERITED_ANNOTATIONS}
     metadata = managed_metadata(
         overrides.name or naming.podgroup_name(wl.meta.name, template.name, wl.meta.uid, owner_meta.uid),
         wl.meta.namespace or owner_meta.namespace, owners, overrides.labels,

@@ -140,11 +140,15 @@ def test_stand_in_a_composite_no_block_holds_asks_once_for_the_child_left_out_an
     for zone in ("za", "zb"):
         for i in range(2):
             nodes.add(f"{zone}1-{i}", cpu="1", zone=zone, rack=f"{zone}1")
+    job = {"schedulingPolicy": {"gang": {"minGroupCount": 2}}, "schedulingConstraints": {"topology": [{"key": ZONE}]}}
+    create(rest, {"apiVersion": "scheduling.k8s.io/v1beta1", "kind": "Workload", "metadata": {"name": "job"},
+                  "spec": {"compositePodGroupTemplates": [{"name": "job", **job, "podGroupTemplates": [
+                      {"name": "rep", "schedulingPolicy": {"gang": {"minCount": 2}},
+                       "schedulingConstraints": {"topology": [{"key": RACK}]}}]}]}}, namespace)
     create(rest, {"apiVersion": "scheduling.k8s.io/v1alpha3", "kind": "CompositePodGroup", "metadata": {"name": "job"},
-                  "spec": {"schedulingPolicy": {"gang": {"minGroupCount": 2}},
-                           "schedulingConstraints": {"topology": [{"key": ZONE}]}}}, namespace)
+                  "spec": {"workloadRef": {"workloadName": "job", "templateName": "job"}, **job}}, namespace)
     for child in ("rep-0", "rep-1"):
-        group = podgroup(child, min_count=2, topology_key=RACK)
+        group = podgroup(child, min_count=2, workload_name="job", template_name="rep", topology_key=RACK)
         group["spec"]["parentCompositePodGroupName"] = "job"
         group["metadata"]["annotations"] = {names.ANNOTATION_PROVISIONING: names.PROVISIONING_ATOMIC}
         create(rest, group, namespace)

@@ -29,6 +29,7 @@ import pytest
 from harness import (
     GPU,
     RACK,
+    ZONE,
     create,
     path,
     podgroup,
@@ -180,3 +181,63 @@ def test_a_gang_scaled_up_grows_inside_its_rack_or_waits_whole(rest, namespace, 
 def phalanx_groups(rest, namespace: str) -> list[str]:
     return [g["metadata"]["name"]
             for g in rest.list_items(f"/apis/scheduling.k8s.io/v1beta1/namespaces/{namespace}/podgroups")]
+
+
+PREFERRED = {"schedulingPolicy": {"gang": {}}}  # no required key: the StatefulSet prefers rack, then zone
+
+
+def test_a_gang_with_only_preferred_keys_grows_into_the_zone_its_members_hold(rest, namespace, nodes, in_tree, ours,
+                                                                               scheduler_mode, registered_controller):
+    """A gang of 2 one-GPU pods, no required key, ``preferred-topology: rack,zone`` on its
+    StatefulSet (inherited by the PodGroup phalanx's controller makes), runs on the one node of
+    rack z1-r0 (zone z1, 2 GPUs). Then a 4-GPU node joins zone z1 in rack z1-r1 and a 2-GPU node
+    appears in zone z2. Scaled to 4, the two new members fit exactly on z2's node, which best fit
+    alone prefers; phalanx grows the gang into the nearest domain upward its members hold — zone
+    z1 (`phalanx/grow-upward`). In-tree, beside, knows no preferred keys (phalanx's annotation):
+    its gang without a key grows wherever its scoring puts the new members; the test prints where."""
+    def layout(prefix: str) -> dict[str, str]:
+        return {f"{prefix}-z1-r0": "z1"}
+
+    def grow_nodes(prefix: str) -> dict[str, str]:
+        nodes.add(f"{prefix}-z1-r1", gpu=4, zone=f"{prefix}-z1", rack=f"{prefix}-z1-r1")
+        nodes.add(f"{prefix}-z2-r2", gpu=2, zone=f"{prefix}-z2", rack=f"{prefix}-z2-r2")
+        return {f"{prefix}-z1-r1": "z1", f"{prefix}-z2-r2": "z2"}
+
+    one_gpu = {"cpu": "1", GPU: 1}
+
+    def run_in_tree_side(other: str) -> dict[str, str]:
+        nodes.add("gi-z1-r0", gpu=2, zone="gi-z1", rack="gi-z1-r0")
+        zone_of = layout("gi")
+        create(rest, workload("grow", [podgroup_template("grow", min_count=2)],
+                              controller_ref={"apiGroup": "apps", "kind": "StatefulSet", "name": "grow"}), other)
+        create(rest, podgroup("grow", min_count=2, workload_name="grow", template_name="grow"), other)
+        sts = statefulset("grow", 2, requests=one_gpu, scheduler_name=SCHEDULER[IN_TREE])
+        sts["spec"]["template"]["spec"]["schedulingGroup"] = {"podGroupName": "grow"}
+        create(rest, sts, other)
+        wait_members(rest, other, 2, 2, "in-tree: the gang of 2")
+        zone_of |= grow_nodes("gi")
+        scale(rest, other, 4, "grow")
+        grown = wait_members(rest, other, 4, 4, "in-tree: scaled to 4")
+        return {pod: zone_of[node] for pod, node in grown.items()}
+
+    theirs = in_tree_beside(rest, nodes, namespace, run_in_tree_side)
+    print(f"\n  in-tree (no preferred keys): members by zone {theirs}")
+
+    nodes.add("gq-z1-r0", gpu=2, zone="gq-z1", rack="gq-z1-r0")
+    zone_of = layout("gq")
+    sts = statefulset("grow", 2, requests=one_gpu, scheduling=PREFERRED, scheduler_name=SCHEDULER[PHALANX])
+    sts["metadata"].setdefault("annotations", {})[names.ANNOTATION_PREFERRED_TOPOLOGY] = f"{RACK},{ZONE}"
+    create(rest, sts, namespace)
+    first = wait_members(rest, namespace, 2, 2, "phalanx: the gang of 2")
+    assert set(first.values()) == {"gq-z1-r0"}
+    [group_name] = phalanx_groups(rest, namespace)
+    group = rest.get(path("scheduling.k8s.io/v1beta1", "PodGroup", namespace, group_name))
+    assert group["metadata"]["annotations"][names.ANNOTATION_PREFERRED_TOPOLOGY] == f"{RACK},{ZONE}"
+    zone_of |= grow_nodes("gq")
+    scale(rest, namespace, 4)
+    grown = wait_members(rest, namespace, 4, 4, "phalanx: scaled to 4")
+    assert {n: grown[n] for n in first} == first  # the running members never moved
+    assert {grown["grow-2"], grown["grow-3"]} == {"gq-z1-r1"}, grown  # zone z1's other rack, not z2's exact fit
+    print(f"  phalanx ({scheduler_mode}): members by zone "
+          f"{ {pod: zone_of[node] for pod, node in grown.items()} }")
+    assert len(theirs) == 4  # in-tree bound all four too, where its scoring put them

@@ -224,3 +224,12 @@ def test_the_provisioning_opt_in_of_the_statefulset_is_its_podgroups():
     annotations = podgroup["metadata"]["annotations"]
     assert annotations[names.ANNOTATION_PROVISIONING] == names.PROVISIONING_ATOMIC
     assert "unrelated.example.com/x" not in annotations
+
+
+def test_the_placement_hints_of_the_statefulset_are_its_podgroups():
+    sts = statefulset(scheduling={"schedulingPolicy": {"gang": {}}})
+    hints = {names.ANNOTATION_PREFERRED_TOPOLOGY: "topology.kubernetes.io/rack,topology.kubernetes.io/zone",
+             names.ANNOTATION_PLACEMENT_PREFERENCE: "spread", names.ANNOTATION_EXPECTED_DURATION: "2h"}
+    sts["metadata"]["annotations"].update(hints)
+    _, podgroup = _compiled(sts)
+    assert {k: podgroup["metadata"]["annotations"].get(k) for k in hints} == hints
