@@ -362,7 +362,8 @@ class CompositePreemption:
 
 # the rule's one home (docs/design.md: composite/preempt-whole)
 def plan_composite_preemption(snapshot: Snapshot, composite: Composite, context: PreemptionContext,
-                              options: SolveOptions = SolveOptions()) -> CompositePreemption | None:
+                              options: SolveOptions = SolveOptions(), reprieve: bool = True
+                              ) -> CompositePreemption | None:
     """The cheapest set of lower-priority units whose eviction lets ``composite`` be placed whole
     (upstream's order of victim sets: fewest PodDisruptionBudget violations, lowest highest victim
     priority, fewest pods, least priority), or None when preemption cannot help. Per value of the
@@ -370,7 +371,9 @@ def plan_composite_preemption(snapshot: Snapshot, composite: Composite, context:
     there is removed; when the tree then fits, the units are given back one by one, most important
     first, each kept out only if the tree no longer fits without evicting it. A unit whose pods sit
     only on nodes the standing placement does not use is given back without a solve when no member
-    of the tree carries inter-pod rules (it cannot change that placement). Pure."""
+    of the tree carries inter-pod rules (it cannot change that placement). ``reprieve=False`` (a
+    bound, for the smallest change): without such rules, every unit on the standing placement's
+    nodes is kept out without trying it back — one solve per value of the key. Pure."""
     if composite.missing_children:
         return None
     leaves = composite.leaves()
@@ -393,7 +396,7 @@ def plan_composite_preemption(snapshot: Snapshot, composite: Composite, context:
         there = [u for u in lower if any(node_of.get(uid) in names for uid in u.pods)]
         if not there:
             continue
-        found = _reprieved(snapshot, composite, there, names, node_of, constrained, options)
+        found = _reprieved(snapshot, composite, there, names, node_of, constrained, options, reprieve)
         if found is None:
             continue
         kept, placement = found
@@ -405,7 +408,7 @@ def plan_composite_preemption(snapshot: Snapshot, composite: Composite, context:
 
 
 def _reprieved(snapshot: Snapshot, composite: Composite, units: list[VictimUnit], names: set[str],
-               node_of: Mapping[str, str], constrained: bool, options: SolveOptions
+               node_of: Mapping[str, str], constrained: bool, options: SolveOptions, reprieve: bool = True
                ) -> tuple[list[VictimUnit], CompositePlacement] | None:
     """``units`` (all of a domain's lower units) less those the tree fits without, and its
     placement; None when it does not fit even with all of them gone."""
@@ -418,6 +421,9 @@ def _reprieved(snapshot: Snapshot, composite: Composite, units: list[VictimUnit]
     if placement is None:
         return None
     kept = list(units)
+    if not reprieve and not constrained:
+        used = set(placement.assignments.values())
+        return [u for u in units if any(node_of.get(uid) in used for uid in u.pods)], placement
     for unit in sorted(units, key=lambda u: (-u.priority, u.key)):  # the most important back first
         trial = [u for u in kept if u is not unit]
         used = set(placement.assignments.values())

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Iterable, Mapping
+from typing import Callable, Iterable, Mapping
 
 import numpy as np
 
@@ -54,6 +54,8 @@ MAX_STEPS = 6
 MAX_SPAN = 4
 #: victims named in a preemption change before the rest are counted
 MAX_NAMED = 5
+#: the most nodes a composite's capacity change adds to one domain before the search gives up
+MAX_TREE_NODES = 256
 #: a condition message carries this much of the change; explain and the event carry all of it
 SHORT = 400
 
@@ -485,17 +487,37 @@ def _tree_capacity(snapshot: Snapshot, composite: Composite, answer: CompositePl
         lo = max(1, -(-(need - room[d]) // per_node))
         value = values[d] if key else ""
         names = [snapshot.nodes[i].name for i in rows]
-        for k in range(lo, lo + MAX_STEPS):
-            if best is not None and best.proven and k >= len(best.add_nodes):
-                break
+
+        def fits_with(k: int, template: Node = template, value: str = value, names: list[str] = names) -> bool:
             added = new_nodes(template, k, key, value, snapshot.index)
             trial = rebuilt(snapshot, snapshot.nodes + added)
-            if place_composite(trial.only_nodes(names + [n.name for n in added]), composite, options).fits:
-                if best is None or k < len(best.add_nodes):
-                    left = answer.left_out if value == answer.domain else ()
-                    best = _tree_capacity_change(composite, value, template, added, k == lo, lo, main, left)
-                break
+            return place_composite(trial.only_nodes(names + [n.name for n in added]), composite, options).fits
+        k = _fewest(lo, fits_with, len(best.add_nodes) - 1 if best is not None else MAX_TREE_NODES)
+        if k is not None:
+            added = new_nodes(template, k, key, value, snapshot.index)
+            left = answer.left_out if value == answer.domain else ()
+            best = _tree_capacity_change(composite, value, template, added, k == lo, lo, main, left)
     return best
+
+
+def _fewest(lo: int, fits_with: Callable[[int], bool], most: int) -> int | None:
+    """The fewest ``k`` in ``lo..most`` with ``fits_with(k)``, assuming more never hurts: ``k``
+    doubled from ``lo`` until it fits, then bisected (2 log k solves, not k); None when even
+    ``most`` does not fit."""
+    if most < lo:
+        return None
+    k, failed = lo, lo - 1
+    while not fits_with(k):
+        if k >= most:
+            return None
+        failed, k = k, min(2 * k, most)
+    while k - failed > 1:
+        middle = (failed + k) // 2
+        if fits_with(middle):
+            k = middle
+        else:
+            failed = middle
+    return k
 
 
 def _tree_capacity_change(composite: Composite, value: str, template: Node, added: tuple[Node, ...],
@@ -550,7 +572,7 @@ def _tree_preemption(snapshot: Snapshot, composite: Composite, context: Preempti
     if top < priority and not never:
         return None  # it may preempt every running pod already, and that did not help
     plan = plan_composite_preemption(snapshot, _raised(composite, max(top + 1, priority)), context,
-                                     PREEMPTION_OPTIONS)
+                                     PREEMPTION_OPTIONS, reprieve=False)
     if plan is None or not plan.victims:
         return None
     need = max(priority, max(u.priority for u in plan.units) + 1)

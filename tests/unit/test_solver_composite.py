@@ -163,8 +163,9 @@ def test_the_benchmark_checks_its_answers_and_shows_the_split_it_prevents():
     assert all(r["nodes"] == 5_000 and r["pods"] == 64 for r in rows)
     assert rows[0]["apart_placed"] == 8 and rows[0]["apart_blocks"] > 1  # one by one: scattered
     assert 0 < rows[2]["apart_placed"] < 8  # one by one where no block holds the job: some bind
+    assert rows[2]["smallest_change"].startswith("capacity ")  # the tree's own change, searched once
     table = composite_bench.markdown(rows)
-    assert table.count("\n") == 4 and "does not fit" in table
+    assert table.count("\n") == 4 and "does not fit" in table and "(capacity)" in table
 
 
 def test_kube_schedulers_verdicts_on_a_childs_pods_are_kept():
@@ -258,3 +259,15 @@ def test_a_composite_held_back_by_higher_priority_work_is_told_the_priority_it_n
     change = found.of("preemption")
     assert change is not None and change.priority == 501 and len(change.victims) == 2
     assert "compositepodgroup default/job would evict 2 pods in zone" in change.text
+
+
+def test_the_fewest_nodes_are_found_by_doubling_then_bisecting():
+    from solver.smallest import _fewest
+    calls = []
+
+    def fits_with(k):
+        calls.append(k)
+        return k >= 13
+    assert _fewest(1, fits_with, 256) == 13 and len(calls) <= 9  # 1, 2, 4, 8, 16, then 12, 14, 13
+    assert _fewest(20, fits_with, 256) == 20
+    assert _fewest(1, lambda k: False, 40) is None
