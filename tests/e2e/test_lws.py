@@ -421,3 +421,55 @@ def test_crd_flavor_pods_name_their_podgroup_in_the_label_and_bind_whole(crd_con
                 controller.close()
     finally:
         manager.stop()
+
+
+@pytest.fixture
+def kueue_lws(control_plane, lws):
+    """The real Kueue manager (harness/kueue.py) beside LWS, for one test: started after LWS, so its
+    ``leaderworkerset`` integration finds the CRDs."""
+    from harness.kueue import KueueManager
+
+    manager = KueueManager(control_plane).start()
+    yield manager
+    manager.stop()
+
+
+def test_lws_behind_kueue_waits_gated_over_quota_then_each_replica_lands_whole(rest, namespace, nodes,
+                                                                                phalanx_lws, kueue_lws):
+    """A LeaderWorkerSet submitted to a Kueue LocalQueue (docs/kueue.md): Kueue admits it (its
+    pods gated meanwhile, so phalanx plans none of them) and phalanx places each replica whole in
+    one rack; a second one over quota stays gated until the first is deleted."""
+    from harness.kueue import KUEUE_API, QUEUE_LABEL, cluster_queue, local_queue, resource_flavor
+
+    prefix = namespace[-40:]
+    flavor, cq = f"{prefix}-flavor", f"{prefix}-cq"
+    rest.create(f"{KUEUE_API}/resourceflavors", resource_flavor(flavor))
+    rest.create(f"{KUEUE_API}/clusterqueues", cluster_queue(cq, flavor, 4))
+    rest.create(f"{KUEUE_API}/namespaces/{namespace}/localqueues", local_queue("lq", cq))
+    try:
+        for rack in ("ra", "rb"):
+            for i in range(2):
+                nodes.add(f"kq-{rack}-{i}", cpu="1", rack=rack)  # 2 CPUs per rack: one replica each
+
+        def submit(name: str) -> None:
+            obj = leaderworkerset(name, size=2, replicas=2, resources={"cpu": "1"}, scheduling={"replica": RACKED})
+            obj["metadata"]["labels"] = {QUEUE_LABEL: "lq"}
+            make_lws(rest, namespace, obj)
+
+        submit("first")  # 4 pods of 1 CPU: the ClusterQueue's 4
+        for index in (0, 1):
+            placed = replica_bound(rest, namespace, "first", index, 2)
+            assert len(racks_of(rest, placed)) == 1, placed
+        submit("second")
+        wait_for(lambda: len(live(members(rest, namespace, "second"))) == 4 or None, 60, "the second LWS's pods")
+        held = live(members(rest, namespace, "second"))
+        assert all(p["spec"].get("schedulingGates") for p in held), "Kueue gates the pods over quota"
+        assert placement(held) == {}
+        rest.delete(lws_path(namespace, "first"))
+        for index in (0, 1):
+            placed = replica_bound(rest, namespace, "second", index, 2, timeout=90)
+            assert len(racks_of(rest, placed)) == 1, placed
+    finally:
+        rest.delete(f"{KUEUE_API}/namespaces/{namespace}/localqueues/lq", missing_ok=True)
+        rest.delete(f"{KUEUE_API}/clusterqueues/{cq}", missing_ok=True)
+        rest.delete(f"{KUEUE_API}/resourceflavors/{flavor}", missing_ok=True)

@@ -22,15 +22,14 @@ from typing import Any
 
 import yaml
 
-from cluster.kube import Kube, KubeError
+from cluster.kube import KubeError
 
 from .binaries import read_versions
+from .managers import CRD_API, WebhookManager, wait_established
 from .process import Component, free_ports
 from .waits import wait_for
 
 LWS_API = "/apis/leaderworkerset.x-k8s.io/v1"
-CRD_API = "/apis/apiextensions.k8s.io/v1/customresourcedefinitions"
-WEBHOOK_API = "/apis/admissionregistration.k8s.io/v1"
 NAME_PREFIX = "lws-"
 
 
@@ -68,21 +67,14 @@ def webhook_configurations(directory: Path, url: str, ca_bundle: str) -> list[di
     return docs
 
 
-class LwsManager:
+class LwsManager(WebhookManager):
     """One LWS manager process; ``start()`` installs the CRDs and webhooks, ``stop()`` removes the
     webhooks (the CRDs stay: deleting them would take every LeaderWorkerSet with them)."""
 
     def __init__(self, control_plane: Any):
+        super().__init__(control_plane)
         self.directory = locate_lws()
-        self.control_plane = control_plane
-        self.rest: Kube = control_plane.rest
         self.version = read_versions()["LWS_VERSION"]
-        self.component: Component | None = None
-        self.configs: list[tuple[str, str]] = []
-
-    @property
-    def log(self) -> Path | None:
-        return self.component.log if self.component else None
 
     def start(self) -> "LwsManager":
         self._install_crds()
@@ -112,11 +104,7 @@ class LwsManager:
 
         self.component.wait_ready(lambda: _insecure_get(f"http://127.0.0.1:{health_port}/readyz")[0] == 200, 60)
         ca_bundle = base64.b64encode(self.control_plane.pki.ca_cert.read_bytes()).decode()
-        for doc in webhook_configurations(self.directory, f"https://127.0.0.1:{webhook_port}", ca_bundle):
-            collection = f"{WEBHOOK_API}/{doc['kind'].lower()}s"
-            self.rest.delete(f"{collection}/{doc['metadata']['name']}", missing_ok=True)
-            self.rest.create(collection, doc)
-            self.configs.append((collection, doc["metadata"]["name"]))
+        self.register(webhook_configurations(self.directory, f"https://127.0.0.1:{webhook_port}", ca_bundle))
         wait_for(self._defaulting_active, 30, "the LWS webhooks are called by the API server")
         return self
 
@@ -125,17 +113,9 @@ class LwsManager:
             crd = yaml.safe_load(path.read_text())
             if self.rest.get_or_none(f"{CRD_API}/{crd['metadata']['name']}") is None:
                 self.rest.create(CRD_API, crd)
-        for path in sorted((self.directory / "crds").glob("*.yaml")):
-            name = yaml.safe_load(path.read_text())["metadata"]["name"]
-            wait_for(lambda n=name: _established(self.rest.get(f"{CRD_API}/{n}")), 30, f"CRD {name} established")
-        wait_for(lambda: self._served(), 30, "leaderworkersets served")
-
-    def _served(self) -> bool:
-        try:
-            resources = self.rest.get(LWS_API).get("resources") or []
-        except KubeError:
-            return False
-        return any(r.get("name") == "leaderworkersets" for r in resources)
+        wait_established(self.rest, [yaml.safe_load(p.read_text())["metadata"]["name"]
+                                     for p in sorted((self.directory / "crds").glob("*.yaml"))],
+                         LWS_API, "leaderworkersets")
 
     def _defaulting_active(self) -> bool:
         """True once a dry-run LeaderWorkerSet comes back defaulted by LWS's mutating webhook."""
@@ -148,19 +128,6 @@ class LwsManager:
         except KubeError:
             return False
         return bool((created.get("spec") or {}).get("networkConfig"))
-
-    def stop(self) -> None:
-        for collection, name in self.configs:
-            self.rest.delete(f"{collection}/{name}", missing_ok=True)
-        self.configs.clear()
-        if self.component is not None:
-            self.component.stop()
-            self.component = None
-
-
-def _established(crd: dict) -> bool:
-    return any(c.get("type") == "Established" and c.get("status") == "True"
-               for c in (crd.get("status") or {}).get("conditions") or [])
 
 
 def leaderworkerset(name: str, size: int, replicas: int = 1, resources: dict | None = None,
