@@ -396,29 +396,118 @@ def test_a_job_that_must_preempt_frees_one_block_as_in_tree_does(rest, namespace
     assert all(name.startswith("low-xp-a") for name in mine["low left"]), mine["low left"]  # block a's stay
 
 
+def crd(obj: dict) -> dict:
+    """A built-in-flavor object of these tests as the CRD flavor takes it: the phalanx CRDs' groups,
+    and a pod naming its PodGroup in the label instead of ``spec.schedulingGroup``."""
+    group = names.CRD_GROUP
+    if obj["kind"] == "CompositePodGroup":
+        obj["apiVersion"] = f"{group}/{names.COMPOSITE_VERSION}"
+    elif obj["kind"] in ("PodGroup", "Workload"):
+        obj["apiVersion"] = f"{group}/{names.SCHEDULING_VERSION}"
+    elif obj["kind"] == "Pod":
+        pod_group = obj["spec"].pop("schedulingGroup")["podGroupName"]
+        obj["metadata"].setdefault("labels", {})[names.LABEL_POD_GROUP] = pod_group
+    return obj
+
+
+class CrdRest:
+    """The control plane's client with ``create`` turning this module's objects into the CRD flavor
+    (so the built-in cases' helpers run unchanged on the CRD-flavor control plane)."""
+
+    def __init__(self, rest: Any):
+        self.rest = rest
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.rest, name)
+
+    def create(self, collection: str, obj: dict, **params: Any) -> dict:
+        obj = crd(obj)
+        namespace = collection.split("/namespaces/", 1)[1].split("/", 1)[0] if "/namespaces/" in collection else None
+        return create(self.rest, obj, namespace) if namespace else self.rest.create(collection, obj, **params)
+
+
+def crd_condition(rest: Any, namespace: str, name: str) -> dict:
+    group = rest.get(f"/apis/{names.CRD_GROUP}/{names.SCHEDULING_VERSION}/namespaces/{namespace}/podgroups/{name}")
+    return next((c for c in (group.get("status") or {}).get("conditions") or []
+                 if c["type"] == names.CONDITION_INITIALLY_SCHEDULED), {})
+
+
 @pytest.mark.parametrize("scheduler_mode", PHALANX_SCHEDULER_MODES)
-def test_crd_flavor_a_composite_lands_whole_in_one_block(crd_control_plane, scheduler_mode):
+def test_crd_flavor_composites_as_on_the_built_in_api(crd_control_plane, scheduler_mode):
     """The CRD flavor (a cluster without scheduling.k8s.io Workloads, so no in-tree side): the
     CompositePodGroup is ``scheduling.phalanx.dev/v1alpha3`` (scheduler-config/crds), its children
     ``scheduling.phalanx.dev/v1beta1`` PodGroups naming it as parent, their pods name them in the
-    label. One rack of block a is full: the job lands whole in block b, each replica in a rack."""
-    plane, crd = crd_control_plane, names.CRD_GROUP
-    rest = plane.rest
+    label. The built-in flavor's cases, each in a namespace of its own: a job that only block b
+    holds lands whole there, each replica in a rack; a job no block holds binds nothing and each
+    child says why with the tree's smallest change; three levels; a ``disruptionMode: all`` job
+    preempted whole by a high rack gang; the same job evicted whole when one child loses a node."""
+    plane = crd_control_plane
+    rest = CrdRest(plane.rest)
+    priorities(plane.rest)
     with crd_flavor_phalanx(plane, scheduler_mode, "composite-crd") as (serve, pool, namespace):
-        where = blocks(pool, namespace[-5:], full=("a1",))
-        job = composite("job", "job", ZONE, 2)
-        job["apiVersion"] = f"{crd}/{names.COMPOSITE_VERSION}"
-        create(rest, job, namespace)
-        for replica in ("rep-0", "rep-1"):
-            group = podgroup(replica, "rep", RACK, 2, "job")
-            group["apiVersion"] = f"{crd}/{names.SCHEDULING_VERSION}"
-            create(rest, group, namespace)
-            for member in pods(replica, 2, "default-scheduler"):
-                del member["spec"]["schedulingGroup"]
-                member["metadata"]["labels"] = {names.LABEL_POD_GROUP: replica}
-                create(rest, member, namespace)
-        placed = wait_bound(rest, namespace, 4, "the job bound whole")
-        assert {where[n][0] for n in placed.values()} == {f"{namespace[-5:]}-b"}, placed
+        def case(tag: str) -> str:
+            name = f"{namespace}-{tag}"
+            plane.rest.create("/api/v1/namespaces", {"apiVersion": "v1", "kind": "Namespace",
+                                                     "metadata": {"name": name}})
+            return name
+
+        fits = case("fits")
+        where = blocks(pool, fits[-9:], full=("a1",))
+        for obj in two_level_objects("default-scheduler"):
+            if obj["kind"] != "Workload":
+                rest.create(f"/namespaces/{fits}/", obj)
+        placed = wait_bound(rest, fits, 4, "the job bound whole")
+        assert {where[n][0] for n in placed.values()} == {f"{fits[-9:]}-b"}, placed
         for replica in ("rep-0", "rep-1"):
             assert len({where[placed[f"{replica}-{i}"]][1] for i in range(2)}) == 1, placed
-        assert f"{namespace}/job" in serve.cycle.cache.composites
+        assert f"{fits}/job" in serve.cycle.cache.composites
+        plane.rest.request("DELETE", f"/api/v1/namespaces/{fits}/pods", params={"gracePeriodSeconds": 0})
+        pool.cleanup()
+
+        none = case("none")
+        blocks(pool, none[-9:], full=("a1", "b1"))
+        for obj in two_level_objects("default-scheduler"):
+            if obj["kind"] != "Workload":
+                rest.create(f"/namespaces/{none}/", obj)
+        assert_none_bound(plane.rest, none, seconds=SETTLE_SECONDS)
+        said = wait_for(lambda: (c := crd_condition(plane.rest, none, "rep-1")) and "smallest change: capacity"
+                        in c.get("message", "") and c, 60, "the child says the tree's smallest change")
+        assert f"compositepodgroup {none}/job" in said["message"], said
+        plane.rest.request("DELETE", f"/api/v1/namespaces/{none}/pods", params={"gracePeriodSeconds": 0})
+        pool.cleanup()
+
+        levels = case("levels")
+        blocks(pool, levels[-9:])
+        three_level(rest, levels, "default-scheduler")
+        placed = wait_bound(rest, levels, 4, "three levels bound")
+        rack = {p: n.rsplit("-", 1)[0] for p, n in placed.items()}  # node name less its index: its rack
+        assert rack["r0-h0-0"] == rack["r0-h1-0"] and rack["r1-h0-0"] == rack["r1-h1-0"], placed
+        assert rack["r0-h0-0"] != rack["r1-h0-0"], placed
+        plane.rest.request("DELETE", f"/api/v1/namespaces/{levels}/pods", params={"gracePeriodSeconds": 0})
+        pool.cleanup()
+
+        for rack_id in "01":  # one block of two racks for the two `all` cases
+            for i in range(2):
+                pool.add(f"crd-pp-a{rack_id}-{i}", gpu=4, zone="crd-pp-a", rack=f"crd-pp-a{rack_id}")
+        preempted = case("preempt")
+        low_job(rest, preempted, "default-scheduler")
+        wait_bound(rest, preempted, 4, "the low job bound")
+        rest.create(f"/namespaces/{preempted}/", {"apiVersion": BETA, "kind": "PodGroup", "metadata": {"name": "high"},
+                                                  "spec": {"schedulingPolicy": gang_policy("minCount", 2),
+                                                           "priorityClassName": HIGH,
+                                                           "schedulingConstraints": {"topology": [{"key": RACK}]}}})
+        for obj in pods("high", 2, "default-scheduler"):
+            obj["spec"]["priorityClassName"] = HIGH
+            rest.create(f"/namespaces/{preempted}/", obj)
+        wait_for(lambda: len([n for n in live(plane.rest, preempted, "high-").values() if n]) == 2, 120,
+                 "the high gang bound")
+        wait_for(lambda: live(plane.rest, preempted, "rep-") == {} or None, 60,
+                 "the whole low job gone, not only the replica the gang needed")
+        plane.rest.request("DELETE", f"/api/v1/namespaces/{preempted}/pods", params={"gracePeriodSeconds": 0})
+        wait_for(lambda: not bound(plane.rest, preempted) or None, 60, "the preempt case's pods gone")
+
+        lost = case("lost")
+        low_job(rest, lost, "default-scheduler")
+        placed = wait_bound(rest, lost, 4, "the job bound")
+        pool.delete(placed["rep-0-0"])  # one member of one replica lost with its node
+        wait_for(lambda: not live(plane.rest, lost, "rep-1-") or None, 60, "the other replica evicted too")

@@ -22,6 +22,7 @@ _PLURALS = {
     (SCHEDULING_API, "Workload"): "workloads", (SCHEDULING_API, "PodGroup"): "podgroups",
     ("scheduling.k8s.io/v1alpha3", "CompositePodGroup"): "compositepodgroups",
     ("scheduling.phalanx.dev/v1beta1", "PodGroup"): "podgroups",
+    ("scheduling.phalanx.dev/v1beta1", "Workload"): "workloads",
     ("scheduling.phalanx.dev/v1alpha3", "CompositePodGroup"): "compositepodgroups",
     ("policy/v1", "PodDisruptionBudget"): "poddisruptionbudgets",
 }
