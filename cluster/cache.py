@@ -663,6 +663,16 @@ class ClusterCache:
             records = [(self.pods.get(uid), node) for uid, node in assignments.items()]
         return tuple(replace(r.pod, node=node) for r, node in records if r is not None and not r.pod.node)
 
+    def budgeted(self, uid: str) -> bool:
+        """Whether a PodDisruptionBudget of the pod's namespace selects pod ``uid`` (False for a pod
+        the cache does not hold)."""
+        with self._lock:
+            record = self.pods.get(uid)
+            if record is None:
+                return False
+            return any(pdb.namespace == record.pod.namespace and pdb.selector is not None
+                       and pdb.selector.matches(record.labels) for pdb in self.pdbs.values())
+
     def preemption_context(self) -> PreemptionContext:
         """Who may be evicted and at what cost: each bound pod's unit (its PodGroup's priority and
         disruption mode) and the PodDisruptionBudgets with the pods they protect."""

@@ -309,6 +309,10 @@ class GroupPreemption:
             return
         pod = record.pod
         message = f"preempted by {kind} {preemptor}"
+        # through the Eviction API only where a PodDisruptionBudget selects the victim: for any other
+        # pod its budget check is empty, and the status patch and DELETE kube-scheduler's preemption
+        # makes are one write fewer (the Eviction's own condition update, then the reason's patch)
+        respect_pdb = respect_pdb and self.cache.budgeted(uid)
         try:
             self.writer.evict(pod.namespace, pod.name, uid, message, respect_pdb)
         except WriteError as err:

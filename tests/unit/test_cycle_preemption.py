@@ -378,3 +378,21 @@ def test_the_api_server_writer_marks_a_pod_only_once_its_eviction_is_accepted(st
     kube.requests.clear()
     backend.evict("default", "p", "uid-p", "plan accepted a PDB violation", respect_pdb=False)
     assert kube.requests == [("PATCH", "status"), ("DELETE", "p")]
+
+
+def test_preemption_goes_through_the_eviction_api_only_for_victims_a_budget_selects(sim, cycle, writer):
+    # a PodDisruptionBudget that allows every disruption selects two of the four victims: they are
+    # evicted through the Eviction API (its budget check); the other two get kube-scheduler's status
+    # patch and DELETE, one write fewer
+    sim.create({"apiVersion": "policy/v1", "kind": "PodDisruptionBudget",
+                "metadata": {"name": "loose", "namespace": "default"},
+                "spec": {"selector": {"matchLabels": {"app": "guarded"}}}, "status": {"disruptionsAllowed": 10}})
+    for i in range(4):  # single pods, bound, one per node
+        sim.create(pod(f"low-{i}", gpu=4, node=f"n-{i // 2}-{i % 2}", priority=10,
+                       labels={"app": "guarded"} if i < 2 else {"app": "free"}))
+    sim.create(podgroup("high", 4, priority=1000))
+    high = [sim.create(pod(f"high-{i}", "high", gpu=4, priority=1000)) for i in range(4)]
+    assert "preempting 4 pods" in next(iter(verbs.filter(cycle, high[0], all_nodes(sim)).unresolvable.values()))
+    wait_until(lambda: len(writer.evictions) == 4)
+    assert sorted(writer.evictions) == [("low-0", True, 0), ("low-1", True, 0), ("low-2", False, 0),
+                                        ("low-3", False, 0)]
