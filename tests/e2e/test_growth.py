@@ -241,3 +241,37 @@ def test_a_gang_with_only_preferred_keys_grows_into_the_zone_its_members_hold(re
     print(f"  phalanx ({scheduler_mode}): members by zone "
           f"{ {pod: zone_of[node] for pod, node in grown.items()} }")
     assert len(theirs) == 4  # in-tree bound all four too, where its scoring put them
+
+
+def test_a_gang_scaled_4_to_8_gets_its_4_new_members_whole_or_none(rest, namespace, nodes, ours, scheduler_mode,
+                                                                    registered_controller):
+    """The increment is all-or-nothing: a gang of 4 two-GPU members runs in rack b (2 nodes of 6
+    GPUs: 4 free after it); scaled to 8, its 4 new members need 8 GPUs there. Two would fit, and
+    rack a's 4 free GPUs two more: none binds (the gang's rack is the one its members hold), and
+    MembersScheduled says what rack b lacks. A 4-GPU node joins rack b: all 4 bind there, in one
+    planning pass. (The side by side with in-tree is the test above: in-tree keeps a member whose
+    rack is full pending too; this one is the increment's atomicity.)"""
+    for rack, gpus in (("a", 2), ("b", 6)):
+        for i in range(2):
+            nodes.add(f"g8-{rack}{i}", gpu=gpus, rack=f"g8-{rack}")
+    create(rest, statefulset("grow", 4, requests=REQUESTS, scheduling=GANG_IN_A_RACK,
+                             scheduler_name=SCHEDULER[PHALANX]), namespace)
+    first = wait_members(rest, namespace, 4, 4, "phalanx: the gang of 4")
+    assert {n.rsplit("-", 1)[1][0] for n in first.values()} == {"b"}
+    [group_name] = phalanx_groups(rest, namespace)
+    scale(rest, namespace, 8)
+    wait_for(lambda: len(members(rest, namespace)) == 8 or None, 60, "the 4 new members created")
+    assert watch_pending(rest, namespace, "grow-4") == "", "a new member bound before the whole increment could"
+    now = members(rest, namespace)
+    assert [now[f"grow-{i}"] for i in range(4, 8)] == [""] * 4, now  # none of the four, after the settle time
+
+    def short() -> dict | None:
+        condition = podgroup_conditions(rest, namespace, group_name).get(names.CONDITION_MEMBERS_SCHEDULED)
+        return condition if condition and condition["status"] == "False" and "g8-b" in condition["message"] else None
+    condition = wait_for(short, 30, "MembersScheduled says what rack g8-b lacks")
+    assert "nvidia.com/gpu" in condition["message"], condition
+    nodes.add("g8-b2", gpu=4, rack="g8-b")
+    grown = wait_members(rest, namespace, 8, 8, "phalanx: the 4 new members once rack b has room")
+    assert {n.rsplit("-", 1)[1][0] for n in grown.values()} == {"b"}, grown
+    assert {n: grown[n] for n in first} == first  # the running members never moved
+    print(f"\n  phalanx ({scheduler_mode}): 4 -> 8, the increment waited whole, then bound in rack b")
