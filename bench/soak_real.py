@@ -81,11 +81,13 @@ def scrape(port: int) -> tuple[dict[str, int], dict[float, float], int]:
 class RealSoak:
     def __init__(self, duration: float, interval: float, seed: int = 0, rest_every: float = 90.0,
                  racks: int = 3, nodes_per_rack: int = 8, log: Callable[[str], None] = print,
-                 memory_trace: pathlib.Path | None = None) -> None:
+                 memory_trace: pathlib.Path | None = None, pause: tuple[float, float] = (0.5, 2.0)) -> None:
         """``memory_trace``: a directory for serve's memory trace (``phalanx serve --memory-trace``,
-        a diagnostic that slows serve), summarised into the result; None: no trace."""
+        a diagnostic that slows serve), summarised into the result; None: no trace. ``pause``: the
+        bounds of the random wait between two actions, seconds."""
         self.duration, self.interval, self.seed, self.rest_every, self.log = duration, interval, seed, rest_every, log
         self.memory_trace = memory_trace
+        self.pause = pause
         self.racks, self.nodes_per_rack = racks, nodes_per_rack
         self.samples: list[dict] = []
         self.rests: list[dict] = []
@@ -136,7 +138,7 @@ class RealSoak:
                 if time.monotonic() >= next_rest:
                     self.rest()
                     next_rest = time.monotonic() + self.rest_every
-                time.sleep(fr.rng.uniform(0.5, 2.0))
+                time.sleep(fr.rng.uniform(*self.pause))
             self.rest()
             self.halt.set()
             sampler.join(timeout=self.interval + 30)
