@@ -670,8 +670,7 @@ class ClusterCache:
             record = self.pods.get(uid)
             if record is None:
                 return False
-            return any(pdb.namespace == record.pod.namespace and pdb.selector is not None
-                       and pdb.selector.matches(record.labels) for pdb in self.pdbs.values())
+            return any(pdb.selects(record.pod.namespace, record.labels) for pdb in self.pdbs.values())
 
     def preemption_context(self) -> PreemptionContext:
         """Who may be evicted and at what cost: each bound pod's unit (its PodGroup's priority and

@@ -663,6 +663,10 @@ class PdbRecord:
     selector: LabelSelector | None  # None: protects nothing
     allowed: int  # status.disruptionsAllowed
 
+    def selects(self, namespace: str, labels: Mapping[str, str]) -> bool:
+        """Whether the budget protects a pod of ``namespace`` with ``labels``."""
+        return namespace == self.namespace and self.selector is not None and self.selector.matches(labels)
+
 
 def pdb_record(pdb: JSON) -> PdbRecord:
     """A PodDisruptionBudget's record; raises InvalidInput naming the field when it is malformed."""
@@ -679,8 +683,7 @@ def pdb_record(pdb: JSON) -> PdbRecord:
 def disruption_budget(pdb: PdbRecord, pods: list[tuple[str, str, Mapping[str, str]]]) -> DisruptionBudget:
     """A PodDisruptionBudget as the preemption planner sees it: the uids it protects (from
     ``pods`` as (uid, namespace, labels)) and how many disruptions it still allows."""
-    covered = frozenset(uid for uid, ns, labels in pods
-                        if ns == pdb.namespace and pdb.selector is not None and pdb.selector.matches(labels))
+    covered = frozenset(uid for uid, ns, labels in pods if pdb.selects(ns, labels))
     return DisruptionBudget(pdb.key, covered, pdb.allowed)
 
 

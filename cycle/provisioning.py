@@ -245,14 +245,11 @@ class Provisioning:
         short = max(tree.required - placed, 1)
         chosen = list(placement.left_out)[:short]
         pods: list[Pod] = []
-        counts: list[tuple[PodSpec, int]] = []  # by shape, in the order met (a PodSpec is not hashable)
+        counts: dict[tuple[object, ...], tuple[PodSpec, int]] = {}  # by shape, in the order met
 
         def add(spec: PodSpec, count: int) -> None:
-            for i, (known, had) in enumerate(counts):
-                if known == spec:
-                    counts[i] = (known, had + count)
-                    return
-            counts.append((spec, count))
+            first, had = counts.get(spec.shape_key, (spec, 0))
+            counts[spec.shape_key] = (first, had + count)
 
         child_key, value = "", ""
         for left in chosen:
@@ -272,7 +269,7 @@ class Provisioning:
                 for pod in mine:
                     add(pod.spec, 1)
             pods += mine
-        sets = tuple(PodSet(spec, count) for spec, count in counts if count)
+        sets = tuple(PodSet(spec, count) for spec, count in counts.values() if count)
         return tuple(pods), sets, child_key, value
 
     def _inside(self, outer_key: str, outer: str, key: str, value: str) -> bool:

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Callable, Iterable, Mapping
+from typing import Callable, Iterable, Mapping, Sequence
 
 import numpy as np
 
@@ -41,7 +41,7 @@ from .composite import (
 from .errors import InvalidInput
 from .model import HOSTNAME_KEY, PODS, Node, PodGroup, PreemptionPolicy, TaintEffect
 from .placement import SolveOptions, place
-from .preemption import PREEMPTION_OPTIONS, PreemptionContext, plan_preemption, victim_units
+from .preemption import PREEMPTION_OPTIONS, PreemptionContext, VictimUnit, plan_preemption, victim_units
 from .problem import DomainBound, Problem
 from .snapshot import Snapshot
 
@@ -408,21 +408,27 @@ def _preemption(snapshot: Snapshot, group: PodGroup, context: PreemptionContext)
     plan = plan_preemption(snapshot, raised, context, PREEMPTION_OPTIONS)
     if not plan.helps or not plan.victims:
         return None
-    need = max(group.priority, max(u.priority for u in plan.units) + 1)
-    in_way = [u for u in plan.units if u.priority >= group.priority]
-    named = ", ".join(f"{u.describe()} (priority {u.priority})" for u in plan.units[:MAX_NAMED])
-    more = f" and {len(plan.units) - MAX_NAMED} more" if len(plan.units) > MAX_NAMED else ""
     where = f" in {plan.domain}" if plan.domain else ""
-    proven = plan.optimal and plan.pdb_violations == 0
+    return _preemption_change(plan.units, plan.victims, group.priority, never, "it", where,
+                              plan.domain or "cluster", plan.optimal and plan.pdb_violations == 0)
+
+
+def _preemption_change(units: Sequence[VictimUnit], victims: tuple[str, ...], priority: int, never: bool,
+                       subject: str, where: str, label: str, proven: bool) -> Change:
+    """The preemption kind's change for ``subject`` (of ``priority``) whose plan evicts ``units``:
+    the least priority that preempts them, and who is in the way."""
+    need = max(priority, max(u.priority for u in units) + 1)
+    in_way = [u for u in units if u.priority >= priority]
+    named = ", ".join(f"{u.describe()} (priority {u.priority})" for u in units[:MAX_NAMED])
+    more = f" and {len(units) - MAX_NAMED} more" if len(units) > MAX_NAMED else ""
     policy = "preemptionPolicy Never: with PreemptLowerPriority" if never else ""
-    if need <= group.priority:
-        text = f"{policy} it would evict {len(plan.victims)} pods{where}"
+    if need <= priority:
+        text = f"{policy} {subject} would evict {len(victims)} pods{where}"
     else:
-        text = (f"{policy + ' and' if never else 'with'} priority {need} or more (now {group.priority}) it would "
-                f"evict {len(plan.victims)} pods{where} ({'the least priority' if proven else 'a bound'}); "
-                f"{len(in_way)} units of priority {group.priority} or more are in the way")
-    return Change("preemption", plan.domain or "cluster", f"{text}: {named}{more}", proven,
-                  priority=need, victims=plan.victims)
+        text = (f"{policy + ' and' if never else 'with'} priority {need} or more (now {priority}) {subject} would "
+                f"evict {len(victims)} pods{where} ({'the least priority' if proven else 'a bound'}); "
+                f"{len(in_way)} units of priority {priority} or more are in the way")
+    return Change("preemption", label, f"{text}: {named}{more}", proven, priority=need, victims=victims)
 
 
 # -- a CompositePodGroup as one unit -------------------------------------------------------------
@@ -575,16 +581,6 @@ def _tree_preemption(snapshot: Snapshot, composite: Composite, context: Preempti
                                      PREEMPTION_OPTIONS, reprieve=False)
     if plan is None or not plan.victims:
         return None
-    need = max(priority, max(u.priority for u in plan.units) + 1)
-    named = ", ".join(f"{u.describe()} (priority {u.priority})" for u in plan.units[:MAX_NAMED])
-    more = f" and {len(plan.units) - MAX_NAMED} more" if len(plan.units) > MAX_NAMED else ""
     label = _tree_label(composite, plan.placement.domain)
-    in_way = [u for u in plan.units if u.priority >= priority]
-    policy = "preemptionPolicy Never: with PreemptLowerPriority" if never else ""
-    if need <= priority:
-        text = f"{policy} compositepodgroup {composite.key} would evict {len(plan.victims)} pods in {label}"
-    else:
-        text = (f"{policy + ' and' if never else 'with'} priority {need} or more (now {priority}) "
-                f"compositepodgroup {composite.key} would evict {len(plan.victims)} pods in {label} (a bound); "
-                f"{len(in_way)} units of priority {priority} or more are in the way")
-    return Change("preemption", label, f"{text}: {named}{more}", False, priority=need, victims=plan.victims)
+    return _preemption_change(plan.units, plan.victims, priority, never, f"compositepodgroup {composite.key}",
+                              f" in {label}", label, False)
