@@ -56,6 +56,7 @@ e2e: install
 	$(TIMED) build-tools bash hack/build-tools.sh
 	$(TIMED) build-lws bash hack/build-lws.sh
 	$(TIMED) build-kueue bash hack/build-kueue.sh
+	$(TIMED) build-karpenter bash hack/build-karpenter.sh
 	$(TIMED) build-toxiproxy bash hack/build-toxiproxy.sh
 	$(TIMED) build-kwok bash hack/build-kwok.sh
 	bash hack/fetch-provisioning-crd.sh >/dev/null

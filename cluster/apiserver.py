@@ -24,6 +24,7 @@ from typing import Any, Mapping
 from . import names
 from .backend import Expected, WriteError
 from .cache import ClusterCache
+from .karpenter import NodeClaimAsk, NodePoolRecord, nodeclaim_json
 from .kube import JSON_PATCH, MERGE_PATCH, Kube, KubeError, api_path
 from .provisioning import ProvisioningAsk, pod_template_json, provisioning_request_json
 
@@ -36,8 +37,10 @@ FLAVOR_RESOURCES = frozenset({"workloads", "podgroups"})
 
 
 #: kinds whose API may not be served (yet): a 404 counts as synced, with nothing to cache
-#: (ProvisioningRequests are served only where cluster-autoscaler's CRD is installed)
-OPTIONAL_KINDS = frozenset({"PodGroup", "Workload", "ProvisioningRequest", "CompositePodGroup"})
+#: (ProvisioningRequests are served only where cluster-autoscaler's CRD is installed, NodeClaims and
+#: NodePools where Karpenter's are)
+OPTIONAL_KINDS = frozenset({"PodGroup", "Workload", "ProvisioningRequest", "CompositePodGroup", "NodeClaim",
+                            "NodePool"})
 
 
 class FlavorUnavailable(RuntimeError):
@@ -104,7 +107,7 @@ def watch_backoff(backoff: float, delivered: bool) -> float:
 
 class ApiServerBackend:
     def __init__(self, kube: Kube, cache: ClusterCache, stale_after: float = 60.0,
-                 identity: str = "phalanx") -> None:
+                 identity: str = "phalanx", karpenter: bool = False) -> None:
         self.kube = kube
         self.cache = cache
         self.stale_after = stale_after
@@ -129,6 +132,9 @@ class ApiServerBackend:
         # is the third CRD of scheduler-config/crds (optional: absent, said once)
         self.resources["CompositePodGroup"] = (f"{FLAVOR_GROUPS[self.flavor]}/{names.COMPOSITE_VERSION}",
                                                "compositepodgroups")
+        if karpenter:  # serve --provisioner karpenter: a gang's NodeClaims, the NodePool they copy
+            self.resources["NodeClaim"] = (names.KARPENTER_API_VERSION, "nodeclaims")
+            self.resources["NodePool"] = (names.KARPENTER_API_VERSION, "nodepools")
         self.synced: dict[str, bool] = {k: False for k in self.resources}
         self.fresh_at: dict[str, float] = {k: 0.0 for k in self.resources}
         self.relists = 0
@@ -312,6 +318,27 @@ class ApiServerBackend:
         for path in paths:
             try:
                 self._write("DELETE", path, None)
+            except WriteError as err:
+                if err.status != 404:
+                    raise
+
+    def create_nodeclaim(self, ask: NodeClaimAsk, pool: NodePoolRecord) -> None:
+        self._create_once(api_path(names.KARPENTER_API_VERSION, "nodeclaims"), nodeclaim_json(ask, pool))
+
+    def delete_nodeclaim(self, name: str) -> None:
+        try:
+            self._write("DELETE", api_path(names.KARPENTER_API_VERSION, "nodeclaims", name=name), None)
+        except WriteError as err:
+            if err.status != 404:
+                raise
+
+    def release_nodeclaim(self, name: str, node: str) -> None:
+        body = {"metadata": {"annotations": {names.ANNOTATION_KARPENTER_DO_NOT_DISRUPT: None}}}
+        paths = [api_path(names.KARPENTER_API_VERSION, "nodeclaims", name=name)]
+        paths += [api_path("v1", "nodes", name=node)] if node else []
+        for path in paths:
+            try:
+                self._write("PATCH", path, body, MERGE_PATCH)
             except WriteError as err:
                 if err.status != 404:
                     raise

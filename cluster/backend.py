@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Mapping, Protocol
 
+from .karpenter import NodeClaimAsk, NodePoolRecord
 from .provisioning import ProvisioningAsk
 
 
@@ -64,3 +65,12 @@ class ClusterWriter(Protocol):
 
     def delete_provisioning_request(self, namespace: str, name: str, templates: tuple[str, ...]) -> None:
         """Delete the ProvisioningRequest and its PodTemplates; ones already gone are no error."""
+
+    def create_nodeclaim(self, ask: NodeClaimAsk, pool: NodePoolRecord) -> None:
+        """Create the NodeClaim of ``ask`` from ``pool``'s template; one that exists already is kept."""
+
+    def delete_nodeclaim(self, name: str) -> None:
+        """Delete a NodeClaim (Karpenter drains and removes its node); one already gone is no error."""
+
+    def release_nodeclaim(self, name: str, node: str) -> None:
+        """Remove ``karpenter.sh/do-not-disrupt`` from the NodeClaim and from its node (when named)."""

@@ -70,6 +70,7 @@ from .convert import (
     storage_class_from_json,
     volume_from_json,
 )
+from .karpenter import NodeClaimRecord, NodePoolRecord, nodeclaim_record, nodepool_record
 from .provisioning import ProvisioningRecord, provisioning_record
 from .volumes import resolve_claims, volume_inventory
 
@@ -84,7 +85,7 @@ STORAGE_KINDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "Namespace": namespace_labels,
 }
 KINDS = ("Node", "Pod", "PodGroup", "Workload", "PriorityClass", "PodDisruptionBudget", "ProvisioningRequest",
-         "CompositePodGroup", *STORAGE_KINDS)
+         "CompositePodGroup", "NodeClaim", "NodePool", *STORAGE_KINDS)
 TERMINAL_PHASES = ("Succeeded", "Failed")
 
 
@@ -237,6 +238,8 @@ class ClusterCache:
         self.priority_classes: dict[str, int] = {}
         self.pdbs: dict[str, PdbRecord] = {}
         self.provisioning_requests: dict[str, ProvisioningRecord] = {}  # by namespace/name
+        self.nodeclaims: dict[str, NodeClaimRecord] = {}  # Karpenter's, by name (watched with --provisioner karpenter)
+        self.nodepools: dict[str, NodePoolRecord] = {}  # by name
         self.claims: dict[str, ClaimInfo] = {}  # by namespace/name
         self.persistent_volumes: dict[str, VolumeInfo] = {}  # by name
         self.storage_classes: dict[str, ClassInfo] = {}  # by name
@@ -313,6 +316,7 @@ class ClusterCache:
             "Node": self.nodes, "PodGroup": self.podgroups, "Workload": self.workloads,
             "PriorityClass": self.priority_classes, "PodDisruptionBudget": self.pdbs,
             "ProvisioningRequest": self.provisioning_requests, "CompositePodGroup": self.composites,
+            "NodeClaim": self.nodeclaims, "NodePool": self.nodepools,
             "PersistentVolumeClaim": self.claims, "PersistentVolume": self.persistent_volumes,
             "StorageClass": self.storage_classes, "CSINode": self.csinodes, "Namespace": self.namespaces}
         return stores[kind]
@@ -756,6 +760,8 @@ RECORDS: Mapping[str, Callable[[Mapping[str, Any]], Any]] = {
     "PodDisruptionBudget": pdb_record,
     "ProvisioningRequest": provisioning_record,
     "CompositePodGroup": composite_record,
+    "NodeClaim": nodeclaim_record,
+    "NodePool": nodepool_record,
 }
 
 

@@ -143,6 +143,32 @@ EVENT_PROVISIONING_CHANGED = "ProvisioningChanged"  # PodGroup: its request's co
 EVENT_PROVISIONING_DELETED = "ProvisioningDeleted"  # PodGroup: bound (or gone), its request deleted
 EVENT_PROVISIONING_ERROR = "ProvisioningError"  # PodGroup: the request could not be created
 
+# -- gang-aware scale-up with Karpenter ------------------------------------------------------------
+# (sigs.k8s.io/karpenter v1.15.0, pkg/apis/v1: nodeclaim.go, nodepool.go, labels.go)
+KARPENTER_API_VERSION = "karpenter.sh/v1"
+#: serve's --provisioner: who is asked for a gang's missing nodes
+PROVISIONER_CLUSTER_AUTOSCALER = "cluster-autoscaler"  # a ProvisioningRequest
+PROVISIONER_KARPENTER = "karpenter"  # NodeClaims of a NodePool
+LABEL_KARPENTER_NODEPOOL = "karpenter.sh/nodepool"  # NodeClaim, Node: the NodePool it belongs to
+#: NodeClaim, Node (Karpenter copies a NodeClaim's annotations to its Node at registration; a
+#: registered node's own annotation is the one its disruption reads): "true" blocks consolidation,
+#: drift and expiry's voluntary disruption
+ANNOTATION_KARPENTER_DO_NOT_DISRUPT = "karpenter.sh/do-not-disrupt"
+LABEL_INSTANCE_TYPE = "node.kubernetes.io/instance-type"
+#: NodeClaim conditions, as Karpenter sets them
+NODECLAIM_LAUNCHED = "Launched"
+NODECLAIM_REGISTERED = "Registered"
+NODECLAIM_INITIALIZED = "Initialized"
+#: NodeClaims phalanx made for a gang: its PodGroup's uid and the members it held when it asked
+#: (labels), its namespace/name (an annotation: the value has a "/")
+LABEL_NODECLAIM_PODGROUP_UID = "scheduling.phalanx.dev/podgroup-uid"
+LABEL_NODECLAIM_HELD = "scheduling.phalanx.dev/held"
+ANNOTATION_NODECLAIM_PODGROUP = "scheduling.phalanx.dev/podgroup"
+EVENT_NODECLAIMS_CREATED = "NodeClaimsCreated"  # PodGroup: NodeClaims created for its shortfall
+EVENT_NODECLAIMS_CHANGED = "NodeClaimsChanged"  # PodGroup: its NodeClaims' nodes registered
+EVENT_NODECLAIMS_FAILED = "NodeClaimsFailed"  # PodGroup: its NodeClaims did not all come; all deleted
+EVENT_NODECLAIMS_RELEASED = "NodeClaimsReleased"  # PodGroup: its nodes left to the NodePool's disruption
+
 # -- metrics ----------------------------------------------------------------------------------------
 METRIC_PODGROUP_ATTEMPTS = "scheduler_podgroup_schedule_attempts_total"
 METRIC_PODGROUP_ATTEMPT_DURATION = "scheduler_podgroup_scheduling_attempt_duration_seconds"

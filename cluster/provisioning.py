@@ -148,7 +148,7 @@ class ProvisioningAsk:
         return sum(s.count for s in self.pod_sets)
 
 
-def _quantity(resource: str, amount: int) -> str:
+def quantity(resource: str, amount: int) -> str:
     """An amount in phalanx's base units (milli for CPU) as a Kubernetes quantity."""
     return f"{amount}m" if resource == "cpu" else str(amount)
 
@@ -168,7 +168,7 @@ def pod_template_json(ask: ProvisioningAsk, index: int, podgroup_api_version: st
     """The PodTemplate of pod set ``index``: the shape's requests, node selector and tolerations,
     and the domain's topology label as one more node selector term."""
     spec = ask.pod_sets[index].spec
-    requests = {r: _quantity(r, v) for r, v in sorted(spec.requests.items()) if v}
+    requests = {r: quantity(r, v) for r, v in sorted(spec.requests.items()) if v}
     limits = {r: q for r, q in requests.items() if r not in REQUEST_ONLY}
     selector = dict(spec.node_selector)
     selector.update(ask.outer)

@@ -23,11 +23,13 @@ from . import kinds, names
 from .backend import Expected, WriteError
 from .cache import KINDS as CACHED_KINDS
 from .cache import ClusterCache
+from .karpenter import NodeClaimAsk, NodePoolRecord, nodeclaim_json
 from .provisioning import ProvisioningAsk, pod_template_json, provisioning_request_json
 
 SIM_DURATION = "sim.phalanx.dev/duration-seconds"
 KINDS = (*CACHED_KINDS, "StatefulSet", "PodTemplate")
-CLUSTER_SCOPED = ("Node", "PriorityClass", "PersistentVolume", "StorageClass", "CSINode", "Namespace")
+CLUSTER_SCOPED = ("Node", "PriorityClass", "PersistentVolume", "StorageClass", "CSINode", "Namespace", "NodeClaim",
+                  "NodePool")
 
 #: A stored object: raw JSON the simulation owns and mutates in place.
 Object = dict[str, Any]
@@ -267,6 +269,28 @@ class SimCluster:
         for kind, obj in [("ProvisioningRequest", name), *(("PodTemplate", t) for t in templates)]:
             try:
                 self.delete(kind, f"{namespace}/{obj}")
+            except WriteError as err:
+                if err.status != 404:
+                    raise
+
+    def create_nodeclaim(self, ask: NodeClaimAsk, pool: NodePoolRecord) -> None:
+        try:
+            self.create(nodeclaim_json(ask, pool))
+        except WriteError as err:
+            if err.status != 409:
+                raise
+
+    def delete_nodeclaim(self, name: str) -> None:
+        try:
+            self.delete("NodeClaim", name)
+        except WriteError as err:
+            if err.status != 404:
+                raise
+
+    def release_nodeclaim(self, name: str, node: str) -> None:
+        for kind, key in [("NodeClaim", name), *([("Node", node)] if node else [])]:
+            try:
+                self.update(kind, key, lambda obj: _annotate(obj, {names.ANNOTATION_KARPENTER_DO_NOT_DISRUPT: None}))
             except WriteError as err:
                 if err.status != 404:
                     raise

@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping
 
 from cluster import names
 from cluster.backend import ClusterWriter, Expected, WriteError
+from cluster.karpenter import NodeClaimAsk, NodePoolRecord
 from cluster.leadership import Leadership
 from cluster.provisioning import ProvisioningAsk
 
@@ -72,6 +73,15 @@ class LeaderWriter:
 
     def delete_provisioning_request(self, namespace: str, name: str, templates: tuple[str, ...]) -> None:
         self._do("provisioning_request", lambda: self.writer.delete_provisioning_request(namespace, name, templates))
+
+    def create_nodeclaim(self, ask: NodeClaimAsk, pool: NodePoolRecord) -> None:
+        self._do("nodeclaim", lambda: self.writer.create_nodeclaim(ask, pool))
+
+    def delete_nodeclaim(self, name: str) -> None:
+        self._do("nodeclaim", lambda: self.writer.delete_nodeclaim(name))
+
+    def release_nodeclaim(self, name: str, node: str) -> None:
+        self._do("nodeclaim", lambda: self.writer.release_nodeclaim(name, node))
 
 
 def standby(err: WriteError) -> bool:

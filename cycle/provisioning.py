@@ -29,7 +29,7 @@ nodes the request brings are room like any other: the cache's capacity change re
 from __future__ import annotations
 
 import threading
-from typing import Mapping, NamedTuple
+from typing import Mapping, NamedTuple, Protocol
 
 from cluster import names
 from cluster.backend import ClusterWriter, WriteError
@@ -119,9 +119,22 @@ def capacity_shortfall(explanation: Explanation | None) -> DomainShortfall | str
     return "no domain lacks capacity only"
 
 
+class NodeProvisioner(Protocol):
+    """Another way to the nodes a gang lacks, in place of a ProvisioningRequest (karpenter.py)."""
+
+    def consider(self, group: PodGroup, record: PodGroupRecord, explanation: Explanation | None,
+                 reason: str, held: int) -> Asked: ...
+
+    def sync(self) -> None: ...
+
+    def prune(self, live: Mapping[str, object]) -> None: ...
+
+
 class Provisioning:
     def __init__(self, cache: ClusterCache, writer: ClusterWriter, status: StatusWriter,
-                 explanations: dict[str, str], inbox: Inbox, default: str = names.PROVISIONING_NONE) -> None:
+                 explanations: dict[str, str], inbox: Inbox, default: str = names.PROVISIONING_NONE,
+                 karpenter: NodeProvisioner | None = None) -> None:
+        self.karpenter = karpenter  # --provisioner karpenter: NodeClaims instead of a ProvisioningRequest
         self.cache = cache
         self.writer = writer
         self.status = status
@@ -161,6 +174,8 @@ class Provisioning:
         if record is None or not record.uid or group.policy is not Policy.GANG or not self.wanted(record):
             return Asked()
         held = len(group.bound) + group.finished  # a gang that grows asks for its increment anew
+        if self.karpenter is not None:
+            return self.karpenter.consider(group, record, explanation, reason, held)
         key = f"{group.namespace}/{request_name(record.uid, held)}"
         existing = self.cache.provisioning_requests.get(key)
         with self._lock:
@@ -198,6 +213,8 @@ class Provisioning:
         record = records[0]
         if tree.policy is not Policy.GANG or record is None or not record.uid or not self._tree_wanted(records):
             return Asked()
+        if self.karpenter is not None:
+            return Asked("no NodeClaims for a compositepodgroup: only a ProvisioningRequest asks for a whole tree")
         held = sum(len(leaf.bound) + leaf.finished for leaf in leaves)
         key = f"{anchor.namespace}/{request_name(record.uid, held)}"
         existing = self.cache.provisioning_requests.get(key)
@@ -318,6 +335,8 @@ class Provisioning:
     # -- the requeue thread (lock held) ----------------------------------------------------------
     def sync(self) -> None:
         """Bring the groups up to date with their requests (see the module's docstring)."""
+        if self.karpenter is not None:
+            self.karpenter.sync()
         if not self.dirty:
             return
         self.dirty = False
@@ -396,6 +415,8 @@ class Provisioning:
 
     def prune(self, live: Mapping[str, object]) -> None:
         """Forget the groups not in ``live`` (deleted): a gang is asked for once per PodGroup uid."""
+        if self.karpenter is not None:
+            self.karpenter.prune(live)
         with self._lock:
             for table in (self.asked, self.said, self.reasons, self.trees):
                 for key in [k for k in table if k not in live]:

@@ -59,6 +59,7 @@ from .dispatch import Dispatcher
 from .heap import Heap
 from .holds import QueuePolicies
 from .inbox import Inbox
+from .karpenter import KarpenterOptions, NodeClaims
 from .leading import LeaderWriter
 from .lock import CycleLock
 from .metrics import CycleMetrics
@@ -147,6 +148,7 @@ class WorkloadCycle:
         plan_ahead: frozenset[str] = frozenset(),
         namespace_limits: NamespaceLimits = NamespaceLimits(),
         provisioning: str = names.PROVISIONING_NONE,
+        karpenter: KarpenterOptions | None = None,
         solves: Solves | None = None,
         leadership: Leadership | None = None,
     ) -> None:
@@ -186,7 +188,11 @@ class WorkloadCycle:
                                           victim_contexts=self.queue_policies.victim_contexts, solves=solves,
                                           acting=self.leadership.acting)
         # gangs short of capacity ask cluster-autoscaler for nodes (by default, or by annotation)
-        self.provisioning = Provisioning(cache, writer, self.status, self.explanations, self.inbox, provisioning)
+        # (with karpenter: NodeClaims of a NodePool instead of a ProvisioningRequest)
+        node_claims = None if karpenter is None else NodeClaims(
+            cache, writer, self.status, self.explanations, self.inbox, karpenter.nodepool, karpenter.timeout, clock)
+        self.provisioning = Provisioning(cache, writer, self.status, self.explanations, self.inbox, provisioning,
+                                         node_claims)
         # what the cycle's jobs share, handed as one (cycle/context.py)
         self.context = CycleContext(self.lock, self.book, cache, self.status, self.metrics, clock, self.inbox,
                                     self.queue, self.verdicts, self.parked, self.recorded, self.tenants,

@@ -40,6 +40,7 @@ from cluster.leadership import LeaseFollower, parse_lease_ref
 from cluster.sim import SimCluster
 from cluster.whatif import Compile
 from cycle import InProcess, NamespaceLimits, WorkloadCycle, barrier_capacity
+from cycle.karpenter import KarpenterOptions
 from cycle.queue import QueuePolicy
 from extender.dashboard.history import GROUP_CAPACITY
 from extender.http import create_app, health_app
@@ -70,6 +71,8 @@ class ServeOptions:
     insecure_loopback_no_auth: bool = False  # loopback listeners serve the dashboard, metrics, explain without a token
     namespace_limits: NamespaceLimits = NamespaceLimits()  # per-namespace limits on phalanx's work (tenants)
     provisioning: str = names.PROVISIONING_NONE  # "atomic": gangs short of capacity get a ProvisioningRequest
+    # who is asked: cluster-autoscaler (a ProvisioningRequest) or Karpenter (NodeClaims of this NodePool)
+    karpenter: KarpenterOptions | None = None
     # how a what-if manifest becomes PodGroups: the controller's compiler, handed in by the command
     # (serve's entry points never import the controller); None: what-if is not served
     compile_manifest: Compile | None = None
@@ -210,6 +213,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
                               barrier_capacity=barrier_capacity(options.http_threads),
                               queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
                               namespace_limits=options.namespace_limits, provisioning=options.provisioning,
+                              karpenter=options.karpenter,
                               solves=None if options.solver_workers else InProcess())
         def ready() -> tuple[bool, str]:
             return (True, "ok (simulated cluster)")
@@ -220,7 +224,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
         kube = Kube(None if kubeconfig == "in-cluster" else kubeconfig)
         if not options.insecure_loopback_no_auth:
             gate = AccessReviewer(kube).answer
-        backend = ApiServerBackend(kube, cache)
+        backend = ApiServerBackend(kube, cache, karpenter=options.karpenter is not None)
         backend.start()
         if not backend.wait_synced(120):
             log.warning("caches not synced after 120 s; serving anyway, /readyz says why")
@@ -231,6 +235,7 @@ def build(options: ServeOptions, kubeconfig: str | None = None, sim: SimCluster 
                               barrier_capacity=barrier_capacity(options.http_threads),
                               queue_policy=options.queue_policy, plan_ahead=frozenset(options.plan_ahead),
                               namespace_limits=options.namespace_limits, provisioning=options.provisioning,
+                              karpenter=options.karpenter,
                               solves=None if options.solver_workers else InProcess(), leadership=follower)
         ready, stop_backend = backend.ready, backend.stop
         if follower is not None:

@@ -88,6 +88,7 @@ def _log_to_stderr(level: int) -> None:
 
 def _serve(args: argparse.Namespace) -> int:
     from controller.whatif import compile_objects
+    from cycle.karpenter import KarpenterOptions
     from extender.server import ServeOptions, serve
 
     if bool(args.kubeconfig) == bool(args.sim):
@@ -110,6 +111,10 @@ def _serve(args: argparse.Namespace) -> int:
     options.grpc_tls_cert, options.grpc_tls_key = args.grpc_tls_cert, args.grpc_tls_key
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     options.compile_manifest = compile_objects  # what-if compiles with the controller's own code
+    if args.provisioner == names.PROVISIONER_KARPENTER:
+        if args.provisioning_timeout <= 0:
+            raise SystemExit("phalanx serve: --provisioning-timeout must be > 0")
+        options.karpenter = KarpenterOptions(args.karpenter_nodepool, args.provisioning_timeout)
     from cluster.apiserver import FlavorUnavailable
 
     try:
@@ -350,6 +355,18 @@ def build_parser() -> argparse.ArgumentParser:
                             "(best-effort-atomic-scale-up) for the missing pods in its nearest domain, unless its "
                             "PodGroup says scheduling.phalanx.dev/provisioning: none (default: none, only PodGroups "
                             "annotated atomic)")
+    serve.add_argument("--provisioner", choices=[names.PROVISIONER_CLUSTER_AUTOSCALER, names.PROVISIONER_KARPENTER],
+                       default=names.PROVISIONER_CLUSTER_AUTOSCALER,
+                       help="who gets a gang's ask for the nodes it lacks: 'cluster-autoscaler' (a "
+                            "ProvisioningRequest) or 'karpenter' (NodeClaims of a NodePool, made by phalanx in the "
+                            "gang's domain and kept from consolidation while the gang needs them; docs/autoscaling.md) "
+                            "(default: cluster-autoscaler)")
+    serve.add_argument("--karpenter-nodepool", default="default", metavar="NAME",
+                       help="with --provisioner karpenter: the NodePool whose template a gang's NodeClaims copy, "
+                            "unless the node phalanx takes as their model belongs to another (default: default)")
+    serve.add_argument("--provisioning-timeout", type=float, default=600.0, metavar="SECONDS",
+                       help="with --provisioner karpenter: how long a gang's nodes may take to register before all "
+                            "its NodeClaims are deleted and it stops asking (default: 600)")
     serve.add_argument("--grpc-addr", default=f"127.0.0.1:{GRPC_PORT}",
                        help="WorkloadCycle gRPC address (default 127.0.0.1:50051; '' or 'off' to disable)")
     serve.add_argument("--leader-lease", default="", metavar="NAMESPACE/NAME",

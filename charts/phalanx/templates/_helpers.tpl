@@ -79,6 +79,11 @@ serve runs as its own Deployment (tls.enabled), which has no kube-scheduler besi
   - --solver={{ .Values.serve.solver }}
   - --solver-workers={{ if .Values.serve.solverWorkers }}on{{ else }}off{{ end }}
   - --provisioning={{ .Values.serve.provisioning }}
+  {{- if eq .Values.serve.provisioner "karpenter" }}
+  - --provisioner=karpenter
+  - --karpenter-nodepool={{ .Values.serve.karpenterNodePool }}
+  - --provisioning-timeout={{ .Values.serve.provisioningTimeout }}
+  {{- end }}
   {{- if .Values.serve.planAhead }}
   - --plan-ahead-for={{ if eq .Values.mode "main" }}default-scheduler{{ else }}{{ .Values.scheduler.name }}{{ end }}
   {{- end }}
