@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import contextlib
 import time
-from typing import AbstractSet, Iterator, Mapping
+from typing import AbstractSet, Iterable, Iterator, Mapping
 
 from cluster import names
 from cluster.cache import PodRecord
@@ -77,6 +77,9 @@ class Planner:
         self.tenants = ctx.tenants  # per-namespace limits on this work (tenants.py)
         self.smallest = smallest  # what would make a group that does not fit fit (smallest.py)
         self.provisioning = provisioning  # a gang short of capacity asks for nodes (provisioning.py)
+        # gangs whose placement record stood when this serve began acting (a start, a takeover): the
+        # term before wrote it, and may still bind by it (see resume)
+        self.inherited: set[str] = set()
 
     # -- what a cycle sees -------------------------------------------------------------------
     def reservations(self, exclude_group: str | AbstractSet[str] = "", refresh: bool = True) -> Usage:
@@ -157,14 +160,26 @@ class Planner:
                 f"of the cluster together may run ({slots:,}); it can never be placed")
 
     # -- from the placement record -----------------------------------------------------------
+    def inherit(self, keys: Iterable[str]) -> None:
+        """This serve begins acting (lock held): the gangs of ``keys`` whose placement record stands
+        now are resumed from it even with no member bound yet (:meth:`resume`)."""
+        self.inherited = {k for k in keys if (r := self.cache.podgroups.get(k)) is not None and r.placement}
+
+    # the rule's one home (docs/design.md: phalanx/inherited-record)
     def resume(self, group: PodGroup, candidates: frozenset[str] | list[str]) -> Placement | None:
-        """Finish a partly bound gang from its placement record (see the module's docstring)."""
+        """Finish a partly bound gang from its placement record (see the module's docstring) — or
+        a gang none of whose members is bound yet, when its record was inherited from the term
+        before this serve's: a former leader that froze with a binding under way sends it when it
+        resumes, to the node the record names, so the new term plans the gang where the record
+        says (when that still fits) and the late binding agrees with it instead of splitting it."""
         record = self.cache.podgroups.get(group.key)
         try:
             recorded = placement_record(record.placement) if record else None
         except InvalidInput:
             recorded = PlacementRecord()  # malformed: abandoned below, like a record that no longer fits
-        if recorded is None or not group.bound or not group.pending:
+        inherited = group.key in self.inherited
+        self.inherited.discard(group.key)  # looked at once: a later plan of this term is its own
+        if recorded is None or not group.pending or not (group.bound or inherited):
             return None
         assignments = {p.uid: recorded.pods[p.name] for p in group.pending if p.name in recorded.pods}
         if not assignments:  # it names none of them (a Job's replacement has a name of its own)
@@ -323,6 +338,10 @@ class Planner:
             return False  # a composite's child is planned with its tree, when a member asks
         if group.key in self.solving or self.namespace_limit(group.key) or self.namespace_cycle(group.key):
             return False
+        if group.key in self.inherited:  # a record the term before wrote: resumed from it if it fits
+            resumed = self.resume(group, list(self.cache.nodes))
+            if resumed is not None:
+                return bool(resumed.assignments)
         with self._solving(group.key, ahead=True):
             solved = self._solve(group, "")
             if solved is None:
@@ -342,6 +361,10 @@ class Planner:
         joint solve cannot take as it is (a composite's child, kube-scheduler's verdicts for its
         pods, a domain it keeps, the queue policies' restrictions) is planned alone. How many groups
         now hold a plan."""
+        first = [g for g in groups if g.key in self.inherited]  # resumed from their records, alone
+        if first:
+            return sum(self.plan_ahead(g) for g in first) + self.plan_ahead_together(
+                [g for g in groups if g.key not in self.inherited])
         joinable = [g for g in groups if not self.cache.composite_root(g.key) and g.key not in self.solving]
         if len(joinable) >= 2:  # a check that fails says so on the group (once); one that passes changes nothing
             joinable = [g for g in joinable if not self.namespace_limit(g.key) and not self.namespace_cycle(g.key)]

@@ -217,6 +217,9 @@ class WorkloadCycle:
     def start(self) -> "WorkloadCycle":
         """Start the cycle's threads (requeue, broken-unit evictions): ``phalanx serve`` does once
         its caches are listed."""
+        if self.leadership.acting():
+            with self.lock:
+                self.planner.inherit(self.cache.podgroups)  # the records a former serve left
         self.requeue.start()
         self.preemption.start()
         self.ahead.start()
@@ -244,6 +247,8 @@ class WorkloadCycle:
                         self.planner.release(plan.group, replans.LEADERSHIP, "this phalanx serve stopped acting")
             self.ahead.pause()
             return
+        with self.lock:
+            self.planner.inherit(self.cache.podgroups)  # the records the term before left
         self.ahead.resume(self.cache.podgroups)
         self.preemption.resume()
         self.inbox.wake()

@@ -4,6 +4,7 @@ writes nothing — every write is refused at the one gate (cycle/leading.py) and
 serve that starts acting starts a clean term: plans of the other term dropped, groups planned
 ahead, units that broke meanwhile evicted."""
 
+import json
 import time
 
 import pytest
@@ -11,11 +12,12 @@ import pytest
 from cluster import names
 from cluster.backend import WriteError
 from cluster.leadership import AlwaysActing, LeaseFollower, LeaseView, holds, parse_lease_ref
+from cluster.sim import SimCluster
 from cycle import WorkloadCycle
 from cycle.plans import PlanState
 from extender import verbs
 
-from .k8s_objects import pod, podgroup
+from .k8s_objects import node, pod, podgroup
 from .test_cycle_service import bind_all
 
 
@@ -302,3 +304,60 @@ def test_a_standby_plans_nothing_ahead_and_plans_every_complete_group_once_it_ac
 
 def test_one_replica_always_acts():
     assert AlwaysActing().acting() and AlwaysActing().confirm() and "one replica" in AlwaysActing().describe()
+
+
+def frozen_leaders_record(sim, rack):
+    """A gang of 2 four-GPU pods (one rack each way) whose record a former leader wrote for
+    ``rack`` before it froze, none of its members bound."""
+    sim.create(podgroup("db", 2, names.LABEL_RACK))
+    members = [sim.create(pod(f"db-{i}", "db", gpu=4)) for i in range(2)]
+    planned = {f"db-{i}": f"n-{rack[1]}-{i}" for i in range(2)}
+    sim.annotate_podgroup("default", "db", {names.ANNOTATION_PLACEMENT: json.dumps({"domain": rack, "pods": planned})})
+    return members, planned
+
+
+@pytest.mark.parametrize("how", ["restart", "takeover"])
+def test_a_new_term_resumes_a_gang_from_the_record_the_term_before_wrote_so_a_late_binding_agrees(sim, how):
+    """The former leader froze after writing the record, before any binding landed; resumed, it
+    sends its binding (leader election does not fence it). The new term plans the gang where the
+    record says, so the late binding and the new term's bindings make one gang in one rack."""
+    fresh = SimCluster()  # the same cluster without the record: the new term would choose r0
+    for r in range(2):
+        for i in range(2):
+            fresh.create(node(f"n-{r}-{i}", rack=f"r{r}", gpus=4))
+    fresh.create(podgroup("db", 2, names.LABEL_RACK))
+    alone = [fresh.create(pod(f"db-{i}", "db", gpu=4)) for i in range(2)]
+    control = WorkloadCycle(fresh.cache, fresh, barrier_timeout=2.0).start()
+    try:
+        chosen = verbs.filter(control, alone[0], sorted(n["metadata"]["name"] for n in fresh.list("Node"))).nodes
+        assert chosen and chosen[0].startswith("n-0-")
+    finally:
+        control.close()
+
+    members, planned = frozen_leaders_record(sim, "r1")
+    switch = Switch(acting=how == "restart")
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0, leadership=switch).start()
+    try:
+        if how == "takeover":
+            switch.flip(True)
+        nodes = sorted(n["metadata"]["name"] for n in sim.list("Node"))
+        assert verbs.filter(cycle, members[0], nodes).nodes == [planned["db-0"]]
+        sim.bind("default", "db-1", members[1]["metadata"]["uid"], planned["db-1"])  # the frozen leader's, late
+        bind_all(cycle, sim, members[:1])
+        bound = {m["metadata"]["name"]: sim.get("Pod", f"default/{m['metadata']['name']}")["spec"].get("nodeName")
+                 for m in members}
+        assert bound == planned  # one gang, one rack
+    finally:
+        cycle.close()
+
+
+def test_a_record_of_this_terms_own_is_not_resumed_before_a_member_binds(sim):
+    """Only a record inherited at the start of a term is resumed with none bound: one this serve
+    wrote and then dropped (its plan released) is planned afresh like any gang."""
+    members, planned = frozen_leaders_record(sim, "r1")
+    cycle = WorkloadCycle(sim.cache, sim, barrier_timeout=2.0)  # not started: nothing inherited
+    try:
+        nodes = sorted(n["metadata"]["name"] for n in sim.list("Node"))
+        assert verbs.filter(cycle, members[0], nodes).nodes[0].startswith("n-0-")
+    finally:
+        cycle.close()
