@@ -71,8 +71,10 @@ class KarpenterOptions:
 
 @dataclass
 class Ask:
-    """One gang's NodeClaims, as phalanx made them."""
+    """One ask's NodeClaims, as phalanx made them (a gang that grows makes another for its increment)."""
 
+    group: str  # namespace/name of the PodGroup
+    held: int  # the members it held when it asked
     prefix: str
     claims: tuple[str, ...]
     pool: str
@@ -130,7 +132,7 @@ class NodeClaims:
         self.timeout = timeout
         self.clock = clock
         self._lock = threading.Lock()  # over the maps: the cache's thread notes, the cycle reads
-        self.asks: dict[str, Ask] = {}  # group -> its ask (this serve's, or found in the cache)
+        self.asks: dict[str, Ask] = {}  # name prefix -> the ask (this serve's, or found in the cache)
         self.reasons: dict[str, str] = {}  # group -> the solver's reason the ask was made for
         self.released: set[str] = set()  # claims whose protection was removed (queued)
         self.deleting: set[str] = set()  # claims whose deletion is queued
@@ -144,9 +146,9 @@ class NodeClaims:
                  reason: str, held: int) -> Asked:
         prefix = nodeclaim_prefix(record.uid, held)
         with self._lock:
-            ask = self.asks.get(group.key)
+            ask = self.asks.get(prefix)
             self.reasons[group.key] = reason
-        if ask is not None and ask.prefix == prefix:
+        if ask is not None:
             return self._asked(ask)
         shortfall = capacity_shortfall(explanation)
         if isinstance(shortfall, str):
@@ -157,9 +159,9 @@ class NodeClaims:
         pool, instance_type, labels, nodes = decided
         where = ",".join(f"{k}={v}" for k, v in labels.items() if k == group.topology_key)
         claims = tuple(f"{prefix}-{i}" for i in range(len(nodes)))
-        ask = Ask(prefix, claims, pool.name, instance_type, where, shortfall.missing, self.clock())
+        ask = Ask(group.key, held, prefix, claims, pool.name, instance_type, where, shortfall.missing, self.clock())
         with self._lock:
-            self.asks[group.key] = ask
+            self.asks[prefix] = ask
         asks = [NodeClaimAsk(name, group.namespace, group.name, record.uid, held, instance_type, labels, used)
                 for name, used in zip(claims, nodes, strict=True)]
         self._create(group.key, ask, asks, pool)
@@ -240,10 +242,10 @@ class NodeClaims:
             return
         prefix = nodeclaim_prefix(claim.podgroup_uid, claim.held)
         with self._lock:
-            ask = self.asks.get(claim.podgroup)
-            if ask is None or ask.prefix != prefix:
-                ask = Ask(prefix, (), claim.nodepool, "", "", 0, self.clock())
-                self.asks[claim.podgroup] = ask
+            ask = self.asks.get(prefix)
+            if ask is None:
+                ask = Ask(claim.podgroup, claim.held, prefix, (), claim.nodepool, "", "", 0, self.clock())
+                self.asks[prefix] = ask
             if claim.name not in ask.claims:
                 ask.claims = tuple(sorted((*ask.claims, claim.name)))
             ask.seen.add(claim.name)
@@ -254,7 +256,7 @@ class NodeClaims:
                 self._adopt(event.record)
         elif event.kind in ("Pod", "PodGroup") and self.asks:
             with self._lock:
-                concerned = set(self.asks)
+                concerned = {a.group for a in self.asks.values()}
             if not event.groups & concerned:
                 return
         else:
@@ -273,9 +275,9 @@ class NodeClaims:
             return
         self.dirty = False
         with self._lock:
-            asks = list(self.asks.items())
-        for group_key, ask in asks:
-            self._sync_group(group_key, ask)
+            asks = list(self.asks.values())
+        for ask in asks:
+            self._sync_group(ask.group, ask)
 
     def _claims(self, ask: Ask) -> list[NodeClaimRecord]:
         return [c for name in ask.claims if (c := self.cache.nodeclaims.get(name)) is not None]
@@ -289,8 +291,10 @@ class NodeClaims:
         if record is None or not ask.prefix.startswith(f"phalanx-{record.uid}-"):
             self._end(group_key, ask, claims)  # gone
             return
-        if group is not None and group.bound and not group.pending:
-            self._say(group_key, ask, BOUND, None)  # kept protected while the gang runs
+        if group is not None and (group.bound and not group.pending or len(group.bound) + group.finished > ask.held):
+            # served: the gang is bound (kept protected while it runs), or holds more members than
+            # when it asked (it grew since, and an ask of its own says the increment)
+            self._say(group_key, ask, BOUND, None)
             return
         if group is not None and group.finished and not group.bound and not group.pending:
             self._end(group_key, ask, claims)  # the gang ended
@@ -337,8 +341,9 @@ class NodeClaims:
     def _words(self, ask: Ask, registered: int) -> str:
         where = f" in {ask.where}" if ask.where else ""
         what = f" of instance type {ask.instance_type}" if ask.instance_type else ""
+        pods = f" for {ask.pods} pods" if ask.pods else ""  # (an ask found after a restart does not say)
         return (f"NodeClaims {claims_words(ask)} ask Karpenter (NodePool {ask.pool}) for {len(ask.claims)} "
-                f"nodes{what}{where} for {ask.pods} pods, all at once: {registered} of {len(ask.claims)} registered")
+                f"nodes{what}{where}{pods}, all at once: {registered} of {len(ask.claims)} registered")
 
     def _delete(self, group_key: str, name: str) -> None:
         with self._lock:
@@ -366,8 +371,9 @@ class NodeClaims:
                 self._release(group_key, claim)
         if not kept:
             with self._lock:
-                self.asks.pop(group_key, None)
-                self.reasons.pop(group_key, None)
+                self.asks.pop(ask.prefix, None)
+                if not any(a.group == group_key for a in self.asks.values()):
+                    self.reasons.pop(group_key, None)
 
     def _release(self, group_key: str, claim: NodeClaimRecord) -> None:
         name, node = claim.name, claim.node_name
@@ -383,7 +389,7 @@ class NodeClaims:
         with self._lock:
             self.deleting &= set(self.cache.nodeclaims)
             self.released &= set(self.cache.nodeclaims)
-            gone = [k for k in self.asks if k not in live]
+            gone = [a for a in self.asks.values() if a.group not in live]
         if gone:
             self.dirty = True
             self.inbox.wake()

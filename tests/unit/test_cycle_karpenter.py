@@ -17,6 +17,7 @@ from extender import verbs
 from solver import InvalidInput, PodSpec
 
 from .k8s_objects import node, pod, podgroup
+from .test_cycle_provisioning import grow
 from .test_cycle_service import all_nodes, bind_all, condition, wait_until
 
 RACK = names.LABEL_RACK
@@ -267,5 +268,37 @@ def test_the_timeout_is_measured_from_the_ask(cluster):
         launch(sim, claims(sim)[0])
         wait_until(lambda: "1 of 3 registered" in condition(sim, "train")["message"])
         assert len(claims(sim)) == 3
+    finally:
+        cycle.close()
+
+
+def test_a_gang_that_grows_gets_nodeclaims_of_its_own_for_the_increment_and_the_first_stay_kept(cluster):
+    sim = cluster
+    cycle = serve(sim)
+    try:
+        pods = gang(sim, "train", 3)  # 2 fit in a rack: one node asked for
+        verbs.filter(cycle, pods[0], all_nodes(sim))
+        assert cycle.flush()
+        [first] = claims(sim)
+        launch(sim, first)
+        wait_until(lambda: "1 of 1 registered" in condition(sim, "train")["message"])
+        current = [sim.get("Pod", f"default/{p['metadata']['name']}") for p in pods]
+        planned, errors = bind_all(cycle, sim, current)
+        assert errors == []
+        [held] = {sim.get("Node", n)["metadata"]["labels"][RACK] for n in planned.values()}
+        new = grow(sim, "train", 4)
+        answer = verbs.filter(cycle, new[0], all_nodes(sim))
+        increment = nodeclaim_prefix(uid_of(sim, "train"), 3)
+        assert f"NodeClaims {increment}-0 ask Karpenter" in reason_of(answer)
+        assert f"in {RACK}={held} for 1 pods" in reason_of(answer)
+        assert cycle.flush()
+        assert [c["metadata"]["name"] for c in claims(sim)] == sorted([first["metadata"]["name"], f"{increment}-0"])
+        launch(sim, sim.get("NodeClaim", f"{increment}-0"))
+        wait_until(lambda: any(e["reason"] == names.EVENT_NODECLAIMS_CHANGED and increment in e["note"]
+                               and "1 of 1 registered" in e["note"] for e in sim.events))
+        _, errors = bind_all(cycle, sim, [sim.get("Pod", f"default/{p['metadata']['name']}") for p in new])
+        assert errors == []
+        assert all(c["metadata"]["annotations"].get(names.ANNOTATION_KARPENTER_DO_NOT_DISRUPT) == "true"
+                   for c in claims(sim))  # both asks' nodes kept while the gang runs
     finally:
         cycle.close()
