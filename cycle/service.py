@@ -220,6 +220,7 @@ class WorkloadCycle:
         if self.leadership.acting():
             with self.lock:
                 self.planner.inherit(self.cache.podgroups)  # the records a former serve left
+            self.preemption.solves.warm()  # its first plan should not wait for the worker to start
         self.requeue.start()
         self.preemption.start()
         self.ahead.start()
@@ -249,6 +250,7 @@ class WorkloadCycle:
             return
         with self.lock:
             self.planner.inherit(self.cache.podgroups)  # the records the term before left
+        self.preemption.solves.warm()
         self.ahead.resume(self.cache.podgroups)
         self.preemption.resume()
         self.inbox.wake()

@@ -30,8 +30,10 @@ serve's entry point, so a program that embeds the cycle need not guard its main 
 runs there is a pure function of :mod:`solver`: a worker that dies (killed, out of memory) loses
 nothing — it is started again and the solve sent once more, whole; a second death in a row is the
 solver's error. A worker whose serve is gone reads the end of its stdin and exits, so a killed
-serve leaves no process behind. One worker per kind of solve, started on first use and shared by
-every cycle of the process (:func:`shared`).
+serve leaves no process behind. One worker per kind of solve, shared by every cycle of the process
+(:func:`shared`): the group preemption worker is started when serve starts acting (a verb waits for
+its plans: its ~2 s of imports should not be paid then), the smallest-change worker on first use
+(nothing waits for it; an idle worker holds about 114 MiB).
 """
 
 from __future__ import annotations
@@ -69,6 +71,9 @@ class Solves(Protocol):
     def prune(self, live: Container[str]) -> None:
         """Forget the pods ``live`` (pod uids the cache holds) no longer has."""
 
+    def warm(self) -> None:
+        """Get ready for a first solve that should not wait (nothing to do in-process)."""
+
 
 class InProcess:
     """Solves in the calling thread, in serve's interpreter (``phalanx serve --solver-workers off``,
@@ -78,6 +83,9 @@ class InProcess:
         return fn(*args)
 
     def prune(self, live: Container[str]) -> None:
+        return None
+
+    def warm(self) -> None:
         return None
 
 
@@ -132,6 +140,15 @@ class SolverWorkers:
             self._replica.forget(live)
         finally:
             self._lock.release()
+
+    def warm(self) -> None:
+        """Start the worker now, on a thread of its own, rather than on first use: a worker's
+        interpreter takes about 2 s to import the solver, which the first group preemption after
+        serve starts (or takes over) would otherwise wait for while its gang's members wait too."""
+        def start() -> None:
+            with self._lock:
+                self._started()
+        threading.Thread(target=start, name="phalanx-solver-warm", daemon=True).start()
 
     def pids(self) -> list[int]:
         """The worker process's id (none before the first solve)."""

@@ -219,3 +219,18 @@ def test_pods_the_cluster_deleted_are_not_held_for_the_worker_after_a_prune(work
     second = base.with_used(Snapshot(nodes, bound=low[2:]).used, low[2:])
     assert workers.run(_bound_uids, second) == [low[2].uid] and workers.resent == 0
     assert workers.run(_bound_uids, first) == [p.uid for p in low]  # and back: all sent again
+
+
+def test_warm_starts_the_worker_before_its_first_solve():
+    workers = SolverWorkers()
+    try:
+        assert workers.pids() == []
+        workers.warm()
+        deadline = time.monotonic() + 10
+        while not workers.pids():
+            assert time.monotonic() < deadline, "the worker was not started"
+            time.sleep(0.01)
+        started = workers.pids()[0]
+        assert workers.run(_pid) == started and workers.restarts == 0  # the first solve used it
+    finally:
+        workers.close()
