@@ -63,7 +63,8 @@ class JointResult:
 def _one_at_a_time(snapshot: Snapshot, groups: Sequence[PodGroup], order: Sequence[int], options: SolveOptions,
                    domains: Mapping[int, np.ndarray] | None = None) -> tuple[dict[int, Placement], Snapshot]:
     """Place ``groups`` in ``order``; a group in ``domains`` is first tried on those nodes only
-    (then anywhere)."""
+    (then anywhere). A group that does not fit carries no explanation: the cycle plans such a group
+    again alone when its members ask (which explains it), and what-if reads only where groups fit."""
     out: dict[int, Placement] = {}
     current = snapshot
     for g in order:
@@ -72,9 +73,9 @@ def _one_at_a_time(snapshot: Snapshot, groups: Sequence[PodGroup], order: Sequen
         if domains is not None and g in domains:
             names = [current.nodes[i].name for i in domains[g]]
             allowed = {p.uid: names for p in group.pending}
-            placement = place(current, group, options, allowed)
+            placement = place(current, group, options, allowed, explained=False)
         if placement is None or not placement.assignments:
-            placement = place(current, group, options)
+            placement = place(current, group, options, explained=False)
         if placement.assignments:
             current = with_group(current, group, placement.assignments)
         out[g] = placement

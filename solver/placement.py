@@ -87,7 +87,7 @@ def _assign(problem: Problem, picks: dict[int, list[tuple[int, int]]]) -> dict[s
 
 # the rule's one home (docs/design.md: KEP-6277/topology-one-domain)
 def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOptions(),
-          allowed: Mapping[str, Collection[str]] | None = None) -> Placement:
+          allowed: Mapping[str, Collection[str]] | None = None, explained: bool = True) -> Placement:
     """Place ``group``'s pending members on ``snapshot``. ``allowed`` maps a pending pod's uid to
     the only nodes it may take (kube-scheduler's verdict for that pod, learned from its filter
     calls); pods it does not name are unrestricted. Raises :class:`InvalidInput` for input that
@@ -95,12 +95,15 @@ def place(snapshot: Snapshot, group: PodGroup, options: SolveOptions = SolveOpti
 
     A group with running members and preferred topology keys grows into the nearest domain
     upward (:func:`held_upward`): its pending members are placed inside the smallest domain of a
-    preferred key that its running members share and that takes them all, before anywhere."""
+    preferred key that its running members share and that takes them all, before anywhere.
+
+    ``explained`` False: a group that does not fit gets no explanation (computing one looks at
+    every domain: about as long as the solve at 200 racks), for a caller that never reads it."""
     for nodes in held_upward(snapshot, group):
-        inside = _place(snapshot.only_nodes(nodes), group, options, allowed)
+        inside = _place(snapshot.only_nodes(nodes), group, options, allowed, explained)
         if len(inside.assignments) == len(group.pending):
             return inside
-    return _place(snapshot, group, options, allowed)
+    return _place(snapshot, group, options, allowed, explained)
 
 
 # the rule's one home (docs/design.md: phalanx/grow-upward)
@@ -127,7 +130,7 @@ def held_upward(snapshot: Snapshot, group: PodGroup) -> list[list[str]]:
 
 
 def _place(snapshot: Snapshot, group: PodGroup, options: SolveOptions,
-           allowed: Mapping[str, Collection[str]] | None) -> Placement:
+           allowed: Mapping[str, Collection[str]] | None, explained: bool = True) -> Placement:
     started = time.perf_counter()
     problem = Problem(snapshot, group, allowed)
     stats: dict[str, float] = {"domains": len(problem.candidate_domains)}
@@ -149,9 +152,8 @@ def _place(snapshot: Snapshot, group: PodGroup, options: SolveOptions,
         path = "exact"
     stats["solve_ms"] = (time.perf_counter() - started) * 1000.0
     if best is None:
-        return Placement(
-            group.key, {}, path=path, explanation=explain(problem, bounds, greedy_fits), stats=stats
-        )
+        return Placement(group.key, {}, path=path, stats=stats,
+                         explanation=explain(problem, bounds, greedy_fits) if explained else None)
     objective, bound, picks = best
     domain = problem.domain_values[bound.domain] if group.topology_key else ""
     return Placement(
