@@ -32,8 +32,9 @@ nothing — it is started again and the solve sent once more, whole; a second de
 solver's error. A worker whose serve is gone reads the end of its stdin and exits, so a killed
 serve leaves no process behind. One worker per kind of solve, shared by every cycle of the process
 (:func:`shared`): the group preemption worker is started when serve starts acting (a verb waits for
-its plans: its ~2 s of imports should not be paid then), the smallest-change worker on first use
-(nothing waits for it; an idle worker holds about 114 MiB).
+its plans: the worker's start — 0.5 s on a quiet machine, seconds under load — should not be paid
+then), the smallest-change worker on first use (nothing waits for it; an idle worker holds about
+114 MiB).
 """
 
 from __future__ import annotations
@@ -143,8 +144,9 @@ class SolverWorkers:
 
     def warm(self) -> None:
         """Start the worker now, on a thread of its own, rather than on first use: a worker's
-        interpreter takes about 2 s to import the solver, which the first group preemption after
-        serve starts (or takes over) would otherwise wait for while its gang's members wait too."""
+        interpreter takes 0.5 s to start and import the solver on a quiet machine (seconds under
+        load), which the first group preemption after serve starts (or takes over) would otherwise
+        wait for while its gang's members wait too."""
         def start() -> None:
             with self._lock:
                 self._started()
