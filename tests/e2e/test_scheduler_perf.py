@@ -41,6 +41,6 @@ def test_unplaced_pods_fail_the_workload(built: perf.Build, tmp_path: pathlib.Pa
     """Negative control: phalanx serve without its gRPC endpoint, so the plugin is never answered
     and no gang member binds; upstream's wait for the pods then fails the workload."""
     (w,) = perf.workloads(built.upstream, ["GangScheduling/10Nodes_3Gangs"])
-    row = perf.run_one(built, w, "plugin", tmp_path, timeout=600, pods_timeout="40s", serve_args="--grpc-addr off")
+    row = perf.run_one(built, w, "plugin", tmp_path, timeout=600, pods_timeout="10s", serve_args="--grpc-addr off")
     assert row["status"].startswith("failed"), row
     assert "scheduled" in row["status"], row["status"]
