@@ -112,8 +112,8 @@ def _serve(args: argparse.Namespace) -> int:
     options.grpc_client_ca, options.insecure_loopback_no_auth = args.grpc_client_ca, args.insecure_loopback_no_auth
     options.compile_manifest = compile_objects  # what-if compiles with the controller's own code
     if args.provisioner == names.PROVISIONER_KARPENTER:
-        if args.provisioning_timeout <= 0:
-            raise SystemExit("phalanx serve: --provisioning-timeout must be > 0")
+        if not 0 < args.provisioning_timeout < float("inf"):  # (NaN fails too)
+            raise SystemExit("phalanx serve: --provisioning-timeout must be a number of seconds > 0")
         options.karpenter = KarpenterOptions(args.karpenter_nodepool, args.provisioning_timeout)
     from cluster.apiserver import FlavorUnavailable
 

@@ -302,3 +302,12 @@ def test_a_gang_that_grows_gets_nodeclaims_of_its_own_for_the_increment_and_the_
                    for c in claims(sim))  # both asks' nodes kept while the gang runs
     finally:
         cycle.close()
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "nan", "inf"])
+def test_serve_refuses_a_provisioning_timeout_that_is_not_a_number_of_seconds(value):
+    from phalanx_cli.main import main
+
+    with pytest.raises(SystemExit, match="--provisioning-timeout must be a number of seconds > 0"):
+        main(["serve", "--sim", "/nonexistent", "--insecure-loopback-no-auth", "--provisioner", "karpenter",
+              "--provisioning-timeout", value])
