@@ -84,6 +84,7 @@ class Ask:
     created: float
     seen: set[str] = field(default_factory=set)  # the claims the cache has shown
     failed: str = ""  # why the ask failed ("" while it stands)
+    swept: bool = False  # a failed ask's claims were all deleted once
     said: str = ""  # the words last written on the group
 
 
@@ -328,9 +329,12 @@ class NodeClaims:
                           words, "Warning" if warning else "Normal")
 
     def _fail(self, group_key: str, ask: Ask, claims: list[NodeClaimRecord]) -> None:
+        """Delete every claim of a failed ask — all it made the first time, then those the cache
+        still shows (a later sync deletes nothing twice) — and say why."""
         words = f"NodeClaims {claims_words(ask)} failed: {ask.failed}; all {len(ask.claims)} deleted"
-        for claim in ask.claims:
-            self._delete(group_key, claim)
+        for name in [c.name for c in claims] if ask.swept else ask.claims:
+            self._delete(group_key, name)
+        ask.swept = True
         self._say(group_key, ask, words, names.REASON_PROVISIONING_FAILED, warning=True)
 
     def _asked(self, ask: Ask) -> Asked:

@@ -79,6 +79,12 @@ def uid_of(sim, name):
     return sim.get("PodGroup", f"default/{name}")["metadata"]["uid"]
 
 
+def writes_of(cycle, kind):
+    """The API writes of ``kind`` serve made (or tried), by its own metric."""
+    return sum(sample.value for metric in cycle.metrics.api_writes.collect() for sample in metric.samples
+               if sample.name.endswith("_total") and sample.labels["kind"] == kind)
+
+
 def launch(sim, claim):
     """What Karpenter does for a NodeClaim it can launch: a node like the claim says, registered."""
     name = f"kwok-{claim['metadata']['name']}"
@@ -172,6 +178,12 @@ def test_a_nodeclaim_deleted_before_its_node_registered_fails_the_ask_and_delete
         assert "failed" in reason_of(answer)
         assert cycle.flush() and claims(sim) == []
         assert [e["reason"] for e in sim.events].count(names.EVENT_NODECLAIMS_CREATED) == 1
+        deletes = writes_of(cycle, "nodeclaim")
+        cycle.provisioning.prune(sim.cache.podgroups)  # the requeue thread's full prune: deletions landed
+        for i in range(3):  # the gang's pods change: syncs run, and delete nothing again
+            sim.annotate_pod("default", pods[i]["metadata"]["name"], {"touched": str(i)})
+        time.sleep(1.0)
+        assert cycle.flush() and writes_of(cycle, "nodeclaim") == deletes
     finally:
         cycle.close()
 
