@@ -90,10 +90,6 @@ class NodeClaimRecord:
     protected: bool = False  # says karpenter.sh/do-not-disrupt: "true"
     conditions: tuple[Condition, ...] = ()
 
-    @property
-    def key(self) -> str:
-        return self.name
-
     def condition(self, type_: str) -> Condition | None:
         return next((c for c in self.conditions if c.type == type_), None)
 

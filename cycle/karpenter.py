@@ -289,7 +289,7 @@ class NodeClaims:
             ask.seen.update(c.name for c in claims)
         record = self.cache.podgroups.get(group_key)
         group = self.cache.podgroup(group_key) if record is not None else None
-        if record is None or not ask.prefix.startswith(f"phalanx-{record.uid}-"):
+        if record is None or nodeclaim_prefix(record.uid, ask.held) != ask.prefix:
             self._end(group_key, ask, claims)  # gone
             return
         if group is not None and (group.bound and not group.pending or len(group.bound) + group.finished > ask.held):
