@@ -16,8 +16,8 @@ from cycle.karpenter import KarpenterOptions, pack
 from extender import verbs
 from solver import InvalidInput, PodSpec
 
-from .k8s_objects import node, pod, podgroup
-from .test_cycle_provisioning import grow
+from .k8s_objects import node
+from .test_cycle_provisioning import gang, grow
 from .test_cycle_service import all_nodes, bind_all, condition, wait_until
 
 RACK = names.LABEL_RACK
@@ -57,14 +57,6 @@ def cluster():
 def serve(sim, timeout=60.0):
     return WorkloadCycle(sim.cache, sim, barrier_timeout=2.0,
                          karpenter=KarpenterOptions("default", timeout)).start()
-
-
-def gang(sim, name, size, gpu=4, mode=names.PROVISIONING_ATOMIC):
-    group = podgroup(name, size, RACK)
-    if mode:
-        group["metadata"].setdefault("annotations", {})[names.ANNOTATION_PROVISIONING] = mode
-    sim.create(group)
-    return [sim.create(pod(f"{name}-{i}", name, gpu=gpu)) for i in range(size)]
 
 
 def claims(sim):
