@@ -160,12 +160,21 @@ def run_one(b: Build, w: Workload, scheduler: str, out: pathlib.Path, timeout: f
     return row
 
 
+#: lines of the benchmark's log that say why a workload failed: upstream's harness, the Go test
+#: runner, and the phalanx serve the harness starts (bench/scheduler_perf/serve.go)
+_FAILURE_MARKS = ("FATAL ERROR", "Error running workload", "error in waiting for pods", "panic:",
+                  "phalanx serve exited", "phalanx serve not ready")
+
+
 def _failure(log: pathlib.Path) -> str:
+    """Why the run failed, from its log: the first line that says so and the two after it, else the
+    log's last lines — enough to read in a test's assertion, where the log itself is not kept."""
     lines = log.read_text(errors="replace").splitlines()
     for i, line in enumerate(lines):
-        if "FATAL ERROR" in line or "Error running workload" in line or "error in waiting for pods" in line:
-            return " ".join(s.strip() for s in lines[i:i + 3])[:400]
-    return f"exit status non-zero (see {log})"
+        if any(mark in line for mark in _FAILURE_MARKS):
+            return " ".join(s.strip() for s in lines[i:i + 3])[:600]
+    tail = " | ".join(s.strip() for s in lines[-6:] if s.strip())
+    return f"exit status non-zero (see {log}); its last lines: {tail[-600:]}"
 
 
 _METRICS = {

@@ -2,9 +2,12 @@ package schedulerperf
 
 import (
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"os"
 	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"sigs.k8s.io/yaml"
@@ -145,21 +148,37 @@ func deriveTopic(topicDir, work, schedulerConfig string) (string, error) {
 	return path, nil
 }
 
+// freePorts is n distinct TCP ports on 127.0.0.1 that were free a moment ago, chosen below the
+// kernel's ephemeral range: a port from that range can be taken by an outgoing connection (the
+// harness makes many) between this check and phalanx serve's bind; one below it only by a bind.
 func freePorts(n int) ([]int, error) {
+	low := 32768
+	if data, err := os.ReadFile("/proc/sys/net/ipv4/ip_local_port_range"); err == nil {
+		if fields := strings.Fields(string(data)); len(fields) == 2 {
+			if v, err := strconv.Atoi(fields[0]); err == nil {
+				low = v
+			}
+		}
+	}
+	first := 10000
+	if low <= 12000 {
+		first = 1024
+	}
 	var ports []int
-	var listeners []net.Listener
-	defer func() {
-		for _, l := range listeners {
-			_ = l.Close()
+	for tries := 0; len(ports) < n; tries++ {
+		if tries > 10000 {
+			return nil, fmt.Errorf("no free port in [%d, %d)", first, low)
 		}
-	}()
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+		port := first + rand.IntN(low-first)
+		if slices.Contains(ports, port) {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", port))
 		if err != nil {
-			return nil, err
+			continue
 		}
-		listeners = append(listeners, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		_ = l.Close()
+		ports = append(ports, port)
 	}
 	return ports, nil
 }

@@ -84,7 +84,8 @@ func (s serveConfig) start(tCtx ktesting.TContext) error {
 		select {
 		case err := <-exited:
 			exited <- err
-			return fmt.Errorf("phalanx serve exited before it was ready (%v); see %s", err, logFile.Name())
+			return fmt.Errorf("phalanx serve exited before it was ready (%v); see %s; it ends: %s", err, logFile.Name(),
+				logTail(logFile.Name()))
 		default:
 		}
 		resp, err := http.Get("http://" + s.httpAddr + "/readyz")
@@ -96,10 +97,24 @@ func (s serveConfig) start(tCtx ktesting.TContext) error {
 			}
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("phalanx serve not ready after 180s; see %s", logFile.Name())
+			return fmt.Errorf("phalanx serve not ready after 180s; see %s; it ends: %s", logFile.Name(), logTail(logFile.Name()))
 		}
 		time.Sleep(100 * time.Millisecond)
 	}
+}
+
+// logTail is the last lines of a log file on one line (what a failure names, so that it can be read
+// where the log is not kept).
+func logTail(path string) string {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return err.Error()
+	}
+	lines := strings.Split(strings.TrimSpace(string(data)), "\n")
+	if len(lines) > 5 {
+		lines = lines[len(lines)-5:]
+	}
+	return strings.Join(lines, " | ")
 }
 
 // saveMetrics keeps what phalanx serve's /metrics answers at the end of a workload (its plan

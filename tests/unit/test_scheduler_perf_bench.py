@@ -118,3 +118,15 @@ def test_the_preemption_table_gives_medians_beside_in_trees_and_says_what_failed
     text = preemption.markdown(rows)
     assert "| GangPreemptionBasic / w | plugin | 2/3 | 22 | 0.55× |" in text
     assert "timed out after 900 s" in text
+
+
+def test_a_failed_run_says_why_from_its_log(tmp_path: pathlib.Path) -> None:
+    """The reason is what a test's assertion prints (the log is not kept where the suite runs): a
+    failure of phalanx serve the harness started is named, and an unknown one gives the log's tail."""
+    log = tmp_path / "benchmark.log"
+    log.write_text("I1207 starting\n--- FAIL: BenchmarkPerfScheduling/G/w\n    perf_test.go:107: phalanx serve exited before it was ready (exit status 2)"
+                   "; see x.serve.log\n--- FAIL: BenchmarkPerfScheduling\nFAIL\n")
+    assert "phalanx serve exited before it was ready (exit status 2)" in perf._failure(log)
+    log.write_text("".join(f"line {i}\n" for i in range(20)) + "exit status 1\n")
+    why = perf._failure(log)
+    assert "line 19" in why and "exit status 1" in why and "line 10" not in why

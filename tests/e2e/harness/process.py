@@ -2,25 +2,44 @@
 
 from __future__ import annotations
 
+import random
 import socket
 import subprocess
 import time
 from pathlib import Path
 from typing import Callable
 
+#: ports handed out by this process, never handed out twice (a component may bind its port late)
+_handed: set[int] = set()
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
 
 def free_ports(count: int) -> list[int]:
-    """``count`` distinct ephemeral TCP ports on 127.0.0.1 that were free a moment ago."""
-    sockets = []
-    try:
-        for _ in range(count):
-            s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sockets.append(s)
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in sockets]
-    finally:
-        for s in sockets:
-            s.close()
+    """``count`` distinct TCP ports on 127.0.0.1 that were free a moment ago, chosen below the
+    kernel's ephemeral range: a port from that range can be taken by any process's outgoing
+    connection between the check and the component's bind; one below it only by an explicit bind."""
+    low, _ = _ephemeral_range()
+    first = 10000 if low > 12000 else 1024
+    ports: list[int] = []
+    while len(ports) < count:
+        port = random.randrange(first, low)
+        if port in _handed:
+            continue
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _handed.add(port)
+        ports.append(port)
+    return ports
 
 
 def free_port() -> int:
