@@ -5,6 +5,7 @@ requests the e2e harness and the tools make through it."""
 from __future__ import annotations
 
 import json
+import math
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qsl, urlsplit
@@ -227,3 +228,21 @@ def test_a_kubeconfig_that_cannot_be_loaded_is_one_line_naming_it(tmp_path):
                               timeout=120)
         assert done.returncode != 0 and "Traceback" not in done.stderr, done.stderr
         assert f"kubeconfig {missing}:" in done.stderr.strip().splitlines()[-1]
+
+
+def test_every_valid_json_document_decodes_and_malformed_json_stays_an_error():
+    """The API server's answers and watch lines are decoded by orjson, and by the standard library
+    where orjson refuses a valid document (NaN, a lone surrogate); an integer past 64 bits becomes
+    the float the API server itself stores for it (its JSON decoder keeps int64 or float64)."""
+    from cluster.kube import loads
+
+    docs = [b'{"metadata": {"name": "a", "resourceVersion": "7"}, "spec": {"priority": -5, "x": 1.5e3}}',
+            '{"s": "caf\\u00e9 \u00e9", "n": null, "t": true, "l": []}',
+            b'{"a": 1, "a": 2}', b'{"lone": "\\ud800"}']
+    for doc in docs:
+        assert loads(doc) == json.loads(doc)
+    assert math.isnan(loads(b'{"x": NaN}')["x"])
+    assert loads(b'{"big": 123456789012345678901234567890}')["big"] == float(123456789012345678901234567890)
+    for bad in (b'{"a": ', b"\xff\xfe", b"nope", b""):
+        with pytest.raises(ValueError):
+            loads(bad)
