@@ -96,6 +96,7 @@ class Snapshot:
     waiting_groups: tuple[str, ...]
     plan_ids: Mapping[str, int] = field(default_factory=dict)  # group -> id of its plan
     left: tuple[str, ...] = ()  # members reserved for a gang plan dropped before it completed
+    preempting: tuple[str, ...] = ()  # groups whose preemption's victims have not all gone yet
 
 
 class PluginEnforcement:
@@ -128,6 +129,8 @@ class PluginEnforcement:
         self._left_lock = threading.Lock()
         cycle.subscribe(self._on_cycle_event)
         self.cache.subscribe(self._on_cache_change)
+        # the last victim of a group's preemption going (a plain pod, often) ends its hold
+        self.preemption.on_cleared(self.changed)
 
     # -- change notification for the stream --------------------------------------------------
     def _on_cycle_event(self, kind: str, data: Mapping[str, object]) -> None:
@@ -419,7 +422,14 @@ class PluginEnforcement:
             live = {p.group for p in plans}
             for group in [g for g in self._ids if g not in live]:
                 del self._ids[group]
-        return Snapshot(version, plans, nodes, self._waiting_groups(), ids, self._left_members())
+        return Snapshot(version, plans, nodes, self._waiting_groups(), ids, self._left_members(),
+                        self.preemption.holding())
+
+    def timed(self) -> bool:
+        """Whether the stream's content can change with time alone (a group held for its
+        preemption's victims is let go at its nomination's deadline, with no event): the stream
+        then recomputes its snapshot every second even without a change."""
+        return bool(self.preemption.nominations)
 
     def _reservations(self) -> tuple[tuple[Plan, ...], Usage]:
         """Every plan holding capacity except a gang's once bound (every member was allowed at

@@ -135,6 +135,7 @@ class GroupPreemption:
         self.retries: dict[str, UnitRetry] = {}  # broken unit -> next attempt
         self._lost_nodes: dict[str, float] = {}  # Node deleted -> when (clock); gone when re-created
         self._cleared: set[str] = set()  # nominated groups whose last victim the cache saw go
+        self._on_cleared: list[Callable[[], None]] = []  # told (no lock held) when a group clears
         # guards the maps above; the cache's thread and the cycle's both use them, and nothing
         # slow (no API write, no cycle lock) is done while holding it
         self._lock = threading.Lock()
@@ -384,16 +385,37 @@ class GroupPreemption:
         return {pods[uid].pod.group for uid in self.cache.pods_by_node.get(node, ())
                 if uid in pods and pods[uid].pod.group and pods[uid].active and not pods[uid].terminating}
 
+    def on_cleared(self, listener: Callable[[], None]) -> None:
+        """Call ``listener`` (on the cache's thread, no lock held) whenever a nominated group's
+        victims are all gone: the plugin's stream then stops holding its members back."""
+        self._on_cleared.append(listener)
+
+    def _tell_cleared(self) -> None:
+        for listener in self._on_cleared:
+            listener()
+
+    def holding(self) -> tuple[str, ...]:
+        """The nominated groups still waiting for a victim to go: their members cannot fit before,
+        so the plugin keeps them out of kube-scheduler's queue (each attempt would fail member by
+        member and cost a call here) until the stream no longer lists them."""
+        with self._lock:
+            self._prune()
+            return tuple(sorted(k for k, n in self.nominations.items() if self._live_victims(n)))
+
     def _victim_gone(self, uid: str) -> None:
         """A pod was deleted or finished: a nomination left without live victims is noted for
         :meth:`take_cleared`. Its members were answered "waiting for preempted pods" and
         kube-scheduler retries them on a pod event, which may reach it before the cache saw the last
         victim go: that retry waited again and no event follows, so the cycle touches them."""
+        cleared = False
         with self._lock:
             for key, nomination in self.nominations.items():
                 if uid in nomination.victims and not self._live_victims(nomination):
                     self._cleared.add(key)
                     self.inbox.wake()
+                    cleared = True
+        if cleared:
+            self._tell_cleared()
 
     def clear_if_gone(self, key: str) -> None:
         """A member of ``key`` was just parked: when the group's victims are all gone already
@@ -403,9 +425,12 @@ class GroupPreemption:
             return
         with self._lock:
             nomination = self.nominations.get(key)
-            if nomination is not None and not self._live_victims(nomination):
+            cleared = nomination is not None and not self._live_victims(nomination)
+            if cleared:
                 self._cleared.add(key)
                 self.inbox.wake()
+        if cleared:
+            self._tell_cleared()
 
     def _live_victims(self, nomination: Nomination) -> set[str]:
         """The nomination's victims the cache still shows running (the cache's listeners run

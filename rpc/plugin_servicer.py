@@ -56,7 +56,7 @@ def group_plan(plan: Plan, plan_id: int) -> pb.GroupPlan:
 
 def snapshot_message(snap: Snapshot) -> pb.Reservations:
     message = pb.Reservations(version=snap.version, waiting_groups=list(snap.waiting_groups),
-                              reject_uids=list(snap.left))
+                              reject_uids=list(snap.left), preempting_groups=list(snap.preempting))
     for plan in snap.plans:
         message.plans.append(group_plan(plan, snap.plan_ids.get(plan.group, 0)))
     for node, amounts in snap.nodes.items():
@@ -116,16 +116,17 @@ class SchedulerPluginServicer(pb_grpc.SchedulerPluginServicer):
         return self._snapshots(context)
 
     def _snapshots(self, context: grpc.ServicerContext) -> Iterator[pb.Reservations]:
-        """A full snapshot now, then one after each change (coalesced), unless it is unchanged.
+        """A full snapshot now, then one after each change (coalesced), unless it is unchanged;
+        while the snapshot can change with time alone (``timed``), recomputed every second too.
         The first is sent even when its encoding is empty (nothing held, no change yet): the
         plugin retries its pending members when it arrives."""
         seen = -1
         last: bytes | None = None
         while context.is_active():
             version = self.enforcement.wait_change(seen, timeout=1.0)
-            if version == seen:
+            if version == seen and not self.enforcement.timed():
                 continue
-            if seen >= 0:
+            if seen >= 0 and version != seen:
                 time.sleep(COALESCE_SECONDS)  # let a burst of changes land in one snapshot
             seen = version
             message = snapshot_message(self.enforcement.snapshot())

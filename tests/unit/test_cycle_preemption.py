@@ -396,3 +396,67 @@ def test_preemption_goes_through_the_eviction_api_only_for_victims_a_budget_sele
     wait_until(lambda: len(writer.evictions) == 4)
     assert sorted(writer.evictions) == [("low-0", True, 0), ("low-1", True, 0), ("low-2", False, 0),
                                         ("low-3", False, 0)]
+
+
+# -- the plugin's stream holds a preemptor's members while its victims go -------------------------
+
+def test_the_stream_lists_a_group_while_its_victims_live_and_changes_when_the_last_goes(sim, cycle, clock):
+    """Plugin mode: a group whose preemption's victims have not all gone is listed in the
+    reservations stream's snapshot (the plugin keeps its members out of kube-scheduler's queue:
+    each attempt would fail member by member, a call each); the last victim going — a plain pod,
+    which otherwise changes nothing the stream carries — makes a new snapshot without it, and a
+    nomination past its deadline is dropped by the once-a-second recompute (``timed``)."""
+    from cycle.plugin_mode import PluginEnforcement
+
+    enforcement = PluginEnforcement(cycle)
+    gp = cycle.preemption
+    victims = [sim.create(pod(f"victim-{i}", gpu=1)) for i in range(2)]
+    sim.create(podgroup("high", 1, priority=1000))
+    member = sim.create(pod("high-0", "high", gpu=1))
+    uid = member["metadata"]["uid"]
+    assert enforcement.snapshot().preempting == () and not enforcement.timed()
+    gp.nominate(Nomination(group="default/high", victims={v["metadata"]["uid"] for v in victims},
+                           placement={uid: "n-0-0"}, requests={uid: {"nvidia.com/gpu": 1}},
+                           deadline=clock() + gp.grace))
+    assert enforcement.snapshot().preempting == ("default/high",) and enforcement.timed()
+    seen = enforcement.wait_change(-1, 0)
+    sim.delete("Pod", "default/victim-0")
+    assert enforcement.snapshot().preempting == ("default/high",)
+    seen = enforcement.wait_change(-1, 0)
+    sim.delete("Pod", "default/victim-1")
+    assert enforcement.wait_change(seen, 0) > seen  # the stream is told without a group event
+    assert enforcement.snapshot().preempting == ()
+    # a nomination whose victims outlive its deadline stops holding the group at the deadline
+    late = sim.create(pod("victim-late", gpu=1))
+    gp.nominate(Nomination(group="default/high", victims={late["metadata"]["uid"]}, placement={uid: "n-0-0"},
+                           requests={uid: {"nvidia.com/gpu": 1}}, deadline=clock() + gp.grace))
+    assert enforcement.snapshot().preempting == ("default/high",)
+    clock.now += gp.grace + 1
+    assert enforcement.snapshot().preempting == () and not enforcement.timed()
+
+
+def test_a_new_stream_recomputes_its_snapshot_while_a_group_is_held_even_without_a_change(sim, cycle, clock):
+    """The stream's loop re-reads a snapshot every second while ``timed`` says it can change with
+    time alone, and sends it only when it differs: the deadline's release reaches the plugin."""
+    import grpc
+
+    from proto.phalanx.v1 import scheduler_plugin_pb2 as pb
+    from proto.phalanx.v1 import scheduler_plugin_pb2_grpc as pb_grpc
+    from rpc import start_grpc_server
+
+    gp = cycle.preemption
+    late = sim.create(pod("victim-late", gpu=1))
+    sim.create(podgroup("high", 1, priority=1000))
+    uid = sim.create(pod("high-0", "high", gpu=1))["metadata"]["uid"]
+    gp.nominate(Nomination(group="default/high", victims={late["metadata"]["uid"]}, placement={uid: "n-0-0"},
+                           requests={uid: {"nvidia.com/gpu": 1}}, deadline=clock() + gp.grace))
+    running = start_grpc_server(cycle, "127.0.0.1:0")
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{running.port}") as channel:
+            stream = pb_grpc.SchedulerPluginStub(channel).WatchReservations(
+                pb.WatchReservationsRequest(version=pb.CONTRACT_VERSION_1), timeout=30)
+            assert list(next(stream).preempting_groups) == ["default/high"]
+            clock.now += gp.grace + 1  # no event at all: only the recompute sees it
+            assert list(next(stream).preempting_groups) == []
+    finally:
+        running.stop(grace=0)

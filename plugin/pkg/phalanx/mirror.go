@@ -2,7 +2,8 @@
 // stream (stream.go) replaces it with each snapshot, and PlanForPod replies (PreFilter) add a plan
 // between two. It is read in the scheduling loop, where an RPC per pod or per node would cost too
 // much: PreEnqueue (Waiting), PreFilter and Reserve (PlannedNode), Filter and Score (Reserved),
-// SignPod, PreFilter and PreScore (HasReservations). Reserve, Permit, PreBind and PostFilter drop a
+// SignPod, PreFilter and PreScore (HasReservations); PreEnqueue and PreFilter also read whether a
+// group waits for its preemption's victims (Preempting). Reserve, Permit, PreBind and PostFilter drop a
 // plan the service no longer holds (DropPlan).
 
 package phalanx
@@ -18,7 +19,8 @@ import (
 
 // Mirror is the plugin's local copy of what phalanx serve holds: every plan (so members are
 // answered without an RPC), the capacity those plans reserve per node (so plain pods are kept
-// off it without an RPC per node), and the gang groups still waiting for members (PreEnqueue).
+// off it without an RPC per node), the gang groups still waiting for members and those waiting for
+// their preemption's victims to terminate (PreEnqueue).
 // WatchReservations replaces it with each snapshot; PlanForPod replies add a plan in between.
 type Mirror struct {
 	mu      sync.RWMutex
@@ -28,7 +30,9 @@ type Mirror struct {
 	byUID   map[types.UID]string     // planned member -> group
 	nodes   map[string]map[string]int64
 	waiting map[string]bool
-	missing map[string]bool // groups the service answered "members missing", until complete
+	// groups whose preemption's victims have not all terminated: nothing of theirs fits before
+	preempting map[string]bool
+	missing    map[string]bool // groups the service answered "members missing", until complete
 	// members kube-scheduler reserved in this process (a pod-group cycle's simulation too, which
 	// the service is not told of): their planned nodes are not offered to others for a trade
 	taken map[types.UID]bool
@@ -41,8 +45,8 @@ const MaxTradeNodes = 64
 // NewMirror returns an empty, unsynced mirror.
 func NewMirror() *Mirror {
 	return &Mirror{plans: map[string]*pb.GroupPlan{}, byUID: map[types.UID]string{},
-		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}, missing: map[string]bool{},
-		taken: map[types.UID]bool{}}
+		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}, preempting: map[string]bool{},
+		missing: map[string]bool{}, taken: map[types.UID]bool{}}
 }
 
 // MembersMissing (when a PlanForPod reply lands, see planFor) notes that the service answered a
@@ -56,7 +60,8 @@ func (m *Mirror) MembersMissing(group string) {
 
 // Apply, for each snapshot on the reservations stream, replaces the mirror with it. It returns the
 // groups that can make progress now — a plan that is new (or changed), a group no longer waiting
-// for members — so the caller can move their pods back to the active queue.
+// for members or for its preemption's victims — so the caller can move their pods back to the
+// active queue.
 func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	plans := make(map[string]*pb.GroupPlan, len(snap.GetPlans()))
 	byUID := map[types.UID]string{}
@@ -74,6 +79,10 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	for _, g := range snap.GetWaitingGroups() {
 		waiting[g] = true
 	}
+	preempting := make(map[string]bool, len(snap.GetPreemptingGroups()))
+	for _, g := range snap.GetPreemptingGroups() {
+		preempting[g] = true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var progress []string
@@ -88,6 +97,11 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 			progress = append(progress, group)
 		}
 	}
+	for group := range m.preempting {
+		if !preempting[group] && plans[group] == nil {
+			progress = append(progress, group)
+		}
+	}
 	for group := range m.missing {
 		if !waiting[group] {
 			progress = append(progress, group)
@@ -95,7 +109,7 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 		}
 	}
 	m.synced, m.version = true, snap.GetVersion()
-	m.plans, m.byUID, m.nodes, m.waiting = plans, byUID, nodes, waiting
+	m.plans, m.byUID, m.nodes, m.waiting, m.preempting = plans, byUID, nodes, waiting, preempting
 	for uid := range m.taken {
 		if _, planned := byUID[uid]; !planned {
 			delete(m.taken, uid)
@@ -112,7 +126,7 @@ func (m *Mirror) Disconnect() {
 	defer m.mu.Unlock()
 	m.synced = false
 	m.plans, m.byUID = map[string]*pb.GroupPlan{}, map[types.UID]string{}
-	m.nodes, m.waiting = map[string]map[string]int64{}, map[string]bool{}
+	m.nodes, m.waiting, m.preempting = map[string]map[string]int64{}, map[string]bool{}, map[string]bool{}
 }
 
 // PutPlan records a plan a PlanForPod reply carried, when planFor's call lands (the stream brings
@@ -261,6 +275,14 @@ func (m *Mirror) Waiting(group string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.waiting[group]
+}
+
+// Preempting reports whether the group waits for the pods its preemption evicted to terminate
+// (PreEnqueue keeps its members out of the queue, PreFilter answers them without a call).
+func (m *Mirror) Preempting(group string) bool {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	return m.preempting[group]
 }
 
 // Synced reports whether a snapshot arrived since the stream (re)connected (benchmarks wait for

@@ -41,14 +41,28 @@ type planCall struct {
 }
 
 // PreEnqueue runs when a pod is added to the scheduling queue (and again before it is moved to the
-// active queue): it keeps a gang member out of the active queue while its group misses members.
+// active queue): it keeps a gang member out of the active queue while its group misses members,
+// and a member of any group while the pods its preemption evicted have not all terminated.
 func (p *Plugin) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
 	group := GroupOf(pod)
-	if group != "" && p.mirror.Waiting(group) {
+	if group == "" {
+		return nil
+	}
+	if p.mirror.Waiting(group) {
 		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
 			fmt.Sprintf("phalanx: podgroup %s is waiting for members", group))
 	}
+	if p.mirror.Preempting(group) {
+		return preemptingStatus(group)
+	}
 	return nil
+}
+
+// preemptingStatus is what a member of a group waiting for its preemption's victims is told: it
+// cannot fit before they are gone, and the stream moves it back to the queue then.
+func preemptingStatus(group string) *fwk.Status {
+	return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+		fmt.Sprintf("phalanx: podgroup %s is waiting for the pods its preemption evicts to terminate", group))
 }
 
 // EventsToRegister: a new or changed pod (a member arrives, phalanx touches a waiting member),
@@ -67,12 +81,16 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 
 // unlessPlanning is the queueing hint of every event, called by the scheduling queue when the event
 // happens, for each pod the plugin left unschedulable: QueueSkip for a member whose group is being
-// planned, Queue for everything else. A touch by phalanx serve of a member of a group being planned
-// is not lost: the service touches once room it had not seen appears (a node added, say), and the
-// call in flight may have been answered before it saw that room; the touch is noted on the call,
-// and a reply other than a plan then moves the group's pending members back to the active queue.
+// planned or waiting for its preemption's victims, Queue for everything else. A touch by phalanx
+// serve of a member of a group being planned is not lost: the service touches once room it had not
+// seen appears (a node added, say), and the call in flight may have been answered before it saw
+// that room; the touch is noted on the call, and a reply other than a plan then moves the group's
+// pending members back to the active queue.
 func (p *Plugin) unlessPlanning(_ klog.Logger, pod *v1.Pod, oldObj, newObj interface{}) (fwk.QueueingHint, error) {
 	if group := GroupOf(pod); group != "" {
+		if p.mirror.Preempting(group) {
+			return fwk.QueueSkip, nil // each victim's deletion is an event; the stream moves it when all are gone
+		}
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		if call, planning := p.planning[group]; planning {
@@ -121,6 +139,11 @@ func (p *Plugin) PreFilter(ctx context.Context, state fwk.CycleState, pod *v1.Po
 	}
 	if node, ok := p.mirror.PlannedNode(pod.UID); ok {
 		return p.planned(state, pod, group, node), nil
+	}
+	if p.mirror.Preempting(group) {
+		// the group's first member was just answered so and the rest meet kube-scheduler's loop in
+		// the same pod-group cycle: each would ask phalanx serve the same, one after the other
+		return nil, preemptingStatus(group)
 	}
 	podJSON, err := json.Marshal(pod)
 	if err != nil {

@@ -206,3 +206,60 @@ func TestMembersTurnedAwayWhileServeIsDownAreRetriedAfterTheCooldown(t *testing.
 		return strings.Contains(got, "ns/a") && strings.Contains(got, "ns/b")
 	})
 }
+
+// A group whose preemption's victims are still terminating cannot fit before they are gone: its
+// members are held out of kube-scheduler's queue (PreEnqueue), answered without a call when a
+// pod-group cycle meets them anyway (PreFilter), not retried on the victims' deletions (queueing
+// hint), and moved back to the queue by the snapshot that no longer lists the group.
+func TestMembersOfAGroupWaitingForItsVictimsAreHeldWithoutCallsAndReleasedWhenTheyGo(t *testing.T) {
+	a, b := member("a", "g"), member("b", "g")
+	r := newRig(t, true, a, b)
+	r.svc.snapshots <- &pb.Reservations{Version: 1} // the stream's first snapshot retries every member
+	waitFor(t, "the first snapshot", func() bool { return len(r.handle.Activated()) == 2 })
+	r.svc.snapshots <- &pb.Reservations{Version: 2, PreemptingGroups: []string{"ns/g"}}
+	waitFor(t, "the snapshot", func() bool { return r.plugin.Mirror().Preempting("ns/g") })
+	for _, m := range []*v1.Pod{a, b} {
+		st := r.plugin.PreEnqueue(context.Background(), m)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "preemption evicts") {
+			t.Fatalf("PreEnqueue of member %s: %v", m.Name, st)
+		}
+		_, st = r.plugin.PreFilter(context.Background(), framework.NewCycleState(), m, nil)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "preemption evicts") {
+			t.Fatalf("PreFilter of member %s: %v", m.Name, st)
+		}
+	}
+	if n := r.svc.Calls("PlanForPod"); n != 0 {
+		t.Fatalf("PlanForPod calls for a group waiting for its victims: %d, want 0", n)
+	}
+	if st := r.plugin.PreEnqueue(context.Background(), member("c", "other")); !st.IsSuccess() {
+		t.Fatalf("a member of another group: %v", st)
+	}
+	events, _ := r.plugin.EventsToRegister(context.Background())
+	victim := plain("victim")
+	for _, e := range events {
+		if hint, _ := e.QueueingHintFn(klog.Background(), a, victim, nil); hint != fwk.QueueSkip {
+			t.Fatalf("%v retries a member whose group waits for its victims", e.Event)
+		}
+	}
+	if got := r.handle.Activated(); len(got) != 2 {
+		t.Fatalf("activated while the victims go: %v", got[2:])
+	}
+	// the last victim went: the next snapshot no longer lists the group
+	r.svc.snapshots <- &pb.Reservations{Version: 3}
+	waitFor(t, "both members moved back to the queue", func() bool { return len(r.handle.Activated()) >= 4 })
+	if got := r.handle.Activated()[2:]; !slices.Contains(got, "ns/a") || !slices.Contains(got, "ns/b") {
+		t.Fatalf("activated: %v", got)
+	}
+	if st := r.plugin.PreEnqueue(context.Background(), a); !st.IsSuccess() {
+		t.Fatalf("PreEnqueue once the victims are gone: %v", st)
+	}
+	if hint, _ := r.plugin.unlessPlanning(klog.Background(), a, victim, nil); hint != fwk.Queue {
+		t.Fatal("events retry the group's members again once the victims are gone")
+	}
+	// a disconnected stream holds nothing back (serve down never blocks a group)
+	r.plugin.Mirror().Apply(&pb.Reservations{Version: 4, PreemptingGroups: []string{"ns/g"}})
+	r.plugin.Mirror().Disconnect()
+	if r.plugin.Mirror().Preempting("ns/g") {
+		t.Fatal("a disconnected mirror holds no group back")
+	}
+}

@@ -1093,9 +1093,13 @@ type Reservations struct {
 	// rejected, the placement record not written, the plan expired): they wait at the barrier for a
 	// plan that is gone, assumed on capacity the service no longer counts. The plugin rejects each
 	// one still waiting; its Unreserve (reason "rejected") leaves the group's current plan alone.
-	RejectUids    []string `protobuf:"bytes,5,rep,name=reject_uids,json=rejectUids,proto3" json:"reject_uids,omitempty"`
-	unknownFields protoimpl.UnknownFields
-	sizeCache     protoimpl.SizeCache
+	RejectUids []string `protobuf:"bytes,5,rep,name=reject_uids,json=rejectUids,proto3" json:"reject_uids,omitempty"`
+	// Groups whose group preemption evicted pods that have not all terminated yet: their members
+	// cannot fit until the room is free, so PreEnqueue keeps them out of the queue and PreFilter
+	// answers them without a call; a snapshot that no longer lists the group moves them back.
+	PreemptingGroups []string `protobuf:"bytes,6,rep,name=preempting_groups,json=preemptingGroups,proto3" json:"preempting_groups,omitempty"`
+	unknownFields    protoimpl.UnknownFields
+	sizeCache        protoimpl.SizeCache
 }
 
 func (x *Reservations) Reset() {
@@ -1159,6 +1163,13 @@ func (x *Reservations) GetWaitingGroups() []string {
 func (x *Reservations) GetRejectUids() []string {
 	if x != nil {
 		return x.RejectUids
+	}
+	return nil
+}
+
+func (x *Reservations) GetPreemptingGroups() []string {
+	if x != nil {
+		return x.PreemptingGroups
 	}
 	return nil
 }
@@ -1257,14 +1268,15 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\aamounts\x18\x01 \x03(\v2(.phalanx.v1.NodeReservation.AmountsEntryR\aamounts\x1a:\n" +
 	"\fAmountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xaf\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xdc\x02\n" +
 	"\fReservations\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
 	"\x05plans\x18\x02 \x03(\v2\x15.phalanx.v1.GroupPlanR\x05plans\x129\n" +
 	"\x05nodes\x18\x03 \x03(\v2#.phalanx.v1.Reservations.NodesEntryR\x05nodes\x12%\n" +
 	"\x0ewaiting_groups\x18\x04 \x03(\tR\rwaitingGroups\x12\x1f\n" +
 	"\vreject_uids\x18\x05 \x03(\tR\n" +
-	"rejectUids\x1aU\n" +
+	"rejectUids\x12+\n" +
+	"\x11preempting_groups\x18\x06 \x03(\tR\x10preemptingGroups\x1aU\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
