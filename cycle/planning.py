@@ -332,8 +332,12 @@ class Planner:
 
     def plan_ahead(self, group: PodGroup) -> bool:
         """Plan ``group`` before any member asks (lock held): a placement found is kept as a
-        member's call would keep it; none found changes nothing (no explanation, preemption or
-        status: the members' own calls run the full cycle). True when a plan is now held."""
+        member's call would keep it. None found starts the group preemption the members' first
+        call would start, when one helps and every member is there (rule ``phalanx/preempt-ahead``:
+        the plugin's stream then holds the members out of kube-scheduler's queue until the victims
+        are gone, instead of a pod-group cycle failing them one by one while they go); otherwise it
+        changes nothing (no explanation or status: the members' own calls run the full cycle). True
+        when a plan is now held."""
         if self.cache.composite_root(group.key):
             return False  # a composite's child is planned with its tree, when a member asks
         if group.key in self.solving or self.namespace_limit(group.key) or self.namespace_cycle(group.key):
@@ -347,10 +351,23 @@ class Planner:
             if solved is None:
                 return False
             placement, _, elapsed, _ = solved
-            if isinstance(placement, InvalidInput) or not placement.assignments:
+            if isinstance(placement, InvalidInput):
+                return False
+            if not placement.assignments:
+                self._preempt_ahead(group, placement)
                 return False
             self.metrics.attempt_duration.observe(elapsed)
             return bool(self._scheduled(group, placement, elapsed).assignments)
+
+    # the rule's one home (docs/design.md: phalanx/preempt-ahead)
+    def _preempt_ahead(self, group: PodGroup, placement: Placement) -> None:
+        """A complete group planned ahead that does not fit (lock held): its preemption started
+        now, as its members' first call would start it — only when every member is there and
+        ungated (a gang still short of members cannot be placed, so nothing is evicted for it)."""
+        if group.missing_members or any(r.gated for r in self.cache.members(group.key)):
+            return
+        message = placement.explanation.message() if placement.explanation else "no placement"
+        self._preempt(group, message)
 
     # the rule's one home (docs/design.md: phalanx/joint-ahead)
     def plan_ahead_together(self, groups: list[PodGroup]) -> int:
@@ -382,6 +399,9 @@ class Planner:
             if placement.assignments:
                 self.metrics.attempt_duration.observe(elapsed / len(joinable))
                 planned += bool(self._scheduled(group, placement, elapsed).assignments)
+        for group, placement in zip(joinable, placements, strict=True):
+            if not placement.assignments:  # after the others' plans are held, as its members' call
+                self._preempt_ahead(group, placement)
         return planned
 
     def _solve_together(self, groups: list[PodGroup]) -> tuple[tuple[Placement, ...], float] | None:
@@ -431,24 +451,31 @@ class Planner:
         self.metrics.attempts.labels(result="unschedulable").inc()
         self.tenants.cycles.spend(key)
         message = placement.explanation.message() if placement.explanation else "no placement"
+        if self._preempt(group, message):  # while victims terminate, the nomination makes it wait
+            return placement
+        # no one to evict: more nodes may be asked for instead
+        asked = self.provisioning.consider(group, placement.explanation, message)
+        message = f"{message}; {asked.words}" if asked.words else message
+        self.explanations[key] = message
+        self.queue.failed_attempt(key, capacity_version, message)
+        self.smallest.submit(group, snapshot, message, asked.reason)  # off this call (smallest.py)
+        return placement
+
+    def _preempt(self, group: PodGroup, message: str) -> bool:
+        """Start a group preemption for ``group``, which does not fit (``message``: why), when one
+        helps (lock held; the plan is solved off it); True when it started: the group's explanation
+        and status then say so, and no smallest change is searched (what would make it fit is under
+        way)."""
         with self.lock.unlocked(), self.preemption.solving:  # a preemption plan is a solve too
             preempting = self.preemption.try_preempt(group)
-        if preempting:
-            self.book.bump()  # a nomination now holds room
-            message = f"{message}; {preempting}"
-            asked = Asked()
-        else:  # no one to evict: more nodes may be asked for instead
-            asked = self.provisioning.consider(group, placement.explanation, message)
-            message = f"{message}; {asked.words}" if asked.words else message
-        self.explanations[key] = message
-        if not preempting:  # while victims terminate, the nomination makes the group wait
-            self.queue.failed_attempt(key, capacity_version, message)
-        if preempting:  # what would make it fit is under way: no change to search
-            self.smallest.record(key, None)
-            self.status.unschedulable(key, message, asked.reason)
-        else:  # written with its smallest change, off this call (see smallest.py)
-            self.smallest.submit(group, snapshot, message, asked.reason)
-        return placement
+        if not preempting:
+            return False
+        self.book.bump()  # a nomination now holds room
+        message = f"{message}; {preempting}"
+        self.explanations[group.key] = message
+        self.smallest.record(group.key, None)
+        self.status.unschedulable(group.key, message, Asked().reason)
+        return True
 
     # -- CompositePodGroups -----------------------------------------------------------------------
     # the rule's one home (docs/design.md: composite/one-cycle)

@@ -1,7 +1,8 @@
 """Plan ahead (``phalanx serve --plan-ahead-for``): a complete gang of a named profile's pods, and a
 Basic group with the members it has, is planned before kube-scheduler asks, with the plan a
-member's call would make; anything else — another profile's pods, an incomplete or unplaceable
-gang — is left to the members' own calls, with nothing written."""
+member's call would make, or, when it does not fit and a group preemption helps, that preemption
+started; anything else — another profile's pods, an incomplete or unplaceable gang — is left to
+the members' own calls, with nothing written."""
 
 import time
 
@@ -226,3 +227,54 @@ def test_planned_together_a_group_kube_scheduler_already_judged_is_planned_alone
     monkeypatch.setattr(cycle.planner, "plan_ahead", lambda group: calls.append(group.key) or original(group))
     cycle.ahead.plan_together(["default/solo", "default/pair"])
     assert calls == ["default/solo", "default/pair"]  # not joinable as they are: one by one, as before
+
+
+def fill_with_low_pods(sim, count=4):
+    """Low-priority plain pods bound on the 4 nodes, every GPU taken."""
+    return [sim.create(pod(f"low-{i}", gpu=4, node=f"n-{i}", priority=1)) for i in range(count)]
+
+
+def names_left(sim, prefix):
+    return sorted(p["metadata"]["name"] for p in sim.list("Pod") if p["metadata"]["name"].startswith(prefix))
+
+
+def test_a_complete_gang_that_must_preempt_starts_its_preemption_ahead_of_any_member_call(sim, cycle):
+    """``phalanx/preempt-ahead``: no member asked; its preemption is the one the first call would
+    start (the same victims), the plugin's stream lists the group while they go, and a member that
+    asks meanwhile waits for them without a second preemption."""
+    fill_with_low_pods(sim)
+    sim.create(podgroup("high", 2, priority=1000))
+    members = [sim.create(pod(f"high-{i}", "high", gpu=4, priority=1000)) for i in range(2)]
+    enforcement = PluginEnforcement(cycle)
+    assert not cycle.ahead.plan("default/high")  # no plan yet: the room is being freed
+    assert "default/high" in cycle.preemption.nominations
+    assert "preempting 2 pods" in cycle.explanations["default/high"]
+    read = sim.cache.pods[members[0]["metadata"]["uid"]].pod
+    answer = enforcement.plan_for_pod(read)
+    assert answer.verdict == "wait", answer
+    assert cycle.preemption.metrics.preemption_attempts.labels(result="scheduled")._value.get() == 1
+    # the sim evicts at once: once the cache shows the victims gone the group is no longer held
+    deadline = time.monotonic() + 5
+    while len(names_left(sim, "low")) != 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert len(names_left(sim, "low")) == 2
+    assert enforcement.snapshot().preempting == ()
+    assert enforcement.plan_for_pod(read).verdict == "planned"
+
+
+def test_a_gang_with_a_gated_member_or_short_of_members_evicts_nothing_ahead(sim, cycle):
+    fill_with_low_pods(sim)
+    sim.create(podgroup("gated", 2, priority=1000))
+    sim.create(pod("gated-0", "gated", gpu=4, priority=1000))
+    gated = pod("gated-1", "gated", gpu=4, priority=1000)
+    gated["spec"]["schedulingGates"] = [{"name": "example.com/wait"}]
+    sim.create(gated)
+    assert not cycle.ahead.plan("default/gated")
+    sim.create(podgroup("short", 3, priority=1000))
+    for i in range(3):  # complete by count, but one member is another profile's: not planned ahead
+        obj = pod(f"short-{i}", "short", gpu=4, priority=1000)
+        if i == 2:
+            obj["spec"]["schedulerName"] = "other"
+        sim.create(obj)
+    assert not cycle.ahead.plan("default/short")
+    assert not cycle.preemption.nominations and len(names_left(sim, "low")) == 4
