@@ -7,7 +7,11 @@ labelled ``leaderworkerset.sigs.k8s.io/name`` whose LWS has a scheduling configu
 
 - a leader gets a new group incarnation (label ``scheduling.phalanx.dev/lws-incarnation``, 5
   random characters), a worker its leader's (read from the leader pod its
-  ``leaderworkerset.sigs.k8s.io/leader-name`` annotation names);
+  ``leaderworkerset.sigs.k8s.io/leader-name`` annotation names); a worker whose leader pod does
+  not exist is refused — the worker StatefulSet of a leader just deleted (a replica preempted
+  whole) recreates its pods until the garbage collector removes it, and admitted they would run
+  outside any gang; the StatefulSet controller retries the create, and a new leader's workers come
+  from its own StatefulSet;
 - every pod gets its PodGroup reference (``spec.schedulingGroup.podGroupName`` built in, the
   ``scheduling.phalanx.dev/pod-group`` label in the CRD flavor, through ``objects.pod_patch``) and
   the ``podgroup-sync`` gate, which the controller lifts once the PodGroup exists with the right
@@ -36,6 +40,8 @@ from .config import ConfigError, raw_scheduling
 from .lws_config import LEVEL_WHOLE, resolve_lws, validate_lws
 
 MSG_WHOLE_PENDING = "phalanx: pod of LeaderWorkerSet {ns}/{name} is held until its PodGroup {group} exists"
+MSG_NO_LEADER = ("phalanx: worker of LeaderWorkerSet {ns}/{name} is refused while its leader pod {leader} does not "
+                 "exist: its PodGroup is named by the leader's incarnation (the StatefulSet controller retries)")
 
 
 def review_leaderworkerset(review: Mapping[str, Any]) -> dict[str, Any]:
@@ -102,7 +108,9 @@ class LwsMutator:
                 extra.append(_label_op(names.LABEL_LWS_INCARNATION, incarnation))
             elif not me.leader:
                 leader = self.kube.get_or_none(api_path("v1", "pods", ns, me.leader_name))
-                leader_member = lws.member(kinds.pod(leader)) if leader else None
+                if leader is None:  # the rule's one home (docs/design.md: LWS/worker-needs-leader)
+                    return response(request, False, MSG_NO_LEADER.format(ns=ns, name=me.lws, leader=me.leader_name))
+                leader_member = lws.member(kinds.pod(leader))
                 if leader_member is None or not leader_member.incarnation:
                     return response(request, True, warnings=[
                         f"phalanx: pod not in a PodGroup: its leader {me.leader_name} is not in one"])

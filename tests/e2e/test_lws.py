@@ -302,10 +302,14 @@ def test_a_gang_replica_is_preempted_as_one_unit_with_disruption_mode_all(rest, 
     make_lws(rest, namespace, leaderworkerset("high", size=2, resources=GPU1, priority_class_name=HIGH,
                                               scheduling={}))
     replica_bound(rest, namespace, "high", 0, 2, timeout=90)
-    # two GPUs were needed; the whole low replica went, not two of its pods
-    wait_for(lambda: not victims & {p["metadata"]["uid"] for p in live(members(rest, namespace, "low"))}, 60,
-             "every pod of the low replica evicted")
-    assert not bound(members(rest, namespace, "low"))
+    # two GPUs were needed; the whole low replica went, not two of its pods: every victim evicted
+    # and gone (a victim still terminating is still bound), and no pod recreated for the replica
+    # bound (four do not fit in the two GPUs left)
+    wait_for(lambda: not victims & {p["metadata"]["uid"] for p in members(rest, namespace, "low")}, 60,
+             "every pod of the low replica evicted and gone")
+    left = members(rest, namespace, "low")
+    assert not bound(left), [(p["metadata"]["name"], group_of(p), p["spec"].get("nodeName"),
+                              p["spec"].get("schedulingGates")) for p in left]
 
 
 def test_a_worker_that_fails_under_restart_policy_none_is_recreated_and_binds_back_into_its_replicas_rack(

@@ -380,3 +380,22 @@ def test_the_provisioning_opt_in_of_the_lws_is_its_podgroups():
     c.sync()
     [group] = c.podgroups().values()
     assert group["metadata"]["annotations"][names.ANNOTATION_PROVISIONING] == names.PROVISIONING_ATOMIC
+
+
+def test_a_worker_whose_leader_pod_is_gone_is_refused_not_admitted_outside_its_gang():
+    """``LWS/worker-needs-leader``: a replica preempted whole takes its leader, and the leader's
+    worker StatefulSet recreates its pods until the garbage collector removes it; such a worker has
+    no incarnation to join, and admitted as it is it would be scheduled alone. It is refused (the
+    StatefulSet controller retries); the new leader's workers join its new PodGroup."""
+    c = Cluster(make_lws(scheduling={}, size=3, replicas=1))
+    c.sync()
+    first = c.replica(0)
+    for p in first:
+        c.kube.delete(f"{PODS}/{p['metadata']['name']}")
+    stray, why = c.admit(c.pod(0, worker=1))
+    assert stray is None and "leader pod llm-0 does not exist" in why and "retries" in why
+    assert c.live("llm-0-1") is None
+    again = c.replica(0)  # the new leader, then its workers
+    group = again[0]["spec"]["schedulingGroup"]["podGroupName"]
+    assert all(p is not None and p["spec"]["schedulingGroup"]["podGroupName"] == group for p in again)
+    assert all(gated(p) for p in again)
