@@ -474,7 +474,7 @@ class Planner:
         message = f"{message}; {preempting}"
         self.explanations[group.key] = message
         self.smallest.record(group.key, None)
-        self.status.unschedulable(group.key, message, Asked().reason)
+        self.status.unschedulable(group.key, message, names.REASON_UNSCHEDULABLE)
         return True
 
     # -- CompositePodGroups -----------------------------------------------------------------------
