@@ -26,13 +26,22 @@ Ahead by a few groups only (:data:`WINDOW` plans planned and not yet binding): e
 kube-scheduler's loop from waiting, while every solve subtracts the plans held and the
 reservations stream carries them all — planning a thousand queued gangs at once would make both
 cost a thousand times more and hold capacity for minutes.
+
+Plugin mode keeps kube-scheduler's loop from meeting a group before plan ahead has looked at it
+(rule ``phalanx/hold-until-tried``): the reservations stream lists the groups it has still to try
+(:meth:`PlanAhead.untried`) and the plugin's PreEnqueue keeps their members out of the queue until
+the snapshot that carries their plan, the preemption started for them, or neither (then they run
+the full cycle as before). Without it the loop met such a group — a gang that must preempt
+above all, whose preemption ahead takes a victim search — and failed its members one by one, each
+asking serve. A plan ahead that makes no progress for :data:`STALL_SECONDS` (its window full of
+plans kube-scheduler has not taken) holds nothing back: the members then ask as before.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
-from typing import Iterable
+from typing import Callable, Iterable
 
 from cluster.cache import CacheEvent
 from solver import PodGroup
@@ -53,6 +62,10 @@ log = logging.getLogger(__name__)
 WINDOW = 16
 #: how often a full window is looked at again
 RECHECK_SECONDS = 0.02
+#: a plan ahead that tried no group for this long while groups wait for it holds none of them back
+#: from kube-scheduler (``untried`` is then empty): its window is full of plans kube-scheduler has
+#: not taken, and the members' own calls are the way on
+STALL_SECONDS = 2.0
 
 
 class PlanAhead:
@@ -65,7 +78,11 @@ class PlanAhead:
         self.lock, self.book, self.cache, self.planner, self.preemption = \
             ctx.lock, ctx.book, ctx.cache, planner, preemption
         self.schedulers = schedulers
+        self.clock = ctx.clock
         self._pending: dict[str, None] = {}  # groups to look at, in the order their events came
+        self._trying: tuple[str, ...] = ()  # the batch being planned now (out of ``_pending``)
+        self._moved = 0.0  # when plan ahead last tried a batch, or groups began to wait for it
+        self._tried: list[Callable[[], None]] = []  # told (no lock held) after each batch
         self._wake = threading.Condition(threading.Lock())
         self._closed = False
         self._thread: threading.Thread | None = None
@@ -91,6 +108,40 @@ class PlanAhead:
         with self._wake:
             self._pending.clear()
 
+    def on_tried(self, listener: Callable[[], None]) -> None:
+        """``listener`` is called after each batch plan ahead tried (what :meth:`untried` lists changed)."""
+        self._tried.append(listener)
+
+    # the rule's one home (docs/design.md: phalanx/hold-until-tried)
+    def untried(self) -> list[str]:
+        """The groups plan ahead has still to try — an event of a pending member came, it has not
+        yet planned the group nor found it does not fit — in the order it will; none while it
+        stalls (:data:`STALL_SECONDS`) or this serve stands by. Plugin mode keeps their members out
+        of kube-scheduler's queue meanwhile (``phalanx/hold-until-tried``); groups that hold a plan
+        or wait for their preemption are the caller's to leave out. A group plan ahead will find
+        incomplete or partly bound is listed until it is tried (its members' own calls then go on)."""
+        if not self.schedulers or not self.acting():
+            return []
+        with self._wake:
+            if not self._pending and not self._trying or self.clock() - self._moved > STALL_SECONDS:
+                return []
+            keys = list(dict.fromkeys((*self._trying, *self._pending)))
+        return [k for k in keys if self._ours(k)]
+
+    def _ours(self, key: str) -> bool:
+        """A pod of the group is of ``schedulers`` (its first one the cache shows: a PodGroup's event
+        queues it whoever its pods are)."""
+        uids = self.cache.pods_by_group.get(key)
+        uid = next(iter(uids), None) if uids else None  # (one C call: safe beside the cache's thread)
+        record = self.cache.pods.get(uid) if uid is not None else None
+        return record is not None and record.scheduler_name in self.schedulers
+
+    def busy(self) -> bool:
+        """Whether groups wait for plan ahead at all (what :meth:`untried` lists can change with
+        time alone: the stall)."""
+        with self._wake:
+            return bool(self._pending or self._trying)
+
     def resume(self, groups: Iterable[str]) -> None:
         """This serve started acting: look at every group ``groups`` names (what came while it stood by)."""
         if not self.schedulers:
@@ -113,6 +164,8 @@ class PlanAhead:
         else:
             return
         with self._wake:
+            if not self._pending and not self._trying:
+                self._moved = self.clock()  # the wait starts now, not at the last batch
             self._pending[key] = None
             self._wake.notify()
 
@@ -131,16 +184,30 @@ class PlanAhead:
             if not self.acting():
                 self.pause()
                 continue
+            self.step(slots)
+
+    def step(self, slots: int = WINDOW) -> int:
+        """Try the oldest ``slots`` groups waiting (one batch, planned together when several);
+        how many now hold a plan. The thread's one step; tests call it."""
+        with self._wake:
+            batch = list(self._pending)[:slots]  # groups whose events came meanwhile, oldest first
+            for key in batch:
+                del self._pending[key]
+            self._trying, self._moved = tuple(batch), self.clock()
+        if not batch:
+            return 0
+        made = 0
+        try:
+            made = int(self.plan(batch[0])) if len(batch) == 1 else self.plan_together(batch)
+        except Exception:  # noqa: BLE001 - a failed look-ahead must not stop the next one
+            log.exception("planning %s ahead failed", ", ".join(batch))
+        finally:
             with self._wake:
-                batch = list(self._pending)[:slots]  # groups whose events came meanwhile, oldest first
-                for key in batch:
-                    del self._pending[key]
-            if not batch:
-                continue
-            try:
-                self.planned += int(self.plan(batch[0])) if len(batch) == 1 else self.plan_together(batch)
-            except Exception:  # noqa: BLE001 - a failed look-ahead must not stop the next one
-                log.exception("planning %s ahead failed", ", ".join(batch))
+                self._trying, self._moved = (), self.clock()
+            for listener in self._tried:
+                listener()
+        self.planned += made
+        return made
 
     def _free_slots(self) -> int:
         """How many more plans may be made ahead now (:data:`WINDOW` less those planned, unbound)."""

@@ -97,6 +97,7 @@ class Snapshot:
     plan_ids: Mapping[str, int] = field(default_factory=dict)  # group -> id of its plan
     left: tuple[str, ...] = ()  # members reserved for a gang plan dropped before it completed
     preempting: tuple[str, ...] = ()  # groups whose preemption's victims have not all gone yet
+    untried: tuple[str, ...] = ()  # groups plan ahead has still to try (phalanx/hold-until-tried)
 
 
 class PluginEnforcement:
@@ -129,8 +130,10 @@ class PluginEnforcement:
         self._left_lock = threading.Lock()
         cycle.subscribe(self._on_cycle_event)
         self.cache.subscribe(self._on_cache_change)
-        # the last victim of a group's preemption going (a plain pod, often) ends its hold
+        # the last victim of a group's preemption going (a plain pod, often) ends its hold; plan
+        # ahead's try of a group that does not fit changes nothing else the stream carries
         self.preemption.on_cleared(self.changed)
+        cycle.ahead.on_tried(self.changed)
 
     # -- change notification for the stream --------------------------------------------------
     def _on_cycle_event(self, kind: str, data: Mapping[str, object]) -> None:
@@ -416,20 +419,24 @@ class PluginEnforcement:
     # -- the reservations stream ---------------------------------------------------------------
     def snapshot(self) -> Snapshot:
         version = self._version
+        untried = self.cycle.ahead.untried()  # before the plans: a group tried meanwhile shows in them
         plans, nodes = self._reservations()
         with self._ids_lock:
             ids = {p.group: self.plan_id(p) for p in plans}
             live = {p.group for p in plans}
             for group in [g for g in self._ids if g not in live]:
                 del self._ids[group]
-        return Snapshot(version, plans, nodes, self._waiting_groups(), ids, self._left_members(),
-                        self.preemption.holding())
+        preempting = self.preemption.holding()
+        held = live.union(preempting)
+        return Snapshot(version, plans, nodes, self._waiting_groups(), ids, self._left_members(), preempting,
+                        tuple(g for g in untried if g not in held))
 
     def timed(self) -> bool:
         """Whether the stream's content can change with time alone (a group held for its
-        preemption's victims is let go at its nomination's deadline, with no event): the stream
-        then recomputes its snapshot every second even without a change."""
-        return bool(self.preemption.nominations)
+        preemption's victims is let go at its nomination's deadline, a group waiting for plan
+        ahead when plan ahead stalls, with no event): the stream then recomputes its snapshot every
+        second even without a change."""
+        return bool(self.preemption.nominations) or self.cycle.ahead.busy()
 
     def _reservations(self) -> tuple[tuple[Plan, ...], Usage]:
         """Every plan holding capacity except a gang's once bound (every member was allowed at

@@ -56,7 +56,8 @@ def group_plan(plan: Plan, plan_id: int) -> pb.GroupPlan:
 
 def snapshot_message(snap: Snapshot) -> pb.Reservations:
     message = pb.Reservations(version=snap.version, waiting_groups=list(snap.waiting_groups),
-                              reject_uids=list(snap.left), preempting_groups=list(snap.preempting))
+                              reject_uids=list(snap.left), preempting_groups=list(snap.preempting),
+                              untried_groups=list(snap.untried))
     for plan in snap.plans:
         message.plans.append(group_plan(plan, snap.plan_ids.get(plan.group, 0)))
     for node, amounts in snap.nodes.items():

@@ -278,3 +278,52 @@ def test_a_gang_with_a_gated_member_or_short_of_members_evicts_nothing_ahead(sim
         sim.create(obj)
     assert not cycle.ahead.plan("default/short")
     assert not cycle.preemption.nominations and len(names_left(sim, "low")) == 4
+
+
+def test_the_stream_lists_a_group_until_plan_ahead_tried_it_then_its_plan_or_nothing(sim, cycle):
+    """``phalanx/hold-until-tried``: the plugin keeps kube-scheduler's loop from meeting a group
+    plan ahead has still to try; the snapshot after the try carries its plan (it fits) or no
+    longer lists it (it does not: its members ask as before), and the stream is told either way."""
+    enforcement = PluginEnforcement(cycle)
+    gang(sim, "db", 2)
+    gang(sim, "big", 2, gpu=8)  # no node has 8 GPUs
+    gang(sim, "other", 2, scheduler="someone-else")
+    snap = enforcement.snapshot()
+    assert snap.untried == ("default/db", "default/big") and snap.plans == ()
+    assert enforcement.timed()  # a stall would change the list with time alone
+    seen = enforcement.wait_change(-1, 0)
+    assert cycle.ahead.step() == 1  # both tried, together: db placed, big not
+    assert enforcement.wait_change(seen, 0) > seen
+    snap = enforcement.snapshot()
+    assert snap.untried == () and [p.group for p in snap.plans] == ["default/db"]
+    assert cycle.book.get("default/big") is None and not enforcement.timed()
+
+
+def test_a_group_that_must_preempt_goes_from_untried_to_preempting_never_neither(sim, cycle):
+    fill_with_low_pods(sim)
+    sim.create(podgroup("high", 2, priority=1000))
+    for i in range(2):
+        sim.create(pod(f"high-{i}", "high", gpu=4, priority=1000))
+    enforcement = PluginEnforcement(cycle)
+    assert enforcement.snapshot().untried == ("default/high",)
+    cycle.ahead.step()
+    snap = enforcement.snapshot()
+    assert snap.untried == () and "default/high" in cycle.preemption.nominations
+    assert "default/high" in snap.preempting or len(names_left(sim, "low")) == 2  # (the sim evicts at once)
+
+
+def test_a_stalled_plan_ahead_or_a_standby_holds_nothing_back(sim, cycle, monkeypatch):
+    import cycle.ahead as ahead_module
+    now = [100.0]
+    monkeypatch.setattr(cycle.ahead, "clock", lambda: now[0])
+    enforcement = PluginEnforcement(cycle)
+    gang(sim, "db", 2)
+    assert enforcement.snapshot().untried == ("default/db",)
+    now[0] += ahead_module.STALL_SECONDS + 0.1  # nothing tried since the group began to wait
+    assert enforcement.snapshot().untried == ()
+    assert enforcement.timed()  # still recomputed every second: a try would list the next ones again
+    cycle.ahead.step()
+    gang(sim, "web", 2)
+    assert enforcement.snapshot().untried == ("default/web",)
+    monkeypatch.setattr(cycle.ahead, "acting", lambda: False)
+    assert enforcement.snapshot().untried == ()

@@ -3,7 +3,8 @@
 // between two. It is read in the scheduling loop, where an RPC per pod or per node would cost too
 // much: PreEnqueue (Waiting), PreFilter and Reserve (PlannedNode), Filter and Score (Reserved),
 // SignPod, PreFilter and PreScore (HasReservations); PreEnqueue and PreFilter also read whether a
-// group waits for its preemption's victims (Preempting). Reserve, Permit, PreBind and PostFilter drop a
+// group waits for its preemption's victims (Preempting), PreEnqueue and the queueing hint whether
+// the service has still to try planning it ahead (HoldUntried). Reserve, Permit, PreBind and PostFilter drop a
 // plan the service no longer holds (DropPlan).
 
 package phalanx
@@ -32,7 +33,10 @@ type Mirror struct {
 	waiting map[string]bool
 	// groups whose preemption's victims have not all terminated: nothing of theirs fits before
 	preempting map[string]bool
-	missing    map[string]bool // groups the service answered "members missing", until complete
+	// groups the service has still to try planning ahead, and those of them whose members this
+	// plugin kept out of the queue (moved back when the group leaves the list)
+	untried, heldUntried map[string]bool
+	missing              map[string]bool // groups the service answered "members missing", until complete
 	// members kube-scheduler reserved in this process (a pod-group cycle's simulation too, which
 	// the service is not told of): their planned nodes are not offered to others for a trade
 	taken map[types.UID]bool
@@ -46,7 +50,8 @@ const MaxTradeNodes = 64
 func NewMirror() *Mirror {
 	return &Mirror{plans: map[string]*pb.GroupPlan{}, byUID: map[types.UID]string{},
 		nodes: map[string]map[string]int64{}, waiting: map[string]bool{}, preempting: map[string]bool{},
-		missing: map[string]bool{}, taken: map[types.UID]bool{}}
+		untried: map[string]bool{}, heldUntried: map[string]bool{}, missing: map[string]bool{},
+		taken: map[types.UID]bool{}}
 }
 
 // MembersMissing (when a PlanForPod reply lands, see planFor) notes that the service answered a
@@ -60,8 +65,8 @@ func (m *Mirror) MembersMissing(group string) {
 
 // Apply, for each snapshot on the reservations stream, replaces the mirror with it. It returns the
 // groups that can make progress now — a plan that is new (or changed), a group no longer waiting
-// for members or for its preemption's victims — so the caller can move their pods back to the
-// active queue.
+// for members or for its preemption's victims, a group held untried that is no longer listed —
+// so the caller can move their pods back to the active queue.
 func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	plans := make(map[string]*pb.GroupPlan, len(snap.GetPlans()))
 	byUID := map[types.UID]string{}
@@ -83,6 +88,10 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	for _, g := range snap.GetPreemptingGroups() {
 		preempting[g] = true
 	}
+	untried := make(map[string]bool, len(snap.GetUntriedGroups()))
+	for _, g := range snap.GetUntriedGroups() {
+		untried[g] = true
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var progress []string
@@ -102,6 +111,15 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 			progress = append(progress, group)
 		}
 	}
+	for group := range m.heldUntried {
+		if untried[group] {
+			continue
+		}
+		delete(m.heldUntried, group)
+		if plans[group] == nil && !preempting[group] && !waiting[group] {
+			progress = append(progress, group) // tried without a plan: its members ask as before
+		}
+	}
 	for group := range m.missing {
 		if !waiting[group] {
 			progress = append(progress, group)
@@ -110,6 +128,7 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 	}
 	m.synced, m.version = true, snap.GetVersion()
 	m.plans, m.byUID, m.nodes, m.waiting, m.preempting = plans, byUID, nodes, waiting, preempting
+	m.untried = untried
 	for uid := range m.taken {
 		if _, planned := byUID[uid]; !planned {
 			delete(m.taken, uid)
@@ -127,6 +146,7 @@ func (m *Mirror) Disconnect() {
 	m.synced = false
 	m.plans, m.byUID = map[string]*pb.GroupPlan{}, map[types.UID]string{}
 	m.nodes, m.waiting, m.preempting = map[string]map[string]int64{}, map[string]bool{}, map[string]bool{}
+	m.untried, m.heldUntried = map[string]bool{}, map[string]bool{}
 }
 
 // PutPlan records a plan a PlanForPod reply carried, when planFor's call lands (the stream brings
@@ -283,6 +303,20 @@ func (m *Mirror) Preempting(group string) bool {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	return m.preempting[group]
+}
+
+// HoldUntried reports whether the service has still to try planning the group ahead (and the
+// mirror holds no plan for it): PreEnqueue then keeps the member out of the queue, and the queueing
+// hint skips it. The group is noted as held, so that the snapshot no longer listing it moves its
+// members back (Apply) when it brought no plan.
+func (m *Mirror) HoldUntried(group string) bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if !m.untried[group] || m.plans[group] != nil {
+		return false
+	}
+	m.heldUntried[group] = true
+	return true
 }
 
 // Synced reports whether a snapshot arrived since the stream (re)connected (benchmarks wait for

@@ -42,7 +42,9 @@ type planCall struct {
 
 // PreEnqueue runs when a pod is added to the scheduling queue (and again before it is moved to the
 // active queue): it keeps a gang member out of the active queue while its group misses members,
-// and a member of any group while the pods its preemption evicted have not all terminated.
+// and a member of any group while the pods its preemption evicted have not all terminated or while
+// the service has still to try planning it ahead (kube-scheduler's loop then meets the group with
+// its plan, or its preemption under way, rather than failing it member by member).
 func (p *Plugin) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
 	group := GroupOf(pod)
 	if group == "" {
@@ -54,6 +56,10 @@ func (p *Plugin) PreEnqueue(_ context.Context, pod *v1.Pod) *fwk.Status {
 	}
 	if p.mirror.Preempting(group) {
 		return preemptingStatus(group)
+	}
+	if p.mirror.HoldUntried(group) {
+		return fwk.NewStatus(fwk.UnschedulableAndUnresolvable,
+			fmt.Sprintf("phalanx: podgroup %s is being planned", group))
 	}
 	return nil
 }
@@ -81,7 +87,8 @@ func (p *Plugin) EventsToRegister(context.Context) ([]fwk.ClusterEventWithHint, 
 
 // unlessPlanning is the queueing hint of every event, called by the scheduling queue when the event
 // happens, for each pod the plugin left unschedulable: QueueSkip for a member whose group is being
-// planned or waiting for its preemption's victims, Queue for everything else. A touch by phalanx
+// planned (by its call, or ahead by the service) or waiting for its preemption's victims, Queue for
+// everything else. A touch by phalanx
 // serve of a member of a group being planned is not lost: the service touches once room it had not
 // seen appears (a node added, say), and the call in flight may have been answered before it saw
 // that room; the touch is noted on the call, and a reply other than a plan then moves the group's
@@ -90,6 +97,9 @@ func (p *Plugin) unlessPlanning(_ klog.Logger, pod *v1.Pod, oldObj, newObj inter
 	if group := GroupOf(pod); group != "" {
 		if p.mirror.Preempting(group) {
 			return fwk.QueueSkip, nil // each victim's deletion is an event; the stream moves it when all are gone
+		}
+		if p.mirror.HoldUntried(group) {
+			return fwk.QueueSkip, nil // the snapshot with its plan, or no longer listing it, moves it
 		}
 		p.mu.Lock()
 		defer p.mu.Unlock()

@@ -263,3 +263,62 @@ func TestMembersOfAGroupWaitingForItsVictimsAreHeldWithoutCallsAndReleasedWhenTh
 		t.Fatal("a disconnected mirror holds no group back")
 	}
 }
+
+// A group the service has still to try planning ahead (phalanx/hold-until-tried): its members are
+// held out of the queue and not retried by events; the snapshot that carries its plan moves them
+// back (as any new plan does), and so does one that no longer lists it without a plan (plan ahead
+// found it does not fit: its members then ask as before). A group held by nothing here is not
+// reported when it leaves the list, and a group holding a plan is never held.
+func TestMembersOfAGroupNotYetTriedAheadAreHeldUntilItsPlanOrItsTry(t *testing.T) {
+	a, b, c := member("a", "g"), member("b", "g"), member("c", "h")
+	r := newRig(t, true, a, b, c)
+	r.svc.snapshots <- &pb.Reservations{Version: 1}
+	waitFor(t, "the first snapshot", func() bool { return len(r.handle.Activated()) == 3 })
+	mirror := r.plugin.Mirror()
+	mirror.Apply(&pb.Reservations{Version: 2, UntriedGroups: []string{"ns/g", "ns/h", "ns/k"}})
+	for _, m := range []*v1.Pod{a, b, c} {
+		st := r.plugin.PreEnqueue(context.Background(), m)
+		if st.Code() != fwk.UnschedulableAndUnresolvable || !strings.Contains(st.Message(), "being planned") {
+			t.Fatalf("PreEnqueue of member %s: %v", m.Name, st)
+		}
+		if hint, _ := r.plugin.unlessPlanning(klog.Background(), m, plain("x"), nil); hint != fwk.QueueSkip {
+			t.Fatalf("an event retries member %s of a group not yet tried", m.Name)
+		}
+	}
+	if st := r.plugin.PreEnqueue(context.Background(), member("d", "other")); !st.IsSuccess() {
+		t.Fatalf("a member of a group not listed: %v", st)
+	}
+	// g planned ahead: its plan is progress; h tried without a plan: progress too; k, never held
+	// here, is not
+	progress := mirror.Apply(&pb.Reservations{Version: 3, Plans: []*pb.GroupPlan{
+		{Group: "ns/g", Id: 1, Gang: true, State: "planned", Assignments: map[string]string{"uid-a": "n1", "uid-b": "n2"}}}})
+	slices.Sort(progress)
+	if !slices.Equal(progress, []string{"ns/g", "ns/h"}) {
+		t.Fatalf("progress: %v", progress)
+	}
+	if progress := mirror.Apply(&pb.Reservations{Version: 4}); len(progress) != 0 {
+		t.Fatalf("reported once: %v", progress)
+	}
+	// a group listed while the mirror holds its plan (a PlanForPod reply came first) is not held
+	mirror.PutPlan(&pb.GroupPlan{Group: "ns/h", Id: 2, Gang: true, State: "planned", Assignments: map[string]string{"uid-c": "n3"}})
+	mirror.Apply(&pb.Reservations{Version: 5, UntriedGroups: []string{"ns/h"}, Plans: []*pb.GroupPlan{
+		{Group: "ns/h", Id: 2, Gang: true, State: "planned", Assignments: map[string]string{"uid-c": "n3"}}}})
+	if st := r.plugin.PreEnqueue(context.Background(), c); !st.IsSuccess() {
+		t.Fatalf("a member whose plan the mirror holds: %v", st)
+	}
+	// one that moves from the list to its preemption is not moved back before its victims are gone
+	mirror.Apply(&pb.Reservations{Version: 6, UntriedGroups: []string{"ns/g"}})
+	r.plugin.PreEnqueue(context.Background(), a)
+	if progress := mirror.Apply(&pb.Reservations{Version: 7, PreemptingGroups: []string{"ns/g"}}); len(progress) != 0 {
+		t.Fatalf("a group now waiting for its victims: %v", progress)
+	}
+	if progress := mirror.Apply(&pb.Reservations{Version: 8}); !slices.Equal(progress, []string{"ns/g"}) {
+		t.Fatalf("its victims gone: %v", progress)
+	}
+	// a disconnected stream holds nothing back
+	mirror.Apply(&pb.Reservations{Version: 9, UntriedGroups: []string{"ns/g"}})
+	mirror.Disconnect()
+	if st := r.plugin.PreEnqueue(context.Background(), a); !st.IsSuccess() {
+		t.Fatalf("a disconnected mirror holds a group back: %v", st)
+	}
+}

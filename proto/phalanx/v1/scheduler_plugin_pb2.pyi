@@ -211,7 +211,7 @@ class NodeReservation(_message.Message):
     def __init__(self, amounts: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class Reservations(_message.Message):
-    __slots__ = ("version", "plans", "nodes", "waiting_groups", "reject_uids", "preempting_groups")
+    __slots__ = ("version", "plans", "nodes", "waiting_groups", "reject_uids", "preempting_groups", "untried_groups")
     class NodesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -225,10 +225,12 @@ class Reservations(_message.Message):
     WAITING_GROUPS_FIELD_NUMBER: _ClassVar[int]
     REJECT_UIDS_FIELD_NUMBER: _ClassVar[int]
     PREEMPTING_GROUPS_FIELD_NUMBER: _ClassVar[int]
+    UNTRIED_GROUPS_FIELD_NUMBER: _ClassVar[int]
     version: int
     plans: _containers.RepeatedCompositeFieldContainer[GroupPlan]
     nodes: _containers.MessageMap[str, NodeReservation]
     waiting_groups: _containers.RepeatedScalarFieldContainer[str]
     reject_uids: _containers.RepeatedScalarFieldContainer[str]
     preempting_groups: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, version: _Optional[int] = ..., plans: _Optional[_Iterable[_Union[GroupPlan, _Mapping]]] = ..., nodes: _Optional[_Mapping[str, NodeReservation]] = ..., waiting_groups: _Optional[_Iterable[str]] = ..., reject_uids: _Optional[_Iterable[str]] = ..., preempting_groups: _Optional[_Iterable[str]] = ...) -> None: ...
+    untried_groups: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[int] = ..., plans: _Optional[_Iterable[_Union[GroupPlan, _Mapping]]] = ..., nodes: _Optional[_Mapping[str, NodeReservation]] = ..., waiting_groups: _Optional[_Iterable[str]] = ..., reject_uids: _Optional[_Iterable[str]] = ..., preempting_groups: _Optional[_Iterable[str]] = ..., untried_groups: _Optional[_Iterable[str]] = ...) -> None: ...

@@ -1098,8 +1098,13 @@ type Reservations struct {
 	// cannot fit until the room is free, so PreEnqueue keeps them out of the queue and PreFilter
 	// answers them without a call; a snapshot that no longer lists the group moves them back.
 	PreemptingGroups []string `protobuf:"bytes,6,rep,name=preempting_groups,json=preemptingGroups,proto3" json:"preempting_groups,omitempty"`
-	unknownFields    protoimpl.UnknownFields
-	sizeCache        protoimpl.SizeCache
+	// Groups the service will plan before kube-scheduler asks and has not tried yet (plan ahead):
+	// PreEnqueue keeps out of the queue the members it meets until a snapshot carries the group's
+	// plan or no longer lists it (tried without a plan: its members then ask as before). Empty when
+	// the service plans nothing ahead or its plan ahead has stalled.
+	UntriedGroups []string `protobuf:"bytes,7,rep,name=untried_groups,json=untriedGroups,proto3" json:"untried_groups,omitempty"`
+	unknownFields protoimpl.UnknownFields
+	sizeCache     protoimpl.SizeCache
 }
 
 func (x *Reservations) Reset() {
@@ -1170,6 +1175,13 @@ func (x *Reservations) GetRejectUids() []string {
 func (x *Reservations) GetPreemptingGroups() []string {
 	if x != nil {
 		return x.PreemptingGroups
+	}
+	return nil
+}
+
+func (x *Reservations) GetUntriedGroups() []string {
+	if x != nil {
+		return x.UntriedGroups
 	}
 	return nil
 }
@@ -1268,7 +1280,7 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\aamounts\x18\x01 \x03(\v2(.phalanx.v1.NodeReservation.AmountsEntryR\aamounts\x1a:\n" +
 	"\fAmountsEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x12\x14\n" +
-	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\xdc\x02\n" +
+	"\x05value\x18\x02 \x01(\x03R\x05value:\x028\x01\"\x83\x03\n" +
 	"\fReservations\x12\x18\n" +
 	"\aversion\x18\x01 \x01(\x04R\aversion\x12+\n" +
 	"\x05plans\x18\x02 \x03(\v2\x15.phalanx.v1.GroupPlanR\x05plans\x129\n" +
@@ -1276,7 +1288,8 @@ const file_proto_phalanx_v1_scheduler_plugin_proto_rawDesc = "" +
 	"\x0ewaiting_groups\x18\x04 \x03(\tR\rwaitingGroups\x12\x1f\n" +
 	"\vreject_uids\x18\x05 \x03(\tR\n" +
 	"rejectUids\x12+\n" +
-	"\x11preempting_groups\x18\x06 \x03(\tR\x10preemptingGroups\x1aU\n" +
+	"\x11preempting_groups\x18\x06 \x03(\tR\x10preemptingGroups\x12%\n" +
+	"\x0euntried_groups\x18\a \x03(\tR\runtriedGroups\x1aU\n" +
 	"\n" +
 	"NodesEntry\x12\x10\n" +
 	"\x03key\x18\x01 \x01(\tR\x03key\x121\n" +
