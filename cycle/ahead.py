@@ -89,6 +89,9 @@ class PlanAhead:
         self.planned = 0  # groups planned ahead (for tests and the log)
         if schedulers:
             self.cache.subscribe(self._on_event)
+            # a group whose preemption's victims are all gone is planned in the room they freed
+            # (before the plugin's stream stops holding it: it is listed untried meanwhile)
+            preemption.on_cleared(self._look_again)
 
     def start(self) -> "PlanAhead":
         if self.schedulers and self._thread is None:
@@ -144,12 +147,20 @@ class PlanAhead:
 
     def resume(self, groups: Iterable[str]) -> None:
         """This serve started acting: look at every group ``groups`` names (what came while it stood by)."""
-        if not self.schedulers:
-            return
+        if self.schedulers:
+            self._queue(list(groups))
+
+    def _queue(self, keys: Iterable[str]) -> None:
         with self._wake:
-            for key in list(groups):
+            if not self._pending and not self._trying:
+                self._moved = self.clock()  # the wait starts now, not at the last batch
+            for key in keys:
                 self._pending[key] = None
             self._wake.notify()
+
+    def _look_again(self, groups: tuple[str, ...]) -> None:
+        if self.acting():
+            self._queue(groups)
 
     def _on_event(self, event: CacheEvent) -> None:
         if not self.acting():
@@ -163,11 +174,7 @@ class PlanAhead:
             key = event.key
         else:
             return
-        with self._wake:
-            if not self._pending and not self._trying:
-                self._moved = self.clock()  # the wait starts now, not at the last batch
-            self._pending[key] = None
-            self._wake.notify()
+        self._queue((key,))
 
     def _run(self) -> None:
         while True:

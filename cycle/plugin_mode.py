@@ -132,7 +132,7 @@ class PluginEnforcement:
         self.cache.subscribe(self._on_cache_change)
         # the last victim of a group's preemption going (a plain pod, often) ends its hold; plan
         # ahead's try of a group that does not fit changes nothing else the stream carries
-        self.preemption.on_cleared(self.changed)
+        self.preemption.on_cleared(lambda _groups: self.changed())
         cycle.ahead.on_tried(self.changed)
 
     # -- change notification for the stream --------------------------------------------------

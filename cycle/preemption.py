@@ -135,7 +135,7 @@ class GroupPreemption:
         self.retries: dict[str, UnitRetry] = {}  # broken unit -> next attempt
         self._lost_nodes: dict[str, float] = {}  # Node deleted -> when (clock); gone when re-created
         self._cleared: set[str] = set()  # nominated groups whose last victim the cache saw go
-        self._on_cleared: list[Callable[[], None]] = []  # told (no lock held) when a group clears
+        self._on_cleared: list[Callable[[tuple[str, ...]], None]] = []  # told (no lock held) which groups cleared
         # guards the maps above; the cache's thread and the cycle's both use them, and nothing
         # slow (no API write, no cycle lock) is done while holding it
         self._lock = threading.Lock()
@@ -385,14 +385,15 @@ class GroupPreemption:
         return {pods[uid].pod.group for uid in self.cache.pods_by_node.get(node, ())
                 if uid in pods and pods[uid].pod.group and pods[uid].active and not pods[uid].terminating}
 
-    def on_cleared(self, listener: Callable[[], None]) -> None:
-        """Call ``listener`` (on the cache's thread, no lock held) whenever a nominated group's
-        victims are all gone: the plugin's stream then stops holding its members back."""
+    def on_cleared(self, listener: Callable[[tuple[str, ...]], None]) -> None:
+        """Call ``listener`` with the groups (on the cache's thread, no lock held) whenever a
+        nominated group's victims are all gone: plan ahead then plans the group in the room freed,
+        and the plugin's stream stops holding its members back."""
         self._on_cleared.append(listener)
 
-    def _tell_cleared(self) -> None:
+    def _tell_cleared(self, groups: tuple[str, ...]) -> None:
         for listener in self._on_cleared:
-            listener()
+            listener(groups)
 
     def holding(self) -> tuple[str, ...]:
         """The nominated groups still waiting for a victim to go: their members cannot fit before,
@@ -407,15 +408,15 @@ class GroupPreemption:
         :meth:`take_cleared`. Its members were answered "waiting for preempted pods" and
         kube-scheduler retries them on a pod event, which may reach it before the cache saw the last
         victim go: that retry waited again and no event follows, so the cycle touches them."""
-        cleared = False
+        cleared: list[str] = []
         with self._lock:
             for key, nomination in self.nominations.items():
                 if uid in nomination.victims and not self._live_victims(nomination):
                     self._cleared.add(key)
                     self.inbox.wake()
-                    cleared = True
+                    cleared.append(key)
         if cleared:
-            self._tell_cleared()
+            self._tell_cleared(tuple(cleared))
 
     def clear_if_gone(self, key: str) -> None:
         """A member of ``key`` was just parked: when the group's victims are all gone already
@@ -430,7 +431,7 @@ class GroupPreemption:
                 self._cleared.add(key)
                 self.inbox.wake()
         if cleared:
-            self._tell_cleared()
+            self._tell_cleared((key,))
 
     def _live_victims(self, nomination: Nomination) -> set[str]:
         """The nomination's victims the cache still shows running (the cache's listeners run

@@ -327,3 +327,29 @@ def test_a_stalled_plan_ahead_or_a_standby_holds_nothing_back(sim, cycle, monkey
     assert enforcement.snapshot().untried == ("default/web",)
     monkeypatch.setattr(cycle.ahead, "acting", lambda: False)
     assert enforcement.snapshot().untried == ()
+
+
+def test_a_group_whose_victims_are_gone_is_planned_ahead_in_the_room_they_freed(sim, cycle):
+    """The last victim going queues the group for plan ahead: the stream lists it untried (not
+    released bare to kube-scheduler, whose loop would then meet it without a plan) until plan
+    ahead plans it in the room freed."""
+    from cycle.preemption import Nomination
+
+    victims = [sim.create(pod(f"low-{i}", gpu=4, node=f"n-{i}", priority=1)) for i in range(4)]
+    sim.create(podgroup("high", 1, priority=1000))
+    uid = sim.create(pod("high-0", "high", gpu=4, priority=1000))["metadata"]["uid"]
+    gp = cycle.preemption
+    gp.nominate(Nomination(group="default/high", victims={victims[0]["metadata"]["uid"]}, placement={uid: "n-0"},
+                           requests={uid: {"nvidia.com/gpu": 4}}, deadline=cycle.clock() + gp.grace))
+    enforcement = PluginEnforcement(cycle)
+    while cycle.ahead.busy():  # tried: it waits for its victim, nothing is planned
+        assert cycle.ahead.step() == 0
+    snap = enforcement.snapshot()
+    assert snap.untried == () and snap.preempting == ("default/high",) and snap.plans == ()
+    sim.delete("Pod", "default/low-0")
+    snap = enforcement.snapshot()
+    assert snap.preempting == () and snap.untried == ("default/high",) and snap.plans == ()
+    assert cycle.ahead.step() == 1
+    snap = enforcement.snapshot()
+    assert snap.untried == () and [p.group for p in snap.plans] == ["default/high"]
+    assert cycle.book.get("default/high").assignments == {uid: "n-0"}

@@ -107,9 +107,14 @@ func (m *Mirror) Apply(snap *pb.Reservations) []string {
 		}
 	}
 	for group := range m.preempting {
-		if !preempting[group] && plans[group] == nil {
-			progress = append(progress, group)
+		if preempting[group] || plans[group] != nil {
+			continue
 		}
+		if untried[group] {
+			m.heldUntried[group] = true // its victims gone, planned ahead next: held until then
+			continue
+		}
+		progress = append(progress, group)
 	}
 	for group := range m.heldUntried {
 		if untried[group] {

@@ -315,8 +315,16 @@ func TestMembersOfAGroupNotYetTriedAheadAreHeldUntilItsPlanOrItsTry(t *testing.T
 	if progress := mirror.Apply(&pb.Reservations{Version: 8}); !slices.Equal(progress, []string{"ns/g"}) {
 		t.Fatalf("its victims gone: %v", progress)
 	}
+	// its victims gone, the group is planned ahead again in the room they freed: held until its plan
+	mirror.Apply(&pb.Reservations{Version: 9, PreemptingGroups: []string{"ns/g"}})
+	if progress := mirror.Apply(&pb.Reservations{Version: 10, UntriedGroups: []string{"ns/g"}}); len(progress) != 0 {
+		t.Fatalf("victims gone, not yet planned: %v", progress)
+	}
+	if progress := mirror.Apply(&pb.Reservations{Version: 11}); !slices.Equal(progress, []string{"ns/g"}) {
+		t.Fatalf("tried after its victims went: %v", progress)
+	}
 	// a disconnected stream holds nothing back
-	mirror.Apply(&pb.Reservations{Version: 9, UntriedGroups: []string{"ns/g"}})
+	mirror.Apply(&pb.Reservations{Version: 12, UntriedGroups: []string{"ns/g"}})
 	mirror.Disconnect()
 	if st := r.plugin.PreEnqueue(context.Background(), a); !st.IsSuccess() {
 		t.Fatalf("a disconnected mirror holds a group back: %v", st)
