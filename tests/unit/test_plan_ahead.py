@@ -280,33 +280,49 @@ def test_a_gang_with_a_gated_member_or_short_of_members_evicts_nothing_ahead(sim
     assert not cycle.preemption.nominations and len(names_left(sim, "low")) == 4
 
 
-def test_the_stream_lists_a_group_until_plan_ahead_tried_it_then_its_plan_or_nothing(sim, cycle):
+def during_the_try(cycle, enforcement, monkeypatch):
+    """The snapshots the stream would send while plan ahead tries its batch."""
+    seen = []
+    for name in ("plan", "plan_together"):
+        real = getattr(cycle.ahead, name)
+
+        def looking(arg, real=real):
+            seen.append(enforcement.snapshot())
+            return real(arg)
+        monkeypatch.setattr(cycle.ahead, name, looking)
+    return seen
+
+
+def test_the_stream_lists_the_groups_plan_ahead_is_trying_then_their_plan_or_nothing(sim, cycle, monkeypatch):
     """``phalanx/hold-until-tried``: the plugin keeps kube-scheduler's loop from meeting a group
-    plan ahead has still to try; the snapshot after the try carries its plan (it fits) or no
-    longer lists it (it does not: its members ask as before), and the stream is told either way."""
+    while plan ahead tries it; the snapshot after the try carries its plan (it fits) or no longer
+    lists it (it does not: its members ask as before), and the stream is told either way. A group
+    merely queued is not held (a burst's groups reach kube-scheduler's queue as before)."""
     enforcement = PluginEnforcement(cycle)
     gang(sim, "db", 2)
     gang(sim, "big", 2, gpu=8)  # no node has 8 GPUs
     gang(sim, "other", 2, scheduler="someone-else")
-    snap = enforcement.snapshot()
-    assert snap.untried == ("default/db", "default/big") and snap.plans == ()
+    assert enforcement.snapshot().untried == ()  # queued, not yet tried: not held
     assert enforcement.timed()  # a stall would change the list with time alone
-    seen = enforcement.wait_change(-1, 0)
+    seen = during_the_try(cycle, enforcement, monkeypatch)
+    version = enforcement.wait_change(-1, 0)
     assert cycle.ahead.step() == 1  # both tried, together: db placed, big not
-    assert enforcement.wait_change(seen, 0) > seen
+    assert [s.untried for s in seen] == [("default/db", "default/big")]  # (another profile's: never)
+    assert enforcement.wait_change(version, 0) > version
     snap = enforcement.snapshot()
     assert snap.untried == () and [p.group for p in snap.plans] == ["default/db"]
     assert cycle.book.get("default/big") is None and not enforcement.timed()
 
 
-def test_a_group_that_must_preempt_goes_from_untried_to_preempting_never_neither(sim, cycle):
+def test_a_group_that_must_preempt_goes_from_untried_to_preempting_never_neither(sim, cycle, monkeypatch):
     fill_with_low_pods(sim)
     sim.create(podgroup("high", 2, priority=1000))
     for i in range(2):
         sim.create(pod(f"high-{i}", "high", gpu=4, priority=1000))
     enforcement = PluginEnforcement(cycle)
-    assert enforcement.snapshot().untried == ("default/high",)
+    seen = during_the_try(cycle, enforcement, monkeypatch)
     cycle.ahead.step()
+    assert [s.untried for s in seen] == [("default/high",)]
     snap = enforcement.snapshot()
     assert snap.untried == () and "default/high" in cycle.preemption.nominations
     assert "default/high" in snap.preempting or len(names_left(sim, "low")) == 2  # (the sim evicts at once)
@@ -318,12 +334,14 @@ def test_a_stalled_plan_ahead_or_a_standby_holds_nothing_back(sim, cycle, monkey
     monkeypatch.setattr(cycle.ahead, "clock", lambda: now[0])
     enforcement = PluginEnforcement(cycle)
     gang(sim, "db", 2)
+    cycle.ahead._look_again(("default/db",))  # as when its victims went: held while queued
     assert enforcement.snapshot().untried == ("default/db",)
     now[0] += ahead_module.STALL_SECONDS + 0.1  # nothing tried since the group began to wait
     assert enforcement.snapshot().untried == ()
     assert enforcement.timed()  # still recomputed every second: a try would list the next ones again
     cycle.ahead.step()
     gang(sim, "web", 2)
+    cycle.ahead._look_again(("default/web",))
     assert enforcement.snapshot().untried == ("default/web",)
     monkeypatch.setattr(cycle.ahead, "acting", lambda: False)
     assert enforcement.snapshot().untried == ()
