@@ -47,7 +47,7 @@ import threading
 from typing import Callable, Iterable
 
 from cluster.cache import CacheEvent
-from solver import PodGroup
+from solver import PodGroup, Policy
 
 from . import replans
 from .context import CycleContext
@@ -143,8 +143,13 @@ class PlanAhead:
         return [k for k in keys if self._ours(k)]
 
     def _ours(self, key: str) -> bool:
-        """A pod of the group is of ``schedulers`` (its first one the cache shows: a PodGroup's event
-        queues it whoever its pods are)."""
+        """A gang whose pods are of ``schedulers`` (its first one the cache shows: a PodGroup's event
+        queues it whoever its pods are). A Basic group is never held: kube-scheduler's loop meeting
+        one before its plan costs one member's call, not a cycle failed member by member, and
+        holding them measured no better on upstream's 1,000 Basic groups."""
+        podgroup = self.cache.podgroups.get(key)
+        if podgroup is None or podgroup.spec.policy is not Policy.GANG:
+            return False
         uids = self.cache.pods_by_group.get(key)
         uid = next(iter(uids), None) if uids else None  # (one C call: safe beside the cache's thread)
         record = self.cache.pods.get(uid) if uid is not None else None

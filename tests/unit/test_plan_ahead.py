@@ -371,3 +371,14 @@ def test_a_group_whose_victims_are_gone_is_planned_ahead_in_the_room_they_freed(
     snap = enforcement.snapshot()
     assert snap.untried == () and [p.group for p in snap.plans] == ["default/high"]
     assert cycle.book.get("default/high").assignments == {uid: "n-0"}
+
+
+def test_a_basic_group_is_never_held(sim, cycle, monkeypatch):
+    """A Basic group the loop meets before its plan costs one member's call, not a cycle failed
+    member by member: it is not held (holding them measured no better on upstream's Basic groups)."""
+    sim.create(podgroup("web", None))
+    sim.create(pod("web-0", "web", gpu=1))
+    enforcement = PluginEnforcement(cycle)
+    seen = during_the_try(cycle, enforcement, monkeypatch)
+    assert cycle.ahead.step() == 1
+    assert [s.untried for s in seen] == [()]
