@@ -27,7 +27,7 @@ kube-scheduler's loop from waiting, while every solve subtracts the plans held a
 reservations stream carries them all — planning a thousand queued gangs at once would make both
 cost a thousand times more and hold capacity for minutes.
 
-Plugin mode keeps kube-scheduler's loop from meeting a group before plan ahead has looked at it
+Plugin mode keeps kube-scheduler's loop from meeting a gang before plan ahead has looked at it
 (rule ``phalanx/hold-until-tried``): the reservations stream lists the groups it has still to try
 (:meth:`PlanAhead.untried`) and the plugin's PreEnqueue keeps their members out of the queue until
 the snapshot that carries their plan, the preemption started for them, or neither (then they run the

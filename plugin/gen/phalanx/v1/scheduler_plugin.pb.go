@@ -1098,7 +1098,7 @@ type Reservations struct {
 	// cannot fit until the room is free, so PreEnqueue keeps them out of the queue and PreFilter
 	// answers them without a call; a snapshot that no longer lists the group moves them back.
 	PreemptingGroups []string `protobuf:"bytes,6,rep,name=preempting_groups,json=preemptingGroups,proto3" json:"preempting_groups,omitempty"`
-	// Groups the service is planning ahead of kube-scheduler right now, or is to plan again once
+	// Gangs the service is planning ahead of kube-scheduler right now, or is to plan again once
 	// their preemption's victims are gone: PreEnqueue keeps out of the queue the members it meets
 	// until a snapshot carries the group's plan or no longer lists it (tried without a plan: its
 	// members then ask as before). Empty when the service plans nothing ahead or its plan ahead has
