@@ -315,6 +315,12 @@ func (m *Mirror) Preempting(group string) bool {
 // hint skips it. The group is noted as held, so that the snapshot no longer listing it moves its
 // members back (Apply) when it brought no plan.
 func (m *Mirror) HoldUntried(group string) bool {
+	m.mu.RLock()
+	listed := m.untried[group] && m.plans[group] == nil
+	m.mu.RUnlock()
+	if !listed { // the common case, read-locked: the queueing hint asks for every pending pod
+		return false
+	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if !m.untried[group] || m.plans[group] != nil {
