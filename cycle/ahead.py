@@ -27,17 +27,17 @@ kube-scheduler's loop from waiting, while every solve subtracts the plans held a
 reservations stream carries them all — planning a thousand queued gangs at once would make both
 cost a thousand times more and hold capacity for minutes.
 
-Plugin mode keeps kube-scheduler's loop from meeting a gang before plan ahead has looked at it
-(rule ``phalanx/hold-until-tried``): the reservations stream lists the groups it has still to try
-(:meth:`PlanAhead.untried`) and the plugin's PreEnqueue keeps their members out of the queue until
-the snapshot that carries their plan, the preemption started for them, or neither (then they run the
-full cycle as before) — the batch it is trying, and a group whose preemption's victims went until it
-is planned in the room freed; a group merely queued reaches kube-scheduler's queue as it did (a
-burst's groups held until each one's plan was streamed took up to twice as long). Without it the
-loop met such a group — a gang that must preempt above all, whose preemption ahead takes a victim
-search — and failed its members one by one, each asking serve. A plan ahead that makes no progress
-for :data:`STALL_SECONDS` (its window full of plans kube-scheduler has not taken) holds nothing
-back: the members then ask as before.
+Plugin mode keeps kube-scheduler's loop from meeting a gang while plan ahead tries it (rule
+``phalanx/hold-until-tried``): the reservations stream lists the gangs in the batch it is trying,
+and a gang whose preemption's victims went until it is planned in the room freed
+(:meth:`PlanAhead.untried`); the plugin's PreEnqueue keeps their members out of the queue until the
+snapshot that carries their plan, the preemption started for them, or neither (then they run the
+full cycle as before). A group merely queued, and a Basic group, reach kube-scheduler's queue as
+they did (a burst's groups held until each one's plan was streamed took up to twice as long).
+Without it the loop met such a gang — one that must preempt above all, whose preemption ahead takes
+a victim search — and failed its members one by one, each asking serve. A plan ahead that makes no
+progress for :data:`STALL_SECONDS` (its window full of plans kube-scheduler has not taken) holds
+nothing back: the members then ask as before.
 """
 
 from __future__ import annotations
@@ -122,13 +122,10 @@ class PlanAhead:
 
     # the rule's one home (docs/design.md: phalanx/hold-until-tried)
     def untried(self) -> list[str]:
-        """The groups plan ahead has still to try — an event of a pending member came, it has not
-        yet planned the group nor found it does not fit: the batch it is trying, and the groups
-        whose preemption's victims went that it has still to plan; none while it stalls (:data:`STALL_SECONDS`) or
-        this serve stands by. Plugin mode keeps their members out of kube-scheduler's queue
-        meanwhile (``phalanx/hold-until-tried``); groups that hold a plan or wait for their
-        preemption are the caller's to leave out. A group plan ahead will find
-        incomplete or partly bound is listed until it is tried (its members' own calls then go on)."""
+        """The gangs to hold back from kube-scheduler (``phalanx/hold-until-tried``): those of the
+        batch plan ahead is trying, and those whose preemption's victims went that it has still to
+        plan; none while it stalls (:data:`STALL_SECONDS`) or this serve stands by. Gangs that
+        hold a plan or wait for their preemption are the caller's to leave out."""
         if not self.schedulers or not self.acting():
             return []
         with self._wake:

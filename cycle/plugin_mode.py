@@ -97,7 +97,7 @@ class Snapshot:
     plan_ids: Mapping[str, int] = field(default_factory=dict)  # group -> id of its plan
     left: tuple[str, ...] = ()  # members reserved for a gang plan dropped before it completed
     preempting: tuple[str, ...] = ()  # groups whose preemption's victims have not all gone yet
-    untried: tuple[str, ...] = ()  # groups plan ahead has still to try (phalanx/hold-until-tried)
+    untried: tuple[str, ...] = ()  # gangs held while plan ahead tries them (phalanx/hold-until-tried)
 
 
 class PluginEnforcement:
