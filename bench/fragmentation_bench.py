@@ -7,14 +7,19 @@ rack, of 1-8 pods of 1, 2, 4 or 8 GPUs (never more than one rack holds), until t
 the cluster's GPUs. Nothing leaves.
 
 **Sequence** (gangs arrive one at a time, each placed or left waiting on arrival): per rule, the gangs
-placed. A gang is *stranded* when the best arrangement found for the instance places it and the rule
-did not: that arrangement is the most gangs any rule placed or :func:`solver.joint.place_joint` finds
-over all of them at once (3 s budget), so "stranded" counts gangs for which room existed in some
+placed, on the benchmark's instances (seeds from 0) and on twice as many held-out ones (seeds from
+:data:`HELD_OUT_FIRST`, drawn the same way and never looked at while phalanx's rule was chosen). A
+gang is *stranded* when the best arrangement found for the instance places it and the rule did not:
+that arrangement is the most gangs any rule placed or :func:`solver.joint.place_joint` finds over
+all of them at once (3 s budget), so "stranded" counts gangs for which room existed in some
 arrangement. Rules, each on the same instances:
 
-- ``phalanx`` — :func:`solver.place` (exact path), the tightest rack that fits, then fewest nodes;
-- ``phalanx, fewest nodes first`` — the rule phalanx had before: fewest nodes touched ranked above
-  the tightest rack (the same solver, the domain chosen by the old order of the objective);
+- ``phalanx`` — :func:`solver.place` (exact path): the tightest rack that fits, then inside it the
+  roomiest node kept whole when smaller ones hold the gang, then fewest nodes;
+- ``phalanx before`` — the same without keeping the roomiest node (``keep_largest=False``): the
+  tightest rack, then fewest nodes;
+- ``phalanx's earlier order`` — the order before that: fewest nodes touched ranked above the
+  tightest rack (the same solver, the domain chosen by the old order of the objective);
 - ``in-tree (simulated)`` — kube-scheduler v1.37.2's topology-aware gang placement as written in its
   source (pods spread by LeastAllocated inside a rack, racks scored by pods placed + MostAllocated);
 - ``best fit`` — :func:`bench.baselines.upstream_style`: the rack left with the least free GPUs,
@@ -87,13 +92,18 @@ def _phalanx(snapshot: Snapshot, group: PodGroup) -> Placement:
     return place(snapshot, group, SolveOptions(path="exact"))
 
 
+def _fewest_nodes(snapshot: Snapshot, group: PodGroup) -> Placement:
+    """phalanx's rule before the roomiest node was kept: the tightest rack, then fewest nodes."""
+    return place(snapshot, group, SolveOptions(path="exact", keep_largest=False))
+
+
 def _fewest_nodes_first(snapshot: Snapshot, group: PodGroup) -> Placement:
-    """The same solver per rack; the rack chosen by the order phalanx's objective had before (fewest
-    nodes touched and least stranded above the tightest rack)."""
+    """The same solver per rack (fewest nodes inside it); the rack chosen by the order phalanx's
+    objective had before (fewest nodes touched and least stranded above the tightest rack)."""
     best = None
     for rack in sorted({n.labels[RACK] for n in snapshot.nodes}):
         allowed = {p.uid: [n.name for n in snapshot.nodes if n.labels[RACK] == rack] for p in group.pending}
-        answer = place(snapshot, group, SolveOptions(path="exact"), allowed)
+        answer = place(snapshot, group, SolveOptions(path="exact", keep_largest=False), allowed)
         if not answer.assignments or answer.objective is None:
             continue
         o = answer.objective
@@ -105,7 +115,7 @@ def _fewest_nodes_first(snapshot: Snapshot, group: PodGroup) -> Placement:
 
 def _tightest_rack_best_fit_nodes(snapshot: Snapshot, group: PodGroup) -> Placement:
     """An ablation: phalanx's rack, then the pods each on the tightest node of it (best fit's node
-    rule) instead of fewest nodes touched."""
+    rule) instead of phalanx's."""
     ours = _phalanx(snapshot, group)
     if not ours.assignments:
         return ours
@@ -113,7 +123,8 @@ def _tightest_rack_best_fit_nodes(snapshot: Snapshot, group: PodGroup) -> Placem
     return upstream_style(snapshot.only_nodes(rack), group)
 
 
-RULES: dict[str, Rule] = {"phalanx": _phalanx, "phalanx, fewest nodes first": _fewest_nodes_first,
+RULES: dict[str, Rule] = {"phalanx": _phalanx, "phalanx before (tightest rack, then fewest nodes)": _fewest_nodes,
+                          "phalanx's earlier order (fewest nodes, then tightest rack)": _fewest_nodes_first,
                           "in-tree (simulated)": in_tree_tas, "best fit": upstream_style,
                           "phalanx's rack, best-fit nodes (ablation)": _tightest_rack_best_fit_nodes}
 
@@ -173,9 +184,13 @@ def big_cluster(tight: bool, seed: int = 1) -> tuple[Snapshot, list[PodGroup]]:
     return Snapshot(nodes, busy), gangs
 
 
-def run(seeds: int, calls: int) -> list[dict]:
+#: the first seed of the held-out instances: drawn the same way, never looked at while a rule was chosen
+HELD_OUT_FIRST = 1000
+
+
+def sequence_rows(instances: list[tuple[list[Node], list[PodGroup]]], label: str) -> list[dict]:
+    """One row per rule: gangs placed, stranded (room existed), instances stranding, nodes per gang."""
     rows = []
-    instances = [instance(seed) for seed in range(seeds)]
     runs = {name: [sequence(rule, n, g) for n, g in instances] for name, rule in RULES.items()}
     placed = {name: [p for p, _ in run] for name, run in runs.items()}
     reference = []
@@ -185,14 +200,22 @@ def run(seeds: int, calls: int) -> list[dict]:
     gangs = sum(len(g) for _, g in instances)
     for name in RULES:
         stranded = sum(r - p for r, p in zip(reference, placed[name], strict=True))
-        rows.append({"kind": "sequence", "rule": name, "instances": seeds, "gangs": gangs,
+        rows.append({"kind": "sequence", "set": label, "rule": name, "instances": len(instances), "gangs": gangs,
                      "placed": sum(placed[name]), "stranded": stranded,
                      "nodes_per_gang": round(sum(t for _, t in runs[name]) / max(sum(placed[name]), 1), 2),
                      "instances_stranding": sum(1 for r, p in zip(reference, placed[name], strict=True) if p < r)})
+    return rows
+
+
+def run(seeds: int, calls: int) -> list[dict]:
+    instances = [instance(seed) for seed in range(seeds)]
+    rows = sequence_rows(instances, "benchmark")
+    held_out = [instance(seed) for seed in range(HELD_OUT_FIRST, HELD_OUT_FIRST + 2 * seeds)]
+    rows += sequence_rows(held_out, "held out")
     one = [bursts(n, g, joint=False) for n, g in instances]
     reasons: dict[str, int] = {}
     joint = [bursts(n, g, joint=True, reasons=reasons) for n, g in instances]
-    rows.append({"kind": "bursts", "instances": seeds, "gangs": gangs,
+    rows.append({"kind": "bursts", "instances": seeds, "gangs": sum(len(g) for _, g in instances),
                  "one_at_a_time": sum(o[0] for o in one), "joint": sum(j[0] for j in joint),
                  "contended_gangs": sum(j[1] for j in joint), "contended_joint": sum(j[2] for j in joint),
                  "contended_one": sum(o[2] for o in one), "contended_gangs_one": sum(o[1] for o in one),
@@ -217,19 +240,24 @@ def run(seeds: int, calls: int) -> list[dict]:
 
 
 def markdown(rows: list[dict]) -> str:
-    seq = [r for r in rows if r["kind"] == "sequence"]
-    by = {r["rule"]: r for r in seq}
-    lines = [f"Sequence: {seq[0]['instances']} instances, {seq[0]['gangs']} gangs (each rule on the same ones).", "",
-             "| rule | gangs placed | stranded (room existed) | instances with a gang stranded | nodes per gang |",
-             "|---|---|---|---|---|"]
-    for r in seq:
-        lines.append(f"| {r['rule']} | {r['placed']} | {r['stranded']} | {r['instances_stranding']} "
-                     f"| {r['nodes_per_gang']} |")
-    ours, in_tree, best_fit = by["phalanx"], by["in-tree (simulated)"], by["best fit"]
-    ratio = ours["stranded"] / in_tree["stranded"] if in_tree["stranded"] else float("nan")
-    met = ours["stranded"] <= 0.5 * in_tree["stranded"] and ours["stranded"] <= best_fit["stranded"]
-    lines += ["", f"phalanx strands {ours['stranded']} ({ratio:.2f}x in-tree's {in_tree['stranded']}, best fit "
-              f"{best_fit['stranded']}): target <= 0.5x in-tree and <= best fit {'MET' if met else 'MISSED'}."]
+    lines: list[str] = []
+    for label in ("benchmark", "held out"):
+        seq = [r for r in rows if r["kind"] == "sequence" and r.get("set", "benchmark") == label]
+        if not seq:
+            continue
+        by = {r["rule"]: r for r in seq}
+        lines += [f"Sequence ({label}): {seq[0]['instances']} instances, {seq[0]['gangs']} gangs (each rule on the "
+                  "same ones).", "",
+                  "| rule | gangs placed | stranded (room existed) | instances with a gang stranded | nodes per gang |",
+                  "|---|---|---|---|---|"]
+        for r in seq:
+            lines.append(f"| {r['rule']} | {r['placed']} | {r['stranded']} | {r['instances_stranding']} "
+                         f"| {r['nodes_per_gang']} |")
+        ours, in_tree, best_fit = by["phalanx"], by["in-tree (simulated)"], by["best fit"]
+        ratio = ours["stranded"] / in_tree["stranded"] if in_tree["stranded"] else float("nan")
+        met = ours["stranded"] <= 0.5 * in_tree["stranded"] and ours["stranded"] <= best_fit["stranded"]
+        lines += ["", f"phalanx strands {ours['stranded']} ({ratio:.2f}x in-tree's {in_tree['stranded']}, best fit "
+                  f"{best_fit['stranded']}): target <= 0.5x in-tree and <= best fit {'MET' if met else 'MISSED'}.", ""]
     for r in rows:
         if r["kind"] == "bursts":
             gain = (r["contended_joint"] / r["contended_one"] - 1) * 100 if r["contended_one"] else float("nan")

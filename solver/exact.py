@@ -77,8 +77,10 @@ class PlacementModel:
         self.vecs = [s.vec[self.rel_cols] for s in shapes]
         weights = problem.weights
         self.unit = weights.unit
-        #: weights of (unplaced, spread levels, nodes, stranded, domain_free), and of preference
-        self.w_unplaced, self.w_spread, self.w_nodes, self.w_stranded, self.w_df = weights.coefficients()
+        #: weights of (unplaced, spread levels, nodes, stranded, domain_free, largest_lost), and of
+        #: preference
+        (self.w_unplaced, self.w_spread, self.w_nodes, self.w_stranded, self.w_df,
+         self.w_lost) = weights.coefficients()
         self.w_pref = weights.preference_weight()
         self.enc = RuleEncoder(problem, hosts) if problem.constrained else None
         self.classes = self.node_classes()
@@ -89,6 +91,10 @@ class PlacementModel:
         self.members_by_path: list[dict[int, list[tuple[cp_model.LinearExprT, int]]]] = [
             dict() for _ in problem.pref]
         self.objective: list[cp_model.LinearExprT] = []
+        #: per class that can take a pod: (its free main resource, its nodes, the nodes it touches)
+        self.touched: list[tuple[int, int, cp_model.LinearExprT]] = []
+        #: per node of the snapshot: in a class that can take a pod
+        self.touchable = np.zeros(len(problem.snapshot.nodes), dtype=bool)
 
     def node_classes(self) -> dict[ClassKey, list[int]]:
         """The domain's nodes (local positions) grouped by what makes them interchangeable: classes
@@ -149,6 +155,7 @@ class PlacementModel:
             self.objective.append(self.w_pref * self.enc.encode(self.builder))
         self.objective.append(self.unplaced_term(placed))
         self.objective += self.domain_free_terms()
+        self.objective += self.largest_lost_terms()
         self.objective += self.spread_terms()
         self.builder.model.minimize(sum(self.objective) + self.domain_free_constant())
         return True
@@ -169,6 +176,8 @@ class PlacementModel:
                 enc.add_class_pattern(locals_[0], pattern, var)
             self.objective.append(var * self.packing_cost(pattern, free_main, feats))
         if variables:
+            self.touched.append((free_main, len(locals_), sum(variables)))
+            self.touchable[self.hosts[locals_]] = True
             for level, pid in enumerate(path_ids):
                 self.members_by_path[level].setdefault(pid, []).append((sum(variables), len(locals_)))
 
@@ -193,6 +202,37 @@ class PlacementModel:
 
     def domain_free_constant(self) -> int:
         return self.w_df * (int(self.problem.domain_free_main[self.bound.domain]) // self.unit)
+
+    def largest_lost_terms(self) -> list[cp_model.LinearExprT]:
+        """Objective term ``largest_lost``: over the distinct free main resources ``v`` of the
+        domain's nodes, roomiest first, a boolean per level that is 1 when every node with at least
+        ``v`` free is touched, weighted by the step down to the next level (so the booleans that
+        are 1 sum to the roomiest node's free less the roomiest untouched one's). A level that more
+        nodes reach than the group has pods, or that a node the group cannot use reaches, is never
+        lost: it and every level below get no variable (a small gang in a large domain gets none)."""
+        problem = self.problem
+        if not problem.keep_largest:
+            return []
+        never = (problem.domain_ids == self.bound.domain) & ~self.touchable
+        floor = int(problem.free_main[never].max()) if never.any() else 0
+        levels = sorted({free for free, _, _ in self.touched if free > floor}, reverse=True)
+        terms: list[cp_model.LinearExprT] = []
+        reach, used = 0, []
+        for j, v in enumerate(levels):
+            for free, count, touches in self.touched:
+                if free == v:
+                    reach += count
+                    used.append(touches)
+            if reach > problem.pending_total:
+                break  # some node of this level stays untouched, whatever the placement
+            below = levels[j + 1] if j + 1 < len(levels) else floor
+            step = v // self.unit - below // self.unit
+            if step <= 0:
+                continue
+            lost = self.builder.model.new_bool_var(f"lost[level={v}]")
+            self.builder.model.add(lost >= sum(used) - (reach - 1))
+            terms.append(self.w_lost * step * lost)
+        return terms
 
     def spread_terms(self) -> list[cp_model.LinearExprT]:
         """Objective term ``spread``: per preferred level, a boolean per domain the group uses."""

@@ -57,6 +57,8 @@ class Problem:
     group: PodGroup
     #: pod uid -> the only node names it may take (kube-scheduler's verdict), see solver.place
     allowed: Mapping[str, Collection[str]] | None = None
+    #: score the objective's ``largest_lost`` (see :class:`solver.placement.SolveOptions`)
+    keep_largest: bool = True
     shapes: list[Shape] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -279,6 +281,13 @@ class Problem:
         nodes = int(np.searchsorted(cum[lo:hi] - offset, placed)) + 1 if placed > 0 else 0
         max_main = max(s.main for s in self.shapes)
         hosts = order[lo:hi]
+        lost = 0
+        if tight and self.keep_largest:
+            lost, kept = self._largest_lost_bound(bound, hosts, placed)
+            if kept is not None:
+                # a placement that loses nothing leaves the one roomiest host alone: count the rest
+                hosts = kept
+                nodes = int(np.searchsorted(np.cumsum(np.sort(self.pods_ub[kept])[::-1]), placed)) + 1
         k = min(nodes, len(hosts))
         stranded = 0
         if k > 0 and (tight or self.constrained):
@@ -309,7 +318,27 @@ class Problem:
             nodes=nodes,
             stranded=stranded,
             domain_free=max(0, int(self.domain_free_main[bound.domain]) - placed * max_main),
+            largest_lost=lost,
         )
+
+    def _largest_lost_bound(self, bound: DomainBound, hosts: np.ndarray, placed: int) -> tuple[int, np.ndarray | None]:
+        """No placement of ``placed`` pods in the domain loses less of its roomiest node than the
+        first value: when the hosts hold them only with every roomiest node touched, the step from
+        the roomiest free main resource down to the next; else 0. The second, when one host alone
+        is the roomiest and the others hold the pods: those others (a placement that loses nothing
+        uses them only), else None."""
+        if placed <= 0 or len(hosts) == 0:
+            return 0, None
+        free = self.free_main
+        in_domain = self.domain_ids == bound.domain
+        top = int(free[in_domain].max())
+        at_top = free[hosts] == top
+        if not at_top.any() or int((free[in_domain] == top).sum()) > int(at_top.sum()):
+            return 0, None  # a node as roomy that no pod of the group can take always stays whole
+        if int(self.pods_ub[hosts].sum()) - int(self.pods_ub[hosts[at_top]].min()) >= placed:
+            return 0, (hosts[~at_top] if int(at_top.sum()) == 1 else None)
+        rest = in_domain & (free < top)
+        return top - (int(free[rest].max()) if rest.any() else 0), None
 
     @cached_property
     def weights(self) -> Weights:
@@ -318,7 +347,8 @@ class Problem:
         nodes_max = int(per_domain.max()) if len(per_domain) else 0
         main_max = int(self.domain_free_main.max()) if len(self.domain_free_main) else 0
         pref_max = self.rules.max_soft_penalty([s.count for s in self.shapes]) if not self.rules.empty else 0
-        return Weights.for_instance(self.pending_total, levels, nodes_max, main_max, pref_max)
+        node_main_max = int(self.free_main.max()) if len(self.free_main) else 0
+        return Weights.for_instance(self.pending_total, levels, nodes_max, main_max, pref_max, node_main_max)
 
 
 def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str],
@@ -339,11 +369,14 @@ def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str]
     spread = tuple(
         len({int(ids[i]) for i in touched}) for ids in preferred_paths(snapshot, group.preferred_keys)
     )
-    domain_free = 0
+    domain_free = largest_lost = 0
     if touched:
         values, dom_ids = snapshot.domains(group.topology_key)
         d = dom_ids[touched[0]]
-        domain_free = int(free_main[dom_ids == d].sum()) - sum(placed_main.values())
+        in_domain = dom_ids == d
+        domain_free = int(free_main[in_domain].sum()) - sum(placed_main.values())
+        if problem is None or problem.keep_largest:
+            largest_lost = _largest_lost(free_main, in_domain, touched)
     preference = 0
     if problem is None and any(s.preferred_affinity or s.preferred_anti_affinity or s.spread
                                for s in {id(p.spec): p.spec for p in pending}.values()):
@@ -357,4 +390,14 @@ def evaluate(snapshot: Snapshot, group: PodGroup, assignments: Mapping[str, str]
         nodes=len(touched),
         stranded=stranded,
         domain_free=domain_free,
+        largest_lost=largest_lost,
     )
+
+
+def _largest_lost(free_main: np.ndarray, in_domain: np.ndarray, touched: list[int]) -> int:
+    """The objective's ``largest_lost``: the domain's largest free main resource less the largest
+    among the domain's nodes the placement leaves untouched (0 when none is left)."""
+    untouched = in_domain.copy()
+    untouched[touched] = False
+    top = int(free_main[in_domain].max())
+    return top - (int(free_main[untouched].max()) if untouched.any() else 0)

@@ -146,3 +146,25 @@ def test_a_request_that_times_the_gang_overflows_int64_is_refused_without_a_nume
                                                                                    Policy.GANG, 4))
     assert answer.assignments == {}
     assert "a pod needs 4611686018427387904 cpu, at most 8000 free on one node" in answer.explanation.message()
+
+
+def _rack_of(*gpus):
+    return [Node(f"n{i}", {"cpu": 64000, "memory": 256 * 2**30, "nvidia.com/gpu": g, "pods": 110},
+                 {HOST: f"n{i}", RACK: "r0"}) for i, g in enumerate(gpus)]
+
+
+def _gpu_gang(n):
+    members = tuple(Pod(f"g-{i}", f"g-{i}", PodSpec({"cpu": 1000, "nvidia.com/gpu": 1}), group="default/g")
+                    for i in range(n))
+    return PodGroup("default", "g", members, Policy.GANG, n, RACK)
+
+
+def test_keeping_the_roomiest_node_whole_is_proven_without_a_model():
+    """One 8-GPU node and two 2-GPU nodes. Four pods: the two small nodes hold them and the bound
+    counts only those (a placement that loses nothing leaves the roomiest alone). Six pods: only
+    the big node holds them, and the bound knows its loss. Either way the greedy answer meets the
+    bound and no CP-SAT model is built."""
+    for pods, nodes, lost in ((4, {"n1", "n2"}, 0), (6, {"n0"}, 6)):
+        result = place(Snapshot(_rack_of(8, 2, 2)), _gpu_gang(pods), SolveOptions(path="exact"))
+        assert set(result.assignments.values()) == nodes and result.objective.largest_lost == lost
+        assert result.optimal and result.stats.get("domains_solved", 0) == 0

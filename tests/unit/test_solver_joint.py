@@ -73,13 +73,16 @@ def test_the_fragmentation_benchmark_runs_tiny_and_counts_what_it_says():
 
     assert SUITES["fragmentation"] == "bench.fragmentation_bench"
     rows = fragmentation_bench.run(seeds=2, calls=1)
-    sequence = {r["rule"]: r for r in rows if r["kind"] == "sequence"}
-    assert set(sequence) == set(fragmentation_bench.RULES)
-    for r in sequence.values():  # stranded counts gangs some arrangement placed: never negative
-        assert r["stranded"] >= 0 and r["placed"] + r["stranded"] <= r["gangs"]
+    for label, instances in (("benchmark", 2), ("held out", 4)):  # twice as many held out
+        sequence = {r["rule"]: r for r in rows if r["kind"] == "sequence" and r["set"] == label}
+        assert set(sequence) == set(fragmentation_bench.RULES)
+        for r in sequence.values():  # stranded counts gangs some arrangement placed: never negative
+            assert r["instances"] == instances
+            assert r["stranded"] >= 0 and r["placed"] + r["stranded"] <= r["gangs"]
     [burst] = [r for r in rows if r["kind"] == "bursts"]
     assert burst["joint"] >= burst["one_at_a_time"] and burst["fewer_on"] == 0
     timing = [r for r in rows if r["kind"] == "timing"]
     assert [t["placed"] >= t["sequential_placed"] for t in timing] == [True, True]
     table = fragmentation_bench.markdown(rows)
     assert "| phalanx |" in table and "in-tree (simulated)" in table and "joint solve, 50 gangs of 3" in table
+    assert "Sequence (benchmark)" in table and "Sequence (held out)" in table

@@ -137,6 +137,49 @@ def test_the_tighter_rack_wins_over_fewer_nodes_so_the_big_gang_after_it_fits(pa
     assert big.domain == "o1" and len(big.assignments) == 4
 
 
+# -- inside the rack, the roomiest node kept whole (solver/objective.py: largest_lost) ---------------
+def _rack(*gpus):
+    return [gpu_node(f"n{i}-{g}", rack="r0", gpus=g) for i, g in enumerate(gpus)]
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_smaller_nodes_that_hold_the_gang_are_taken_and_the_roomiest_stays_whole(path):
+    snap = Snapshot(_rack(8, 2, 2))
+    result = solve(snap, gang("g", 4, key=RACK), path)
+    assert sorted(result.assignments.values()) == ["n1-2", "n1-2", "n2-2", "n2-2"]
+    assert (result.objective.largest_lost, result.objective.nodes) == (0, 2)
+    # an 8-GPU pod arriving next still fits
+    bound = [dataclasses.replace(p, node=result.assignments[p.uid]) for p in gang("g", 4, key=RACK).members]
+    assert solve(Snapshot(_rack(8, 2, 2), bound), gang("big", 1, gpus=8, key=RACK), path).assignments
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_a_gang_that_needs_the_roomiest_node_takes_it_on_the_fewest_nodes(path):
+    result = solve(Snapshot(_rack(8, 2, 2)), gang("g", 6, key=RACK), path)
+    assert set(result.assignments.values()) == {"n0-8"}  # 2 + 2 hold only 4: one node, not two
+    assert (result.objective.largest_lost, result.objective.nodes) == (6, 1)
+
+
+@pytest.mark.parametrize("path", PATHS)
+def test_with_another_node_as_roomy_left_whole_the_gang_packs_on_one(path):
+    result = solve(Snapshot(_rack(8, 8, 2, 2)), gang("g", 4, key=RACK), path)
+    assert len(set(result.assignments.values())) == 1 and result.objective.largest_lost == 0
+
+
+def test_without_keep_largest_the_rule_before_packs_the_fewest_nodes():
+    result = place(Snapshot(_rack(8, 2, 2)), gang("g", 4, key=RACK), SolveOptions(path="exact", keep_largest=False))
+    assert set(result.assignments.values()) == {"n0-8"} and result.objective.largest_lost == 0
+
+
+def test_a_node_the_gang_cannot_use_counts_as_kept():
+    # the roomiest node is tainted: the gang cannot touch it, so nothing it does loses it, and
+    # inside the rest it packs the fewest nodes
+    nodes = _rack(8, 4, 2, 2)
+    nodes[0] = gpu_node("n0-8", rack="r0", gpus=8, taints=(Taint("k", "v", TaintEffect.NO_SCHEDULE),))
+    result = solve(Snapshot(nodes), gang("g", 4, key=RACK), "exact")
+    assert set(result.assignments.values()) == {"n1-4"} and result.objective.largest_lost == 0
+
+
 @pytest.mark.parametrize("path", PATHS)
 def test_preferred_key_keeps_the_group_in_one_rack_inside_the_zone(path):
     nodes = [gpu_node(f"n{r}{i}", rack=f"r{r}", zone="z0", gpus=4) for r in range(2) for i in range(2)]
